@@ -1,0 +1,73 @@
+"""vitrio: cryo-EM images read in batches on a thread pool, straight into the caller's memory.
+
+The core reads and writes MRC, TIFF, EER and DM files whole, an image of a
+stack at a time, or in batches spread over many files; it crops patches
+around centres. `vitrio.data` feeds datasets to PyTorch and JAX.
+"""
+
+from . import formats
+from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor
+from ._functions import (
+    loader,
+    query_descriptor,
+    read,
+    reader_provider,
+    saver,
+    write,
+    write_single,
+    write_stack,
+    writer_provider,
+)
+from ._loading import ImageLoader, read_batch_async, read_patches_async
+from ._providers import (
+    CachingImageReaderProvider,
+    FileImageReaderProvider,
+    FileImageWriterProvider,
+    ImageReaderProvider,
+)
+from ._saving import ImageSaver, write_batch_async
+from ._types import (
+    ImageDescriptor,
+    ImageLocation,
+    ImageLocationGrouping,
+    IndexTable,
+    NumericalType,
+    get_core_extents,
+)
+from .formats import Format, FormatError, FormatWarning, register_format
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CachingImageReaderProvider",
+    "Completion",
+    "FileImageReaderProvider",
+    "FileImageWriterProvider",
+    "Format",
+    "FormatError",
+    "FormatWarning",
+    "ImageDescriptor",
+    "ImageLoader",
+    "ImageLocation",
+    "ImageLocationGrouping",
+    "ImageReaderProvider",
+    "ImageSaver",
+    "IndexTable",
+    "NumericalType",
+    "SynchronousExecutor",
+    "ThreadPoolExecutor",
+    "formats",
+    "get_core_extents",
+    "loader",
+    "query_descriptor",
+    "read",
+    "read_batch_async",
+    "read_patches_async",
+    "reader_provider",
+    "saver",
+    "write",
+    "write_batch_async",
+    "write_single",
+    "write_stack",
+    "writer_provider",
+]

@@ -1,0 +1,50 @@
+"""Seeing the caller's memory as numpy arrays, without copying it.
+
+An array is anything that exposes host memory through the buffer protocol
+or DLPack: a numpy array, a CPU tensor of PyTorch or JAX, a `memoryview`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["as_destination", "as_source"]
+
+
+def _view(array: Any, what: str) -> np.ndarray:
+    if isinstance(array, np.ndarray):
+        return array
+    if hasattr(array, "__dlpack__") and not isinstance(array, memoryview):
+        try:
+            return np.from_dlpack(array)
+        except (BufferError, RuntimeError, TypeError) as error:
+            raise ValueError(f"the {what} is not in host memory numpy can see: {error}") from error
+    try:
+        return np.asarray(memoryview(array))
+    except TypeError as error:
+        raise TypeError(
+            f"the {what} must expose host memory through the buffer protocol or DLPack, "
+            f"not {type(array).__name__}"
+        ) from error
+
+
+def as_destination(array: Any) -> np.ndarray:
+    """A writable numpy view of `array`, the memory reads land in.
+
+    Raises:
+        TypeError: If `array` exposes no host memory.
+        ValueError: If that memory is read only, or not on the host.
+    """
+    view = _view(array, "destination")
+    if not view.flags.writeable:
+        raise ValueError(f"the destination is read only ({type(array).__name__})")
+    return view
+
+
+def as_source(array: Any) -> np.ndarray:
+    """A numpy view of `array`, the values a write takes, or an array numpy makes of it."""
+    if isinstance(array, np.ndarray) or hasattr(array, "__dlpack__"):
+        return _view(array, "source")
+    return np.asarray(array)

@@ -1,0 +1,208 @@
+"""Running tasks on threads, and waiting for them: executors and `Completion`.
+
+This layer knows nothing of files. A `Completion` counts down the tasks of
+one piece of work and keeps the arrays they write alive until they are done.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+__all__ = ["Completion", "ThreadPoolExecutor", "SynchronousExecutor", "run_tasks"]
+
+Task = Callable[[], None]
+
+
+class _Work:
+    """What the tasks of one completion share: how many are left, the first failure, what to keep alive."""
+
+    __slots__ = ("left", "error", "done", "lock", "keep")
+
+    def __init__(self, count: int, keep: Any):
+        self.left = count
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.keep = keep
+        if count == 0:
+            self.done.set()
+
+    def finish_one(self, error: BaseException | None) -> None:
+        with self.lock:
+            if error is not None and self.error is None:
+                self.error = error
+            self.left -= 1
+            last = self.left == 0
+        if last:
+            self.keep = None
+            self.done.set()
+
+
+class Completion:
+    """Work under way on an executor: wait for it, and learn whether it failed.
+
+    It keeps the arrays the work writes alive until the work is done, and
+    dropping a completion that is not ready waits for the work. Waiting
+    never holds the GIL.
+    """
+
+    __slots__ = ("_works", "__weakref__")
+
+    def __init__(self, works: Sequence[_Work] = ()):
+        self._works = tuple(works)
+
+    @classmethod
+    def gather(cls, completions: Iterable[Completion]) -> Completion:
+        """One completion that is ready when all of `completions` are."""
+        return cls([work for completion in completions for work in completion._works])
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether every task of the work is done."""
+        return all(work.done.is_set() for work in self._works)
+
+    def wait(self) -> None:
+        """Block until every task is done. Raises nothing."""
+        for work in self._works:
+            work.done.wait()
+
+    def get(self) -> None:
+        """Block until every task is done, then raise the first failure, if any."""
+        self.wait()
+        for work in self._works:
+            if work.error is not None:
+                raise work.error
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The first failure of the work once it is done, or None."""
+        self.wait()
+        return next((work.error for work in self._works if work.error is not None), None)
+
+    def __del__(self) -> None:
+        for work in getattr(self, "_works", ()):
+            work.done.wait()
+
+    def __repr__(self) -> str:
+        return f"<Completion {'ready' if self.is_ready else 'pending'}>"
+
+
+def _run(work: _Work, task: Task) -> None:
+    try:
+        task()
+    except BaseException as error:  # noqa: BLE001 - handed to whoever waits
+        work.finish_one(error)
+    else:
+        work.finish_one(None)
+
+
+def run_tasks(executor: ThreadPoolExecutor | SynchronousExecutor, tasks: Sequence[Task], keep: Any = None) -> Completion:
+    """Submit `tasks` to `executor`; the completion keeps `keep` alive until they are done."""
+    work = _Work(len(tasks), keep)
+    for task in tasks:
+        executor.submit(_run, work, task)
+    return Completion([work])
+
+
+class SynchronousExecutor:
+    """Runs every task at once, on the thread that submits it."""
+
+    @property
+    def worker_count(self) -> int:
+        """One: the submitting thread."""
+        return 1
+
+    def submit(self, function: Callable[..., None], *args: Any) -> None:
+        """Run `function(*args)` now."""
+        function(*args)
+
+    def __repr__(self) -> str:
+        return "SynchronousExecutor()"
+
+
+_STOP = object()
+
+
+def _serve(tasks: queue.SimpleQueue) -> None:
+    while True:
+        item = tasks.get()
+        if item is _STOP:
+            return
+        function, args = item
+        function(*args)
+        del item, function, args
+
+
+class ThreadPoolExecutor:
+    """A pool of `worker_count` threads, started on first use and stopped when the pool is dropped.
+
+    Safe across `fork`: a child process starts threads of its own on first use.
+
+    Args:
+        worker_count: How many threads run tasks.
+
+    Raises:
+        ValueError: If `worker_count` is not positive.
+    """
+
+    def __init__(self, worker_count: int):
+        if int(worker_count) < 1:
+            raise ValueError(f"worker_count must be positive: {worker_count}")
+        self._count = int(worker_count)
+        self._lock = threading.Lock()
+        self._tasks: queue.SimpleQueue | None = None
+        self._pid = 0
+        self._finalizer: weakref.finalize | None = None
+
+    @property
+    def worker_count(self) -> int:
+        """How many threads run tasks."""
+        return self._count
+
+    def _queue(self) -> queue.SimpleQueue:
+        tasks = self._tasks
+        if tasks is not None and self._pid == os.getpid():
+            return tasks
+        with self._lock:
+            if self._tasks is None or self._pid != os.getpid():
+                tasks = queue.SimpleQueue()
+                threads = [
+                    threading.Thread(target=_serve, args=(tasks,), name=f"vitrio-{i}", daemon=True)
+                    for i in range(self._count)
+                ]
+                for thread in threads:
+                    thread.start()
+                self._tasks, self._pid = tasks, os.getpid()
+                self._finalizer = weakref.finalize(self, _stop, tasks, threads)
+            return self._tasks
+
+    def submit(self, function: Callable[..., None], *args: Any) -> None:
+        """Run `function(*args)` on one of the threads."""
+        self._queue().put((function, args))
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the threads once the tasks submitted so far are done; a later submit starts new ones."""
+        with self._lock:
+            finalizer, self._tasks = self._finalizer, None
+            self._finalizer = None
+        if finalizer is not None:
+            tasks, threads = finalizer.detach()[2]
+            _stop(tasks, threads, wait)
+
+    def __repr__(self) -> str:
+        return f"ThreadPoolExecutor({self._count})"
+
+
+def _stop(tasks: queue.SimpleQueue, threads: list[threading.Thread], wait: bool = False) -> None:
+    for _ in threads:
+        tasks.put(_STOP)
+    if wait:
+        current = threading.current_thread()
+        for thread in threads:
+            if thread is not current:
+                thread.join()

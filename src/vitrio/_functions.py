@@ -1,0 +1,230 @@
+"""The functions most programs call: whole-file reads and writes, and loaders and savers wired with defaults."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from ._arrays import as_destination, as_source
+from ._concurrency import SynchronousExecutor, ThreadPoolExecutor
+from ._loading import ImageLoader
+from ._providers import (
+    CachingImageReaderProvider,
+    FileImageReaderProvider,
+    FileImageWriterProvider,
+    ImageReaderProvider,
+)
+from ._saving import ImageSaver
+from ._types import ImageDescriptor, ImageLocation, as_key, numpy_dtype
+from .formats import Format, create_writer
+
+__all__ = [
+    "read",
+    "query_descriptor",
+    "write_single",
+    "write_stack",
+    "write",
+    "loader",
+    "saver",
+    "reader_provider",
+    "writer_provider",
+]
+
+Executor = ThreadPoolExecutor | SynchronousExecutor
+
+
+def reader_provider(
+    cache: int | None = None, formats: Iterable[type[Format]] | None = None, scratch: Any = None
+) -> ImageReaderProvider:
+    """A provider that opens the file at the path a key is.
+
+    Args:
+        cache: How many files to keep open, the least recently used closed
+            first. None opens a file for each use.
+        formats: The formats to try, in order. Defaults to every registered one.
+        scratch: A scratch to serve images from before the files (see the
+            scratch functions).
+
+    Raises:
+        ValueError: If `cache` is not positive.
+    """
+    provider: ImageReaderProvider = FileImageReaderProvider(formats)
+    if cache is not None:
+        provider = CachingImageReaderProvider(provider, cache)
+    if scratch is not None:
+        raise NotImplementedError("a scratch in front of the files is not available yet")
+    return provider
+
+
+def writer_provider(formats: Iterable[type[Format]] | None = None) -> FileImageWriterProvider:
+    """A provider of files written a batch at a time, each declared first.
+
+    Args:
+        formats: The formats to write with, chosen by extension. Defaults to every registered one.
+    """
+    return FileImageWriterProvider(formats)
+
+
+def _executor(workers: int | None, executor: Executor | None) -> Executor:
+    if executor is not None:
+        if workers is not None:
+            raise ValueError("give workers or executor, not both")
+        return executor
+    return ThreadPoolExecutor(workers if workers is not None else os.cpu_count() or 1)
+
+
+def loader(
+    workers: int | None = None,
+    cache: int | None = None,
+    formats: Iterable[type[Format]] | None = None,
+    executor: Executor | None = None,
+    scratch: Any = None,
+) -> ImageLoader:
+    """An `ImageLoader`: a thread pool and a reader provider, for `read_batch_async` and friends.
+
+    Args:
+        workers: How many threads read. Defaults to the machine's cores.
+        cache: How many files to keep open. Defaults to opening a file for each use.
+        formats: The formats to try, in order. Defaults to every registered one.
+        executor: An executor to share with other loaders and savers, instead of a pool of its own.
+        scratch: A scratch that serves images it holds instead of the files.
+
+    Raises:
+        ValueError: If `workers` or `cache` is not positive, or both `workers` and `executor` are given.
+    """
+    return ImageLoader(_executor(workers, executor), reader_provider(cache, formats, scratch))
+
+
+def saver(
+    writers: FileImageWriterProvider, workers: int | None = None, executor: Executor | None = None
+) -> ImageSaver:
+    """An `ImageSaver`: a thread pool and the declared files, for `write_batch_async`.
+
+    Args:
+        writers: The files written into, from `writer_provider`.
+        workers: How many threads write. Defaults to the machine's cores.
+        executor: An executor to share with loaders and other savers.
+
+    Raises:
+        ValueError: If `workers` is not positive, or both `workers` and `executor` are given.
+    """
+    if not isinstance(writers, FileImageWriterProvider):
+        raise TypeError(f"writers is a FileImageWriterProvider, not {type(writers).__name__}")
+    return ImageSaver(_executor(workers, executor), writers)
+
+
+def query_descriptor(key: Any, readers: ImageReaderProvider | None = None) -> ImageDescriptor:
+    """What the file at `key` holds, from its header alone.
+
+    Raises:
+        FileNotFoundError: If there is no file at `key`.
+        ValueError: If the file is of no known format, or malformed.
+    """
+    return (readers or FileImageReaderProvider()).query_descriptor(as_key(key))
+
+
+def read(
+    location: Any,
+    readers: ImageReaderProvider | None = None,
+    data_type: Any = None,
+    out: Any = None,
+) -> Any:
+    """Read a whole file, or one image or volume of a stack.
+
+    Args:
+        location: An `ImageLocation`, or the key of a whole file (a plain
+            string is always a key, never parsed as `"n@key"`).
+        readers: Where the file is opened. Defaults to opening it at its path.
+        data_type: The type to read as; defaults to the file's. Not with `out`.
+        out: An array to read into, of the shape read.
+
+    Returns:
+        A new numpy array, or `out`, filled.
+
+    Raises:
+        ValueError: If `data_type` and `out` are both given, or `out` does not have the shape read.
+        IndexError: If the index is past the end of its stack.
+        FileNotFoundError: If there is no file at the key.
+    """
+    if out is not None and data_type is not None:
+        raise ValueError("give data_type or out, not both")
+    if isinstance(location, ImageLocation):
+        key, index = location.key, location.index_in_stack
+    else:
+        key, index = as_key(location), -1
+    readers = readers or FileImageReaderProvider()
+    reader = readers.acquire(key)
+    try:
+        descriptor = reader.descriptor
+        shape = descriptor.extents if index < 0 else descriptor.core_extents
+        if out is None:
+            result = np.empty(shape, dtype=numpy_dtype(data_type or descriptor.data_type))
+            target = result
+        else:
+            result, target = out, as_destination(out)
+            if target.shape != tuple(shape):
+                raise ValueError(f"{key}: reads as shape {shape}, out has shape {target.shape}")
+        if index < 0:
+            stack = descriptor.stack_extents
+            reader.read_run(0, [target[i] for i in np.ndindex(*stack)] if stack else [target])
+        else:
+            reader.read_run(index, [target])
+        return result
+    finally:
+        readers.release(reader)
+
+
+def write(array: Any, path: Any, descriptor: ImageDescriptor, formats: Iterable[type[Format]] | None = None) -> None:
+    """Write `array` to a new file at `path`, holding what `descriptor` says.
+
+    The format is chosen by the extension of `path`; values are converted to
+    the descriptor's type. The file is written beside `path` and moved onto
+    it once complete, so a failed write leaves nothing at `path`.
+
+    Raises:
+        ValueError: If `array`'s shape is not the descriptor's extents, or no
+            format writes files with that extension.
+    """
+    key = as_key(path)
+    values = as_source(array)
+    if values.shape != descriptor.extents:
+        raise ValueError(f"{key}: an array of shape {values.shape} does not fit {descriptor}")
+    writer = create_writer(key, descriptor, formats)
+    try:
+        stack = descriptor.stack_extents
+        writer.write_run(0, [values[i] for i in np.ndindex(*stack)] if stack else [values])
+    except BaseException:
+        writer.discard()
+        raise
+    writer.finish()
+
+
+def write_single(
+    array: Any, path: Any, formats: Iterable[type[Format]] | None = None, data_type: Any = None
+) -> None:
+    """Write one image (2-D) or volume (3-D) to a new file at `path`.
+
+    Raises:
+        ValueError: If `array` is not 2-D or 3-D.
+    """
+    values = as_source(array)
+    if values.ndim not in (2, 3):
+        raise ValueError(f"{as_key(path)}: a single image or volume is 2-D or 3-D, not of shape {values.shape}")
+    write(values, path, ImageDescriptor(values.shape, values.ndim, data_type or values.dtype), formats)
+
+
+def write_stack(
+    array: Any, path: Any, formats: Iterable[type[Format]] | None = None, data_type: Any = None
+) -> None:
+    """Write a stack of images (3-D) or volumes (4-D), stacked along the leading axis, to a new file.
+
+    Raises:
+        ValueError: If `array` is not 3-D or 4-D.
+    """
+    values = as_source(array)
+    if values.ndim not in (3, 4):
+        raise ValueError(f"{as_key(path)}: a stack is 3-D or 4-D, not of shape {values.shape}")
+    write(values, path, ImageDescriptor(values.shape, values.ndim - 1, data_type or values.dtype), formats)

@@ -1,0 +1,86 @@
+"""Planning batch writes into declared files: the converse of `read_batch_async`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._arrays import as_source
+from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
+from ._loading import task_bounds, plan_locations
+from ._providers import FileImageWriterProvider
+
+__all__ = ["ImageSaver", "write_batch_async"]
+
+
+class ImageSaver:
+    """What writes batches: an executor to run writes on, and the declared files.
+
+    Args:
+        executor: Where the writes run.
+        writers: The files written into.
+    """
+
+    def __init__(self, executor: ThreadPoolExecutor | SynchronousExecutor, writers: FileImageWriterProvider):
+        self.executor = executor
+        self.writers = writers
+
+    @property
+    def worker_count(self) -> int:
+        """How many writes run at once."""
+        return self.executor.worker_count
+
+    def __repr__(self) -> str:
+        return f"ImageSaver({self.executor!r}, {self.writers!r})"
+
+
+def write_batch_async(saver: ImageSaver, source: Any, locations: Sequence[Any]) -> Completion:
+    """Write slot `i` of `source` as what `locations[i]` names, into files declared to `saver.writers`.
+
+    A stack can be written a batch at a time, and one batch may span several
+    files. Values are converted to each file's type.
+
+    Args:
+        saver: What writes.
+        source: An array whose leading extent is `len(locations)`.
+        locations: `ImageLocation` objects naming images of declared stacks,
+            or keys of declared files to write whole; not both kinds.
+
+    Returns:
+        A `Completion` of the writes. A key not declared raises `IndexError`
+        from its `get()`, as does an index past the end of its stack.
+
+    Raises:
+        ValueError: If the leading extent is not `len(locations)`, or whole
+            files and images of stacks are mixed.
+    """
+    values = as_source(source)
+    locations = list(locations)
+    if values.ndim == 0 or values.shape[0] != len(locations):
+        raise ValueError(
+            f"the source's leading extent must be the number of locations, {len(locations)}: "
+            f"its shape is {values.shape}"
+        )
+    keys, key_ids, indices = plan_locations(locations)
+    if not len(locations):
+        return Completion()
+    order = np.lexsort((indices, key_ids))
+    writers = saver.writers
+
+    def task(first: int, last: int) -> None:
+        for slot in order[first:last].tolist():
+            writer = writers.writer(keys[key_ids[slot]])
+            index = int(indices[slot])
+            if index < 0:
+                stack = writer.descriptor.stack_extents
+                whole = values[slot]
+                if whole.shape != writer.descriptor.extents:
+                    raise ValueError(f"{writer.key}: holds {writer.descriptor.extents}, not {whole.shape}")
+                writer.write_run(0, [whole[i] for i in np.ndindex(*stack)] if stack else [whole])
+            else:
+                writer.write_run(index, [values[slot]])
+
+    tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(len(locations), saver.worker_count)]
+    return run_tasks(saver.executor, tasks, keep=source)

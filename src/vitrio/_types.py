@@ -1,0 +1,466 @@
+"""Value types of the core: data types, descriptors, locations, centre tables.
+
+This layer knows nothing of files or threads.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "NumericalType",
+    "ImageDescriptor",
+    "get_core_extents",
+    "ImageLocation",
+    "ImageLocationGrouping",
+    "IndexTable",
+    "as_numerical_type",
+    "numpy_dtype",
+    "as_key",
+]
+
+
+class NumericalType(enum.Enum):
+    """The type of the values of an image, independent of byte order."""
+
+    boolean = "bool"
+    int8 = "int8"
+    uint8 = "uint8"
+    int16 = "int16"
+    uint16 = "uint16"
+    int32 = "int32"
+    uint32 = "uint32"
+    int64 = "int64"
+    uint64 = "uint64"
+    float16 = "float16"
+    float32 = "float32"
+    float64 = "float64"
+    complex_float16 = "complex32"
+    complex_float32 = "complex64"
+    complex_float64 = "complex128"
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes one value takes."""
+        return _ITEMSIZE[self]
+
+
+_ITEMSIZE = {
+    NumericalType.boolean: 1,
+    NumericalType.int8: 1,
+    NumericalType.uint8: 1,
+    NumericalType.int16: 2,
+    NumericalType.uint16: 2,
+    NumericalType.int32: 4,
+    NumericalType.uint32: 4,
+    NumericalType.int64: 8,
+    NumericalType.uint64: 8,
+    NumericalType.float16: 2,
+    NumericalType.float32: 4,
+    NumericalType.float64: 8,
+    NumericalType.complex_float16: 4,
+    NumericalType.complex_float32: 8,
+    NumericalType.complex_float64: 16,
+}
+_BY_NAME = {t.name: t for t in NumericalType} | {t.value: t for t in NumericalType}
+
+
+def as_numerical_type(data_type: Any) -> NumericalType:
+    """Turn a string, a numpy dtype or type, or a member into a `NumericalType`.
+
+    Raises:
+        TypeError: If `data_type` names no numerical type.
+    """
+    if isinstance(data_type, NumericalType):
+        return data_type
+    if isinstance(data_type, str) and data_type in _BY_NAME:
+        return _BY_NAME[data_type]
+    try:
+        dtype = np.dtype(data_type)
+    except TypeError as error:
+        raise TypeError(f"not a data type: {data_type!r}") from error
+    found = _BY_NAME.get(dtype.newbyteorder("=").name) if dtype.fields is None else None
+    if found is None:
+        raise TypeError(f"not a numerical data type: {data_type!r}")
+    return found
+
+
+def numpy_dtype(data_type: Any) -> np.dtype:
+    """The native-order numpy dtype of a data type.
+
+    Raises:
+        TypeError: For `complex_float16`, which numpy has no type for, or a
+            value that names no numerical type.
+    """
+    member = as_numerical_type(data_type)
+    if member is NumericalType.complex_float16:
+        raise TypeError("complex_float16 has no numpy type")
+    return np.dtype(member.value)
+
+
+def as_key(key: Any) -> str:
+    """A key as a string: a `str` as it is, an `os.PathLike` through `os.fspath`.
+
+    Raises:
+        TypeError: If `key` is neither.
+    """
+    if isinstance(key, str):
+        return key
+    if isinstance(key, os.PathLike):
+        path = os.fspath(key)
+        return path if isinstance(path, str) else os.fsdecode(path)
+    raise TypeError(f"a key is a str or os.PathLike, not {type(key).__name__}")
+
+
+class ImageDescriptor:
+    """What a file holds: its extents, slowest first, and the type of its values.
+
+    The last `core_rank` extents are one image or volume; the ones before
+    them, if any, stack such images or volumes.
+
+    Args:
+        extents: The shape of the whole file, slowest axis first.
+        core_rank: How many of the last extents make one image (2) or volume (3).
+        data_type: The type of the values, as `NumericalType` takes it.
+
+    Raises:
+        ValueError: If an extent is negative or `core_rank` is not within
+            1 and the number of extents.
+    """
+
+    __slots__ = ("_extents", "_core_rank", "_data_type")
+
+    def __init__(self, extents: Iterable[int], core_rank: int, data_type: Any):
+        extents = tuple(int(e) for e in extents)
+        if any(e < 0 for e in extents):
+            raise ValueError(f"extents must not be negative: {extents}")
+        if not 1 <= core_rank <= len(extents):
+            raise ValueError(f"core_rank {core_rank} does not fit extents {extents}")
+        self._extents = extents
+        self._core_rank = int(core_rank)
+        self._data_type = as_numerical_type(data_type)
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        """The shape of the whole file, slowest axis first."""
+        return self._extents
+
+    @property
+    def core_rank(self) -> int:
+        """How many of the last extents make one image or volume."""
+        return self._core_rank
+
+    @property
+    def data_type(self) -> NumericalType:
+        """The type of the values."""
+        return self._data_type
+
+    @property
+    def core_extents(self) -> tuple[int, ...]:
+        """The shape of one image or volume."""
+        return self._extents[len(self._extents) - self._core_rank :]
+
+    @property
+    def stack_extents(self) -> tuple[int, ...]:
+        """The extents that stack images or volumes; empty for a single one."""
+        return self._extents[: len(self._extents) - self._core_rank]
+
+    @property
+    def image_count(self) -> int:
+        """How many images or volumes the file holds."""
+        return int(np.prod(self.stack_extents, dtype=np.int64))
+
+    @property
+    def is_stack(self) -> bool:
+        """Whether the file stacks images or volumes."""
+        return len(self._extents) > self._core_rank
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ImageDescriptor):
+            return NotImplemented
+        return (self._extents, self._core_rank, self._data_type) == (
+            other._extents,
+            other._core_rank,
+            other._data_type,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._extents, self._core_rank, self._data_type))
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageDescriptor(extents={self._extents}, core_rank={self._core_rank}, "
+            f"data_type={self._data_type.name})"
+        )
+
+    def __reduce__(self):
+        return (ImageDescriptor, (self._extents, self._core_rank, self._data_type))
+
+
+def get_core_extents(descriptor: ImageDescriptor) -> tuple[int, ...]:
+    """The shape of one image or volume of the file `descriptor` describes."""
+    return descriptor.core_extents
+
+
+_LOCATION_TEXT = re.compile(r"^\s*(?:(\d+)@)?(.*\S)\s*$", re.DOTALL)
+
+
+class ImageLocation:
+    """One image of a stack, or a whole file.
+
+    Args:
+        key: The file, a `str` or `os.PathLike`.
+        index_in_stack: The index of the image in its stack, counting from
+            zero, or `ImageLocation.no_stack_index` for the whole file.
+
+    Raises:
+        TypeError: If `key` is not a str or os.PathLike.
+        ValueError: If the index is negative.
+    """
+
+    __slots__ = ("_key", "_index")
+
+    no_stack_index = -1
+    """The index of a location that names a whole file."""
+
+    def __init__(self, key: Any, index_in_stack: int = -1):
+        index = int(index_in_stack)
+        if index < -1:
+            raise ValueError(f"index_in_stack must not be negative: {index_in_stack}")
+        self._key = as_key(key)
+        self._index = index
+
+    @classmethod
+    def from_string(cls, text: str) -> ImageLocation:
+        """Parse RELION's spelling, `"index@key"` counting from one, or `"key"`.
+
+        Raises:
+            ValueError: If the text is empty, its index is not a positive
+                integer, or it has no key.
+        """
+        if isinstance(text, bytes):
+            text = text.decode()
+        match = _LOCATION_TEXT.match(text) if isinstance(text, str) else None
+        if match is None or (match.group(1) is None and "@" in match.group(2).split("/")[0]):
+            raise ValueError(f"not an image location: {text!r}")
+        number, key = match.groups()
+        if number is None:
+            return cls(key)
+        if int(number) < 1:
+            raise ValueError(f"not an image location: {text!r} (indices count from 1)")
+        return cls(key, int(number) - 1)
+
+    @property
+    def key(self) -> str:
+        """The file."""
+        return self._key
+
+    @property
+    def index_in_stack(self) -> int:
+        """The index of the image in its stack, or `no_stack_index`."""
+        return self._index
+
+    @property
+    def has_index_in_stack(self) -> bool:
+        """Whether the location names one image of a stack."""
+        return self._index >= 0
+
+    def _order(self) -> tuple[str, int]:
+        return (self._key, self._index)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ImageLocation):
+            return NotImplemented
+        return self._key == other._key and self._index == other._index
+
+    def __lt__(self, other: ImageLocation) -> bool:
+        if not isinstance(other, ImageLocation):
+            return NotImplemented
+        return self._order() < other._order()
+
+    def __le__(self, other: ImageLocation) -> bool:
+        if not isinstance(other, ImageLocation):
+            return NotImplemented
+        return self._order() <= other._order()
+
+    def __gt__(self, other: ImageLocation) -> bool:
+        if not isinstance(other, ImageLocation):
+            return NotImplemented
+        return self._order() > other._order()
+
+    def __ge__(self, other: ImageLocation) -> bool:
+        if not isinstance(other, ImageLocation):
+            return NotImplemented
+        return self._order() >= other._order()
+
+    def __hash__(self) -> int:
+        return hash((self._key, self._index))
+
+    def __str__(self) -> str:
+        return f"{self._index + 1}@{self._key}" if self._index >= 0 else self._key
+
+    def __repr__(self) -> str:
+        if self._index >= 0:
+            return f"ImageLocation({self._key!r}, {self._index})"
+        return f"ImageLocation({self._key!r})"
+
+    def __reduce__(self):
+        return (ImageLocation, (self._key, self._index))
+
+
+class _LocationGroup:
+    """The locations of one file: its key, the indices, where they were."""
+
+    __slots__ = ("key", "indices", "positions")
+
+    def __init__(self, key: str, indices: np.ndarray, positions: np.ndarray):
+        self.key = key
+        self.indices = indices
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __repr__(self) -> str:
+        return f"<locations of {self.key!r}: {len(self.indices)}>"
+
+
+class ImageLocationGrouping:
+    """Locations gathered by file, in ascending order of key.
+
+    Each group has `key`, `indices` (the index in its stack of each location,
+    `no_stack_index` for whole files, ascending) and `positions` (where each
+    location stood in the sequence given).
+
+    Args:
+        locations: `ImageLocation` objects, or keys of whole files.
+    """
+
+    def __init__(self, locations: Iterable[ImageLocation | str | os.PathLike]):
+        keys: dict[str, int] = {}
+        key_ids = []
+        indices = []
+        for location in locations:
+            if not isinstance(location, ImageLocation):
+                location = ImageLocation(location)
+            key_ids.append(keys.setdefault(location._key, len(keys)))
+            indices.append(location._index)
+        names = list(keys)
+        rank = np.argsort(np.argsort(np.array(names, dtype=object))) if names else np.zeros(0)
+        key_rank = rank[np.asarray(key_ids, dtype=np.int64)] if key_ids else np.zeros(0, np.int64)
+        index_array = np.asarray(indices, dtype=np.int64)
+        order = np.lexsort((index_array, key_rank))
+        sorted_ranks = key_rank[order]
+        bounds = np.flatnonzero(np.diff(sorted_ranks)) + 1 if len(order) else np.zeros(0, np.int64)
+        by_rank = sorted(names)
+        self._groups = [
+            _LocationGroup(by_rank[int(sorted_ranks[chunk[0]])], index_array[chunk], chunk)
+            for chunk in (order[a:b] for a, b in _spans(bounds, len(order)))
+        ]
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __getitem__(self, item: int) -> _LocationGroup:
+        return self._groups[item]
+
+    def __iter__(self):
+        return iter(self._groups)
+
+
+def _spans(bounds: np.ndarray, total: int):
+    starts = [0, *bounds.tolist()]
+    ends = [*bounds.tolist(), total]
+    return [(a, b) for a, b in zip(starts, ends) if b > a]
+
+
+class IndexTable:
+    """A table of integer coordinates, a row of `rank` of them per entry: the centres of patches.
+
+    Args:
+        rank: How many coordinates an entry has.
+
+    Raises:
+        ValueError: If `rank` is not positive.
+    """
+
+    def __init__(self, rank: int):
+        if int(rank) < 1:
+            raise ValueError(f"rank must be positive: {rank}")
+        self._rows = np.empty((0, int(rank)), dtype=np.int64)
+        self._count = 0
+
+    @classmethod
+    def from_array(cls, array: Any) -> IndexTable:
+        """A table holding the rows of a 2-D integer array.
+
+        Raises:
+            TypeError: If the array does not hold integers.
+            ValueError: If it is not 2-D, has no column, or holds a negative index.
+        """
+        values = np.asarray(array)
+        if values.dtype.kind not in "iu" and not (values.size == 0 and values.dtype.kind == "f"):
+            raise TypeError(f"an index table holds integers, not {values.dtype}")
+        if values.ndim != 2 or values.shape[1] < 1:
+            raise ValueError(f"an index table is made of a 2-D array, not of shape {values.shape}")
+        if values.size and values.min() < 0:
+            raise ValueError("an index table holds no negative index")
+        table = cls(values.shape[1])
+        table._rows = values.astype(np.int64, copy=True)
+        table._count = len(values)
+        return table
+
+    @property
+    def rank(self) -> int:
+        """How many coordinates an entry has."""
+        return self._rows.shape[1]
+
+    def reserve(self, count: int) -> None:
+        """Make room for `count` entries in all."""
+        if count > len(self._rows):
+            grown = np.empty((int(count), self.rank), dtype=np.int64)
+            grown[: self._count] = self._rows[: self._count]
+            self._rows = grown
+
+    def add(self, entry: Sequence[int]) -> None:
+        """Append one entry of `rank` non-negative integers.
+
+        Raises:
+            ValueError: If the entry does not have `rank` values or one is negative.
+        """
+        values = np.asarray(entry)
+        if values.shape != (self.rank,):
+            raise ValueError(f"an entry of this table has {self.rank} values, not {values.shape}")
+        if values.dtype.kind not in "iu":
+            raise TypeError(f"an index table holds integers, not {values.dtype}")
+        if values.min() < 0:
+            raise ValueError(f"an index table holds no negative index: {entry}")
+        if self._count == len(self._rows):
+            self.reserve(max(8, 2 * self._count))
+        self._rows[self._count] = values
+        self._count += 1
+
+    def clear(self) -> None:
+        """Remove every entry."""
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, item: int) -> tuple[int, ...]:
+        if not -self._count <= item < self._count:
+            raise IndexError(f"entry {item} of a table of {self._count}")
+        return tuple(int(v) for v in self._rows[item % self._count])
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        rows = self._rows[: self._count]
+        return rows.astype(dtype, copy=True) if dtype is not None else rows.copy()
+
+    def __repr__(self) -> str:
+        return f"IndexTable(rank={self.rank}, entries={self._count})"

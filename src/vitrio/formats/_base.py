@@ -1,0 +1,183 @@
+"""The contract of a file format: a registered class that opens readers and creates writers.
+
+A format knows the bytes of one file: its header, where image `i` lies and
+how to decode it. It knows nothing of threads, caches or batches.
+
+A reader serves images by index: `read_run(start, outs)` fills `outs[0]`
+with image `start`, `outs[1]` with image `start + 1`, and so on, each out an
+array of the file's core shape and of any numeric type (the reader converts).
+A file that is not a stack is a stack of one image. `read_region` crops one
+box out of one image, for patches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._types import ImageDescriptor, numpy_dtype
+
+__all__ = [
+    "Format",
+    "FormatError",
+    "FormatWarning",
+    "ImageReader",
+    "ImageWriter",
+    "register_format",
+    "registered_formats",
+]
+
+
+class FormatError(ValueError):
+    """A file that is not of its format, is truncated, or whose header does not fit it."""
+
+
+class FormatWarning(UserWarning):
+    """A header that breaks its format's rules in a way common writers do, read anyway."""
+
+
+_REGISTRY: list[type[Format]] = []
+_REGISTRY_LOCK = threading.Lock()
+
+
+def register_format(cls: type[Format]) -> type[Format]:
+    """Make a format known to every provider made without `formats`; usable as a decorator.
+
+    Formats registered later are tried first, so a plug-in can claim a file
+    before the built-in formats do.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Format)):
+        raise TypeError(f"a format is a subclass of vitrio.formats.Format, not {cls!r}")
+    with _REGISTRY_LOCK:
+        if cls not in _REGISTRY:
+            _REGISTRY.insert(0, cls)
+    return cls
+
+
+def registered_formats() -> tuple[type[Format], ...]:
+    """The registered formats, in the order they are tried."""
+    with _REGISTRY_LOCK:
+        return tuple(_REGISTRY)
+
+
+class Format(ABC):
+    """A file format. Subclass it and register the class with `register_format`.
+
+    Class attributes:
+        name: A short name, such as "mrc".
+        read_extensions: The extensions (lower case, with the dot) read files have.
+        write_extensions: The extensions written files may have; empty if the
+            format is read only.
+    """
+
+    name: ClassVar[str]
+    read_extensions: ClassVar[tuple[str, ...]] = ()
+    write_extensions: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def recognizes(cls, head: bytes, extension: str) -> bool:
+        """Whether a file that starts with `head` is of this format.
+
+        `head` holds the first bytes of the file (up to 4096). A format that
+        cannot tell by contents decides by `extension` alone.
+        """
+        return extension in cls.read_extensions
+
+    @classmethod
+    @abstractmethod
+    def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
+        """Open a reader of the file at `key`, already open as `fd`, which the reader then owns."""
+
+    @classmethod
+    def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
+        """Start a writer of a new file at `key` holding what `descriptor` says.
+
+        Raises:
+            ValueError: If the format is read only or cannot hold `descriptor`.
+        """
+        raise ValueError(f"{key}: the {cls.name} format is read only")
+
+
+class ImageReader(ABC):
+    """An open file of one format, serving its images by index; safe to use from many threads."""
+
+    def __init__(self, key: str, descriptor: ImageDescriptor):
+        self.key = key
+        self.descriptor = descriptor
+        self.image_count = descriptor.image_count if descriptor.is_stack else 1
+        self.core_extents = descriptor.core_extents
+
+    def check_run(self, start: int, count: int) -> None:
+        """Raise `IndexError` naming the file if images `start..start+count` are not all in it."""
+        if start < 0 or start + count > self.image_count:
+            bad = start if start < 0 or start >= self.image_count else self.image_count
+            raise IndexError(f"{self.key}: index {bad} is past the end of a stack of {self.image_count}")
+
+    @abstractmethod
+    def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
+        """Read images `start, start + 1, ...` into `outs`, converting to each out's type."""
+
+    def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
+        """Copy `region` of image `index` into `out`, converting to its type.
+
+        The default decodes the whole image first; formats with random access override it.
+        """
+        image = np.empty(self.core_extents, dtype=numpy_dtype(self.descriptor.data_type))
+        self.read_run(index, [image])
+        np.copyto(out, image[region], casting="unsafe")
+
+    def check_unchanged(self) -> None:
+        """Raise `OSError` if the file has changed under the reader so that reading it is unsafe."""
+
+    def close(self) -> None:
+        """Release what the reader holds. Reading afterwards is an error."""
+
+    def __enter__(self) -> ImageReader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.key!r} {self.descriptor!r}>"
+
+
+class ImageWriter(ABC):
+    """A new file of one format being written, images at any index, from many threads at once.
+
+    Nothing appears at the file's path until `finish`; `discard` removes
+    everything written so far.
+    """
+
+    def __init__(self, key: str, descriptor: ImageDescriptor):
+        self.key = key
+        self.descriptor = descriptor
+        self.image_count = descriptor.image_count if descriptor.is_stack else 1
+        self.core_extents = descriptor.core_extents
+
+    @abstractmethod
+    def write_run(self, start: int, sources: Sequence[np.ndarray]) -> None:
+        """Write `sources[0]` as image `start`, `sources[1]` as image `start + 1`, and so on."""
+
+    @abstractmethod
+    def flush(self) -> None:
+        """Hand what was written so far to the operating system."""
+
+    @abstractmethod
+    def finish(self) -> None:
+        """Complete the file (header, statistics) and move it to its path."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Remove the unfinished file."""
+
+
+def temporary_path(path: str) -> str:
+    """A unique path beside `path` to write to before renaming onto it."""
+    head, tail = os.path.split(path)
+    return os.path.join(head, f".{tail}.{os.getpid()}.{threading.get_ident()}.{id(path):x}.partial")

@@ -1,0 +1,248 @@
+"""MRC2014: the image, stack and volume format of cryo-EM.
+
+Read: modes 0 (int8), 1 (int16), 2 (float32), 3 (complex int16, read as
+complex64), 4 (complex64), 6 (uint16) and 12 (float16), either byte order,
+extended headers skipped by their declared size, axes permuted by
+`mapc mapr maps` so that a volume reads as (z, y, x).
+
+What a file holds, as its header says: `ispg` 0 with `nz > 1`, or the
+extension `.mrcs`, is a stack of images; `ispg` 401..630 is a stack of
+`nz / mz` volumes; otherwise `nz > 1` is a volume and `nz == 1` one image.
+
+Headers as common writers produce them read with a `FormatWarning` where
+the data is unambiguous (as mrcfile's permissive mode does): a zero or
+unknown machine stamp (the byte order is then inferred), a missing `MAP `
+field, an `nsymbt` that points past a missing extended header, axes that
+are not a permutation of 1, 2, 3 (taken as 1, 2, 3), a volume stack whose
+`mz` does not divide `nz` (read as a volume).
+
+Written files carry a complete MRC2014 header (map ID, machine stamp,
+`nversion` 20141, cell of one Å per voxel, statistics `dmin dmax dmean rms`
+of the values written; complex files get `rms` only, as mrcfile does). Types
+without an MRC mode are widened or narrowed to one: bool and uint8 to uint16,
+other integers and float64 to float32, complex128 to complex64.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import warnings
+
+import numpy as np
+
+from .._types import ImageDescriptor, NumericalType
+from ._base import Format, FormatError, FormatWarning, ImageReader, ImageWriter, register_format
+from ._raw import RawArrayReader, RawArrayWriter, Statistics
+
+__all__ = ["MrcFormat"]
+
+HEADER_BYTES = 1024
+_MODES = {
+    0: np.dtype(np.int8),
+    1: np.dtype(np.int16),
+    2: np.dtype(np.float32),
+    3: np.dtype([("real", np.int16), ("imag", np.int16)]),
+    4: np.dtype(np.complex64),
+    6: np.dtype(np.uint16),
+    12: np.dtype(np.float16),
+}
+_READ_TYPES = {3: NumericalType.complex_float32}
+_WRITE_MODES = {
+    NumericalType.int8: 0,
+    NumericalType.int16: 1,
+    NumericalType.float32: 2,
+    NumericalType.complex_float32: 4,
+    NumericalType.uint16: 6,
+    NumericalType.float16: 12,
+    NumericalType.boolean: 6,
+    NumericalType.uint8: 6,
+    NumericalType.int32: 2,
+    NumericalType.uint32: 2,
+    NumericalType.int64: 2,
+    NumericalType.uint64: 2,
+    NumericalType.float64: 2,
+    NumericalType.complex_float64: 4,
+}
+_STAMPS = {0x44: "<", 0x11: ">"}
+_FIELDS = "10i6f3i3f3i"  # nx..mz, cella, cellb, mapc..maps, dmin dmax dmean, ispg nsymbt
+
+
+def _plausible(head: bytes, order: str) -> bool:
+    nx, ny, nz, mode = struct.unpack_from(order + "4i", head, 0)
+    return mode in _MODES and 0 < nx < 1 << 24 and 0 < ny < 1 << 24 and 0 < nz < 1 << 31
+
+
+def _byte_order(key: str, head: bytes) -> str:
+    stamp = head[212]
+    order = _STAMPS.get(stamp)
+    if order is not None and _plausible(head, order):
+        return order
+    for guess in ("<", ">"):
+        if _plausible(head, guess):
+            warnings.warn(
+                f"{key}: machine stamp {head[212:216].hex()} is not a valid one; "
+                f"the header reads as {'little' if guess == '<' else 'big'} endian",
+                FormatWarning,
+                stacklevel=4,
+            )
+            return guess
+    raise FormatError(f"{key}: not an MRC file: its header gives no valid size and mode in either byte order")
+
+
+class _Header:
+    """The fields of an MRC header a reader needs."""
+
+    def __init__(self, key: str, head: bytes):
+        if len(head) < HEADER_BYTES:
+            raise FormatError(f"{key}: not an MRC file: {len(head)} bytes, shorter than a header")
+        order = _byte_order(key, head)
+        values = struct.unpack_from(order + _FIELDS, head, 0)
+        self.order = order
+        self.nx, self.ny, self.nz, self.mode = values[0:4]
+        self.mx, self.my, self.mz = values[7:10]
+        self.cell = values[10:13]
+        self.axes = values[16:19]
+        self.ispg, self.nsymbt = values[22], values[23]
+        self.exttyp = head[104:108]
+        self.has_map = head[208:212] == b"MAP "
+        if self.nsymbt < 0:
+            raise FormatError(f"{key}: extended header size (nsymbt) is negative: {self.nsymbt}")
+
+
+def _core_axes(key: str, header: _Header) -> tuple[int, ...] | None:
+    """How the stored (section, row, column) axes are permuted into (z, y, x)."""
+    if tuple(header.axes) in ((1, 2, 3), (0, 0, 0)):
+        return None
+    if sorted(header.axes) != [1, 2, 3]:
+        warnings.warn(
+            f"{key}: mapc, mapr, maps {header.axes} are not a permutation of 1, 2, 3; read as 1, 2, 3",
+            FormatWarning,
+            stacklevel=4,
+        )
+        return None
+    mapc, mapr, maps = header.axes
+    to_read = {3 - mapc: 2, 3 - mapr: 1, 3 - maps: 0}
+    return tuple(to_read[i] for i in range(3))
+
+
+def _layout(key: str, header: _Header) -> tuple[tuple[int, ...], int, tuple[int, ...] | None]:
+    """The extents, core rank and axis permutation of the file."""
+    nx, ny, nz = header.nx, header.ny, header.nz
+    if key.lower().endswith(".mrcs") or (header.ispg == 0 and nz > 1):
+        return (nz, ny, nx), 2, None
+    axes = _core_axes(key, header)
+    count, stored = None, (nz, ny, nx)
+    if 401 <= header.ispg <= 630:
+        if header.mz > 0 and nz % header.mz == 0:
+            count, stored = nz // header.mz, (header.mz, ny, nx)
+        else:
+            warnings.warn(
+                f"{key}: space group {header.ispg} marks a volume stack, but mz {header.mz} does not "
+                f"divide nz {nz}; read as one volume",
+                FormatWarning,
+                stacklevel=4,
+            )
+    core = stored if axes is None else tuple(stored[axes[i]] for i in range(3))
+    if count is not None:
+        return (count, *core), 3, axes
+    if nz == 1 and axes is None:
+        return (ny, nx), 2, None
+    return core, 3, axes
+
+
+def _decode_complex_int16(stored: np.ndarray, out: np.ndarray) -> None:
+    values = stored["real"].astype(np.float32) + 1j * stored["imag"].astype(np.float32)
+    np.copyto(out, values, casting="unsafe")
+
+
+@register_format
+class MrcFormat(Format):
+    """MRC2014 files: `.mrc .mrcs .map`, and `.st .rec .ali` when reading."""
+
+    name = "mrc"
+    read_extensions = (".mrc", ".mrcs", ".map", ".st", ".rec", ".ali")
+    write_extensions = (".mrc", ".mrcs", ".map")
+
+    @classmethod
+    def recognizes(cls, head: bytes, extension: str) -> bool:
+        return head[208:212] == b"MAP " or extension in cls.read_extensions
+
+    @classmethod
+    def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
+        header = _Header(key, head)
+        if header.mode not in _MODES:
+            raise FormatError(f"{key}: MRC mode {header.mode} is not supported")
+        if not header.has_map:
+            warnings.warn(f"{key}: the MRC map field is not 'MAP '", FormatWarning, stacklevel=3)
+        extents, core_rank, axes = _layout(key, header)
+        stored = _MODES[header.mode].newbyteorder(header.order)
+        data_type = _READ_TYPES.get(header.mode, _MODES[header.mode])
+        descriptor = ImageDescriptor(extents, core_rank, data_type)
+        data_bytes = header.nx * header.ny * header.nz * stored.itemsize
+        offset = HEADER_BYTES + header.nsymbt
+        size = os.fstat(fd).st_size
+        if header.nsymbt and offset + data_bytes > size and HEADER_BYTES + data_bytes == size:
+            warnings.warn(
+                f"{key}: nsymbt says an extended header of {header.nsymbt} bytes, but the file has "
+                "none; reading the data right after the main header",
+                FormatWarning,
+                stacklevel=3,
+            )
+            offset = HEADER_BYTES
+        decoder = _decode_complex_int16 if header.mode == 3 else None
+        return RawArrayReader(key, fd, descriptor, stored, offset, axes=axes, decoder=decoder)
+
+    @classmethod
+    def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
+        mode = _WRITE_MODES.get(descriptor.data_type)
+        if mode is None:
+            raise ValueError(f"{key}: MRC cannot hold {descriptor.data_type.name} values")
+        extents = descriptor.extents
+        if descriptor.core_rank == 2 and len(extents) == 2:
+            (ny, nx), nz, mz, ispg = extents, 1, 1, 0
+        elif descriptor.core_rank == 2 and len(extents) == 3:
+            (nz, ny, nx), mz, ispg = extents, 1, 0
+        elif descriptor.core_rank == 3 and len(extents) == 3:
+            (nz, ny, nx), ispg = extents, 1
+            mz = nz
+        elif descriptor.core_rank == 3 and len(extents) == 4:
+            count, mz, ny, nx = extents
+            nz, ispg = count * mz, 401
+        else:
+            raise ValueError(f"{key}: MRC holds images, volumes and stacks of one of them, not {descriptor}")
+        dtype = _MODES[mode]
+        fields = (nx, ny, nz, mode, 0, 0, 0, nx, ny, mz, float(nx), float(ny), float(mz), 90.0, 90.0, 90.0)
+        fields += (1, 2, 3)
+        data_bytes = nx * ny * nz * dtype.itemsize
+
+        def prepare(path: str) -> int:
+            header = _header_bytes(fields, ispg, (0.0, -1.0, -2.0, -1.0))
+            with open(path, "xb") as file:
+                file.write(header)
+                file.truncate(HEADER_BYTES + data_bytes)
+            return HEADER_BYTES
+
+        def complete(fd: int, statistics: Statistics) -> None:
+            low, high, mean, rms = statistics.summary()
+            if dtype.kind == "c":
+                values = (0.0, -1.0, -2.0, rms)
+            else:
+                values = (low, high, mean.real, rms)
+            os.pwrite(fd, _header_bytes(fields, ispg, values), 0)
+
+        return RawArrayWriter(key, descriptor, dtype, prepare, complete)
+
+
+def _header_bytes(fields: tuple, ispg: int, statistics: tuple[float, float, float, float]) -> bytes:
+    dmin, dmax, dmean, rms = statistics
+    header = bytearray(HEADER_BYTES)
+    struct.pack_into("<10i6f3i3f2i", header, 0, *fields, dmin, dmax, dmean, ispg, 0)
+    struct.pack_into("<i", header, 108, 20141)
+    header[208:212] = b"MAP "
+    header[212:216] = b"\x44\x44\x00\x00"
+    struct.pack_into("<fi", header, 216, rms, 1)
+    label = f"vitrio {time.strftime('%Y-%m-%d %H:%M:%S')}".encode()
+    header[224 : 224 + len(label)] = label
+    return bytes(header)
