@@ -64,6 +64,7 @@ __all__ = [
     "read_batch_async",
     "read_patches_async",
     "reader_provider",
+    "register_format",
     "saver",
     "write",
     "write_batch_async",

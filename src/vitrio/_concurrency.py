@@ -101,7 +101,9 @@ def _run(work: _Work, task: Task) -> None:
         work.finish_one(None)
 
 
-def run_tasks(executor: ThreadPoolExecutor | SynchronousExecutor, tasks: Sequence[Task], keep: Any = None) -> Completion:
+def run_tasks(
+    executor: ThreadPoolExecutor | SynchronousExecutor, tasks: Sequence[Task], keep: Any = None
+) -> Completion:
     """Submit `tasks` to `executor`; the completion keeps `keep` alive until they are done."""
     work = _Work(len(tasks), keep)
     for task in tasks:

@@ -1,9 +1,10 @@
 """Planning batch reads: group by file, coalesce runs of consecutive images, split into tasks.
 
 A batch becomes a few tasks per worker thread. Each task takes a stretch of
-the batch sorted by file and index, asks the provider for each file's reader
-once, and reads each run of consecutive images with one call into the slots
-of the destination they belong to. No per-image work happens in planning
+the destination's slots, groups it by file, asks the provider for each
+file's reader once, and hands the reader all its indices and slots in one
+call; the reader reads runs of consecutive images together, or gathers a
+stretch of one file with one numpy call. Planning does no per-image work
 beyond numpy calls.
 """
 
@@ -98,43 +99,35 @@ def read_indexed_async(
     """Read image `indices[i]` of file `keys[key_ids[i]]` into `out[i]` (a whole file where the index is -1).
 
     The planned form of `read_batch_async`, for callers that hold their
-    locations as arrays already.
+    locations as arrays already. Each task takes a stretch of the slots,
+    groups it by file, and hands each file's reader its indices and slots
+    in one call.
     """
     count = len(key_ids)
     if count == 0:
         return Completion()
-    order = np.lexsort((indices, key_ids))
-    sorted_keys, sorted_indices = key_ids[order], indices[order]
-    starts = np.ones(count, dtype=bool)
-    starts[1:] = (sorted_keys[1:] != sorted_keys[:-1]) | (sorted_indices[1:] != sorted_indices[:-1] + 1)
     readers = loader.readers
     whole = bool(indices[0] < 0)
 
     def task(first: int, last: int) -> None:
-        run_starts = np.flatnonzero(starts[first:last]) + first
-        if len(run_starts) == 0 or run_starts[0] != first:
-            run_starts = np.concatenate(([first], run_starts))
-        bounds = [*run_starts.tolist(), last]
-        reader, current = None, -1
-        try:
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                key_id = int(sorted_keys[a])
-                if key_id != current:
-                    if reader is not None:
-                        readers.release(reader)
-                        reader = None
-                    reader = readers.acquire(keys[key_id])
-                    current = key_id
-                    _check_slot(reader, out.shape[1:], whole)
-                slots = order[a:b].tolist()
+        ids = key_ids[first:last]
+        if ids.min() == ids.max():
+            groups = [(int(ids[0]), np.arange(first, last))]
+        else:
+            order = np.argsort(ids, kind="stable")
+            sorted_ids = ids[order]
+            bounds = [0, *(np.flatnonzero(np.diff(sorted_ids)) + 1).tolist(), len(order)]
+            groups = [(int(sorted_ids[a]), order[a:b] + first) for a, b in zip(bounds[:-1], bounds[1:])]
+        for key_id, slots in groups:
+            reader = readers.acquire(keys[key_id])
+            try:
+                _check_slot(reader, out.shape[1:], whole)
                 if whole:
-                    for slot in slots:
-                        images = _image_views(out[slot], reader)
-                        reader.read_run(0, images)
+                    for slot in slots.tolist():
+                        reader.read_run(0, _image_views(out[slot], reader))
                 else:
-                    reader.read_run(int(sorted_indices[a]), [out[slot] for slot in slots])
-        finally:
-            if reader is not None:
+                    reader.read_images(indices[slots], out, slots)
+            finally:
                 readers.release(reader)
 
     tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(count, loader.worker_count)]
@@ -214,39 +207,43 @@ def read_patches_indexed_async(
     if count == 0:
         return Completion()
     shape = np.asarray(out.shape[1:], dtype=np.int64)
-    order = np.argsort(image_ids, kind="stable")
     origins = centres - shape // 2
     readers = loader.readers
 
+    def crop(reader: ImageReader, index: int, slots: np.ndarray) -> None:
+        extents = np.asarray(reader.core_extents, dtype=np.int64)
+        origin = origins[slots]
+        low = np.clip(origin, 0, extents)
+        high = np.clip(origin + shape, 0, extents)
+        clipped = ((low != origin) | (high != origin + shape)).any(axis=1)
+        inside = (high > low).all(axis=1)
+        if fill is not None:
+            for slot in slots[clipped].tolist():
+                out[slot].fill(fill)
+        regions, targets = [], []
+        for slot, a, b, cut, o in zip(
+            slots.tolist(), low.tolist(), high.tolist(), (clipped & inside).tolist(), origin.tolist()
+        ):
+            if cut:
+                targets.append(out[slot][tuple(slice(x - y, z - y) for x, z, y in zip(a, b, o))])
+            elif a != b:
+                targets.append(out[slot])
+            else:
+                continue
+            regions.append(tuple(slice(x, z) for x, z in zip(a, b)))
+        reader.read_regions(index, regions, targets)
+
     def task(first: int, last: int) -> None:
-        reader, current, extents = None, -1, None
-        try:
-            for slot, image_id in zip(order[first:last].tolist(), image_ids[order[first:last]].tolist()):
-                if image_id != current:
-                    if reader is not None:
-                        readers.release(reader)
-                        reader = None
-                    key, index = images[image_id]
-                    reader = readers.acquire(key)
-                    current = image_id
-                    extents = np.asarray(reader.core_extents, dtype=np.int64)
-                    index = _patch_index(reader, index, len(shape))
-                origin = origins[slot]
-                low = np.clip(origin, 0, extents)
-                high = np.clip(origin + shape, 0, extents)
-                clipped = bool((low != origin).any() or (high != origin + shape).any())
-                if clipped and fill is not None:
-                    out[slot].fill(fill)
-                if (high <= low).any():
-                    continue
-                region = tuple(slice(a, b) for a, b in zip(low.tolist(), high.tolist()))
-                if clipped:
-                    within = tuple(slice(a, b) for a, b in zip((low - origin).tolist(), (high - origin).tolist()))
-                    reader.read_region(index, region, out[slot][within])
-                else:
-                    reader.read_region(index, region, out[slot])
-        finally:
-            if reader is not None:
+        ids = image_ids[first:last]
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        bounds = [0, *(np.flatnonzero(np.diff(sorted_ids)) + 1).tolist(), len(order)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            key, index = images[int(sorted_ids[a])]
+            reader = readers.acquire(key)
+            try:
+                crop(reader, _patch_index(reader, index, len(shape)), order[a:b] + first)
+            finally:
                 readers.release(reader)
 
     tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(count, loader.worker_count)]
@@ -256,7 +253,8 @@ def read_patches_indexed_async(
 def _patch_index(reader: ImageReader, index: int, rank: int) -> int:
     if len(reader.core_extents) != rank:
         raise ValueError(
-            f"{reader.key}: patches of rank {rank} cannot be cropped out of images of shape {reader.core_extents}"
+            f"{reader.key}: patches of rank {rank} cannot be cropped out of images of shape "
+            f"{reader.core_extents}"
         )
     if index < 0:
         if reader.descriptor.is_stack:

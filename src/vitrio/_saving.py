@@ -9,7 +9,7 @@ import numpy as np
 
 from ._arrays import as_source
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
-from ._loading import task_bounds, plan_locations
+from ._loading import plan_locations, task_bounds
 from ._providers import FileImageWriterProvider
 
 __all__ = ["ImageSaver", "write_batch_async"]

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 
 from .._types import ImageDescriptor, as_key
+from . import dm, mrc, tiff  # noqa: E402,F401  (they register themselves)
 from ._base import (
     Format,
     FormatError,
@@ -21,7 +22,6 @@ from ._base import (
     registered_formats,
 )
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
-from . import mrc, tiff  # noqa: E402,F401  (they register themselves)
 
 __all__ = [
     "Format",
@@ -94,7 +94,9 @@ def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageRead
         raise
 
 
-def create_writer(key, descriptor: ImageDescriptor, formats: Iterable[type[Format]] | None = None) -> ImageWriter:
+def create_writer(
+    key, descriptor: ImageDescriptor, formats: Iterable[type[Format]] | None = None
+) -> ImageWriter:
     """Start writing a new file at `key` in the format its extension names.
 
     Raises:

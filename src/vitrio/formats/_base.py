@@ -6,8 +6,10 @@ how to decode it. It knows nothing of threads, caches or batches.
 A reader serves images by index: `read_run(start, outs)` fills `outs[0]`
 with image `start`, `outs[1]` with image `start + 1`, and so on, each out an
 array of the file's core shape and of any numeric type (the reader converts).
-A file that is not a stack is a stack of one image. `read_region` crops one
-box out of one image, for patches.
+`read_images(indices, out, slots)` gathers images in any order into the
+slots of one array; by default it reads runs of consecutive indices with
+`read_run`. A file that is not a stack is a stack of one image.
+`read_region` crops one box out of one image, for patches.
 """
 
 from __future__ import annotations
@@ -118,9 +120,28 @@ class ImageReader(ABC):
             bad = start if start < 0 or start >= self.image_count else self.image_count
             raise IndexError(f"{self.key}: index {bad} is past the end of a stack of {self.image_count}")
 
+    def check_indices(self, indices: np.ndarray) -> None:
+        """Raise `IndexError` naming the file and the index if one of `indices` is not in it."""
+        if len(indices) and (indices.min() < 0 or indices.max() >= self.image_count):
+            bad = int(indices.min()) if indices.min() < 0 else int(indices.max())
+            raise IndexError(f"{self.key}: index {bad} is past the end of a stack of {self.image_count}")
+
     @abstractmethod
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         """Read images `start, start + 1, ...` into `outs`, converting to each out's type."""
+
+    def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
+        """Read image `indices[j]` into `out[slots[j]]` for every `j`, converting to `out`'s type.
+
+        Runs of consecutive indices are read with one `read_run` each.
+        """
+        self.check_indices(indices)
+        order = np.argsort(indices, kind="stable")
+        ordered = indices[order]
+        starts = np.flatnonzero(np.diff(ordered, prepend=-2) != 1)
+        bounds = [*starts.tolist(), len(ordered)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            self.read_run(int(ordered[a]), [out[slot] for slot in slots[order[a:b]].tolist()])
 
     def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
         """Copy `region` of image `index` into `out`, converting to its type.
@@ -130,6 +151,11 @@ class ImageReader(ABC):
         image = np.empty(self.core_extents, dtype=numpy_dtype(self.descriptor.data_type))
         self.read_run(index, [image])
         np.copyto(out, image[region], casting="unsafe")
+
+    def read_regions(self, index: int, regions: Sequence[tuple[slice, ...]], outs: Sequence[np.ndarray]) -> None:
+        """Copy each of `regions` of image `index` into the out at its place, as `read_region` does."""
+        for region, out in zip(regions, outs):
+            self.read_region(index, region, out)
 
     def check_unchanged(self) -> None:
         """Raise `OSError` if the file has changed under the reader so that reading it is unsafe."""

@@ -1,15 +1,21 @@
 """Readers and writers of files whose images lie uncompressed, one after another, at an offset.
 
 MRC, uncompressed TIFF and DM files are laid out so: a header, then the
-values of image 0, image 1, ... in one type and byte order. Runs of
-consecutive images are read with one `os.preadv` straight into the
-destination's memory when it already has the file's type; otherwise a
-per-thread buffer takes a chunk at a time and numpy converts it into place.
-Patches are copied out of a memory map of the file.
+values of image 0, image 1, ... in one type and byte order. A reader maps
+the file into memory once and copies images out of the map with numpy,
+converting type and byte order in the same pass; a batch of images of one
+file bound for consecutive slots is one `numpy.take`. Copies release the
+GIL, and after the first touch of a page there is no system call at all.
+Before each copy the reader checks the file has not shrunk under the map.
+
+Writers write with `os.pwrite` into a file made beside the destination and
+renamed onto it when finished.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import mmap
 import os
 import threading
@@ -20,10 +26,8 @@ import numpy as np
 from .._types import ImageDescriptor
 from ._base import FormatError, ImageReader, ImageWriter, temporary_path
 
-__all__ = ["RawArrayReader", "RawArrayWriter", "Statistics", "read_exactly"]
+__all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics"]
 
-_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
-_CHUNK_BYTES = 4 << 20
 _buffers = threading.local()
 
 Decoder = Callable[[np.ndarray, np.ndarray], None]
@@ -36,25 +40,6 @@ def _thread_buffer(nbytes: int) -> np.ndarray:
         buffer = np.empty(max(nbytes, 1 << 16), dtype=np.uint8)
         _buffers.array = buffer
     return buffer[:nbytes]
-
-
-def read_exactly(fd: int, buffers: Sequence, offset: int, key: str) -> None:
-    """Fill `buffers` (writable byte buffers) from consecutive bytes of `fd` at `offset`.
-
-    Raises:
-        FormatError: If the file ends first (it is truncated).
-    """
-    views = [memoryview(b).cast("B") for b in buffers]
-    while views:
-        count = os.preadv(fd, views[:_IOV_MAX], offset)
-        if count == 0:
-            raise FormatError(f"{key}: the file is truncated: no data at byte {offset}")
-        offset += count
-        while views and count >= len(views[0]):
-            count -= len(views[0])
-            views.pop(0)
-        if views and count:
-            views[0] = views[0][count:]
 
 
 class RawArrayReader(ImageReader):
@@ -90,25 +75,31 @@ class RawArrayReader(ImageReader):
         self._dtype = np.dtype(file_dtype)
         self._offset = int(offset)
         self._axes = axes if axes is not None and tuple(axes) != tuple(range(len(axes))) else None
-        self._stored_core = (
+        stored_core = (
             self.core_extents
             if self._axes is None
             else tuple(self.core_extents[self._axes.index(i)] for i in range(len(self._axes)))
         )
         self._decoder = decoder
-        self._image_values = int(np.prod(self.core_extents, dtype=np.int64))
-        self._image_bytes = self._image_values * self._dtype.itemsize
-        self._end = self._offset + self.image_count * self._image_bytes
-        self._direct = decoder is None and self._axes is None and self._dtype.isnative
-        self._map: np.ndarray | None = None
-        self._mmap: mmap.mmap | None = None
-        self._map_lock = threading.Lock()
+        self._end = self._offset + self.image_count * math.prod(stored_core) * self._dtype.itemsize
         size = os.fstat(fd).st_size
         if size < self._end:
             raise FormatError(
                 f"{key}: the file is truncated: it has {size} bytes, its header says its "
                 f"images need {self._end}"
             )
+        self._direct = decoder is None and self._dtype.isnative
+        if self._end > self._offset:
+            self._mmap: mmap.mmap | None = mmap.mmap(fd, self._end, access=mmap.ACCESS_READ)
+            values = np.frombuffer(
+                self._mmap, self._dtype, self.image_count * math.prod(stored_core), self._offset
+            ).reshape((self.image_count, *stored_core))
+            if self._axes is not None:
+                values = values.transpose(0, *(a + 1 for a in self._axes))
+        else:
+            self._mmap = None
+            values = np.empty((self.image_count, *self.core_extents), self._dtype)
+        self._images = values
 
     @property
     def file_dtype(self) -> np.dtype:
@@ -120,51 +111,51 @@ class RawArrayReader(ImageReader):
         """Where image 0 starts in the file."""
         return self._offset
 
-    def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
-        self.check_run(start, len(outs))
-        offset = self._offset + start * self._image_bytes
-        if self._direct and all(o.dtype == self._dtype and o.flags.c_contiguous for o in outs):
-            read_exactly(self._fd, [o.reshape(-1).view(np.uint8) for o in outs], offset, self.key)
-            return
-        for i, out in enumerate(outs):
-            self._read_converted(offset + i * self._image_bytes, out)
-
-    def _read_converted(self, offset: int, out: np.ndarray) -> None:
-        if self._axes is not None:
-            stored = _thread_buffer(self._image_bytes).view(self._dtype).reshape(self._stored_core)
-            read_exactly(self._fd, [stored], offset, self.key)
-            self._convert(stored.transpose(self._axes), out)
-            return
-        rows = out.shape[0]
-        row_bytes = self._image_bytes // max(rows, 1)
-        step = max(1, _CHUNK_BYTES // max(row_bytes, 1))
-        for first in range(0, rows, step):
-            last = min(rows, first + step)
-            stored = _thread_buffer((last - first) * row_bytes).view(self._dtype)
-            read_exactly(self._fd, [stored], offset + first * row_bytes, self.key)
-            self._convert(stored.reshape((last - first, *self.core_extents[1:])), out[first:last])
-
-    def _convert(self, stored: np.ndarray, out: np.ndarray) -> None:
+    def _copy(self, stored: np.ndarray, out: np.ndarray) -> None:
         if self._decoder is not None:
             self._decoder(stored, out)
         else:
             np.copyto(out, stored, casting="unsafe")
 
-    def _mapped(self) -> np.ndarray:
-        with self._map_lock:
-            if self._map is None:
-                self._mmap = mmap.mmap(self._fd, self._end, access=mmap.ACCESS_READ)
-                values = np.frombuffer(
-                    self._mmap, self._dtype, self.image_count * self._image_values, self._offset
-                ).reshape((self.image_count, *self._stored_core))
-                self._map = values if self._axes is None else values.transpose(0, *(a + 1 for a in self._axes))
-            return self._map
+    def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
+        self.check_run(start, len(outs))
+        self.check_unchanged()
+        for i, out in enumerate(outs):
+            self._copy(self._images[start + i], out)
+
+    def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
+        self.check_indices(indices)
+        self.check_unchanged()
+        first = int(slots[0]) if len(slots) else 0
+        if (
+            self._direct
+            and self._axes is None
+            and out.dtype == self._dtype
+            and len(slots) > 1
+            and int(slots[-1]) - first == len(slots) - 1
+            and bool((np.diff(slots) == 1).all())
+        ):
+            block = out[first : first + len(slots)]
+            if block.flags.c_contiguous:
+                np.take(self._images, indices, axis=0, out=block, mode="clip")
+                return
+        images = self._images
+        for index, slot in zip(indices.tolist(), slots.tolist()):
+            self._copy(images[index], out[slot])
 
     def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
         self.check_run(index, 1)
-        image = self._mapped()[index]
         self.check_unchanged()
-        self._convert(image[region], out)
+        self._copy(self._images[index][region], out)
+
+    def read_regions(
+        self, index: int, regions: Sequence[tuple[slice, ...]], outs: Sequence[np.ndarray]
+    ) -> None:
+        self.check_run(index, 1)
+        self.check_unchanged()
+        image = self._images[index]
+        for region, out in zip(regions, outs):
+            self._copy(image[region], out)
 
     def check_unchanged(self) -> None:
         size = os.fstat(self._fd).st_size
@@ -172,11 +163,11 @@ class RawArrayReader(ImageReader):
             raise OSError(f"{self.key}: the file was truncated to {size} bytes while open")
 
     def close(self) -> None:
-        with self._map_lock:
-            self._map = None
-            if self._mmap is not None:
+        self._images = None
+        if self._mmap is not None:
+            with contextlib.suppress(BufferError):  # a view is still alive; the map goes with it
                 self._mmap.close()
-                self._mmap = None
+            self._mmap = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -269,10 +260,13 @@ class RawArrayWriter(ImageWriter):
 
     def write_run(self, start: int, sources: Sequence[np.ndarray]) -> None:
         if start < 0 or start + len(sources) > self.image_count:
-            raise IndexError(f"{self.key}: index {start + len(sources) - 1} is past the end of a stack of {self.image_count}")
+            last = start + len(sources) - 1
+            raise IndexError(f"{self.key}: index {last} is past the end of a stack of {self.image_count}")
         for i, source in enumerate(sources):
             if source.shape != self.core_extents:
-                raise ValueError(f"{self.key}: an image of shape {source.shape} does not fit {self.core_extents}")
+                raise ValueError(
+                    f"{self.key}: an image of shape {source.shape} does not fit {self.core_extents}"
+                )
             if source.dtype == self._dtype and source.flags.c_contiguous:
                 stored = source
             else:
@@ -310,7 +304,5 @@ class RawArrayWriter(ImageWriter):
 
 
 def _remove(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

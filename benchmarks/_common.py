@@ -1,0 +1,161 @@
+"""What the benchmarks share: synthetic data made once, timing by medians, the mrcfile baselines."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import vitrio as vio
+
+__all__ = [
+    "Workloads",
+    "median_rate",
+    "timed_rate",
+    "default_data_dir",
+    "MrcfileImages",
+    "torch_baseline_rate",
+]
+
+
+def default_data_dir() -> Path:
+    """Where benchmark data is kept between runs unless `--data` says otherwise."""
+    return Path(tempfile.gettempdir()) / "vitrio-bench"
+
+
+class Workloads:
+    """The synthetic files of the workloads, written on first use.
+
+    W1: one stack of `images` images of `side`x`side` float32.
+    W2: `images / 20` stacks of 20 such images.
+    W3: `micrographs` micrographs of `micrograph_side` squared float32 and `picks` centres on each.
+    W4: the W1 stack as int16 and as float16.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        images: int = 20_000,
+        side: int = 128,
+        micrographs: int = 20,
+        micrograph_side: int = 4096,
+        picks: int = 300,
+        seed: int = 0,
+    ):
+        self.root = Path(root) / f"{images}x{side}-{micrographs}x{micrograph_side}"
+        self.images, self.side = images, side
+        self.micrographs, self.micrograph_side, self.picks = micrographs, micrograph_side, picks
+        self.rng = np.random.default_rng(seed)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _stack(self, name: str, dtype: str) -> Path:
+        path = self.root / name
+        if not path.exists():
+            chunk = 2000
+            writers = vio.writer_provider()
+            writers.declare(path, vio.ImageDescriptor((self.images, self.side, self.side), 2, dtype))
+            saver = vio.saver(writers, workers=2)
+            for first in range(0, self.images, chunk):
+                count = min(chunk, self.images - first)
+                values = self.rng.standard_normal((count, self.side, self.side), dtype=np.float32) * 100
+                locations = [vio.ImageLocation(path, i) for i in range(first, first + count)]
+                vio.write_batch_async(saver, values, locations).get()
+            writers.close(path)
+        return path
+
+    def w1(self) -> list[vio.ImageLocation]:
+        path = self._stack("w1.mrcs", "float32")
+        return [vio.ImageLocation(path, i) for i in range(self.images)]
+
+    def w2(self) -> list[vio.ImageLocation]:
+        per_stack = 20
+        paths = [self.root / "w2" / f"stack{i:05d}.mrcs" for i in range(self.images // per_stack)]
+        if not paths[-1].exists():
+            paths[0].parent.mkdir(exist_ok=True)
+            for path in paths:
+                values = self.rng.standard_normal((per_stack, self.side, self.side), dtype=np.float32)
+                vio.write_stack(values, path)
+        return [vio.ImageLocation(p, i) for p in paths for i in range(per_stack)]
+
+    def w3(self) -> tuple[list[Path], np.ndarray]:
+        """The micrographs, and a row (micrograph, y, x) per pick."""
+        paths = [self.root / "w3" / f"micrograph{i:03d}.mrc" for i in range(self.micrographs)]
+        if not paths[-1].exists():
+            paths[0].parent.mkdir(exist_ok=True)
+            side = self.micrograph_side
+            for path in paths:
+                vio.write_single(self.rng.standard_normal((side, side), dtype=np.float32), path)
+        rng = np.random.default_rng(1)
+        picks = np.concatenate(
+            [
+                np.column_stack(
+                    [np.full(self.picks, m), rng.integers(0, self.micrograph_side, (self.picks, 2))]
+                )
+                for m in range(self.micrographs)
+            ]
+        )
+        return paths, picks
+
+    def w4(self) -> dict[str, list[vio.ImageLocation]]:
+        out = {}
+        for dtype in ("int16", "float16"):
+            path = self._stack(f"w4-{dtype}.mrcs", dtype)
+            out[dtype] = [vio.ImageLocation(path, i) for i in range(self.images)]
+        return out
+
+
+def median_rate(run: Callable[[], float], repeats: int) -> tuple[float, list[float]]:
+    """The median of `repeats` rates that `run` measures, and the rates."""
+    rates = [run() for _ in range(repeats)]
+    return statistics.median(rates), rates
+
+
+def timed_rate(items: Callable[[], int]) -> float:
+    """Items per second of one call of `items`, which returns how many it did."""
+    start = time.perf_counter()
+    count = items()
+    return count / (time.perf_counter() - start)
+
+
+class MrcfileImages:
+    """A torch Dataset that reads one image per item with mrcfile, as most training code does today."""
+
+    def __init__(self, locations: list[vio.ImageLocation]):
+        self.items = [(str(loc.key), loc.index_in_stack) for loc in locations]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, item: int):
+        import mrcfile
+        import torch
+
+        path, index = self.items[item]
+        with mrcfile.mmap(path, mode="r", permissive=True) as mrc:
+            return torch.from_numpy(np.array(mrc.data[index], dtype=np.float32))
+
+
+def torch_baseline_rate(dataset, batches: int, batch_size: int = 256) -> float:
+    """Images per second of torch's DataLoader (2 worker processes, shuffled) over `dataset`.
+
+    It counts `batches` batches after the first, so the start of the workers
+    is not what is measured.
+    """
+    import torch
+
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=2)
+    iterator = iter(loader)
+    next(iterator)
+    start = time.perf_counter()
+    count = sum(len(batch) for _, batch in zip(range(batches), iterator))
+    elapsed = time.perf_counter() - start
+    del iterator
+    return count / elapsed
+
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -1,0 +1,460 @@
+"""Custom types and dataclasses for CryoViT models.
+
+The tomogram classes are tensordict tensorclasses made with ``nocast=True``, so that ``int`` fields
+(``split_id``, ``min_slices``) keep their Python value instead of becoming 0-d tensors, and with
+``skip_post_init_on_rebuild=True``, so that ``__post_init__`` checks data as it comes in (construction,
+loading) and not again on every indexing, ``clone`` or ``torch.stack``. A ``list`` field of a batched
+tensorclass is stored by tensordict as a stack along the batch dimension: it must hold one entry per
+element of the batch, and indexing or ``unbind`` slices it with the tensors.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from tensordict import is_tensor_collection, tensorclass
+
+__all__ = [
+    "Sample",
+    "ModelType",
+    "FileData",
+    "TomogramData",
+    "BatchedTomogramMetadata",
+    "BatchedTomogramData",
+    "BatchedModelResult",
+]
+
+_TC = TypeVar("_TC", bound="_TensorClassMixin")
+
+
+class Sample(enum.Enum):
+    """Enum of all valid CryoET Samples."""
+
+    BACHD = "BACHD"
+    BACHD_Microtubules = "BACHD Microtubules"
+    dN17_BACHD = "dN17 BACHD"
+    Q109 = "Q109"
+    Q109_Microtubules = "Q109 Microtubules"
+    Q18 = "Q18"
+    Q18_Microtubules = "Q18 Microtubules"
+    Q20 = "Q20"
+    Q53 = "Q53"
+    Q53_KD = "Q53 PIAS1"
+    Q66 = "Q66"
+    Q66_GRFS1 = "Q66 GRFS1"
+    Q66_KD = "Q66 PIAS1"
+    WT = "Wild Type"
+    WT_Microtubules = "Wild Type Microtubules"
+    cancer = "Cancer"
+    AD = "AD"
+    AD_Abeta = "AD Abeta"
+    Aged = "Aged"
+    Young = "Young"
+    RGC_CM = "RGC CM"
+    RGC_control = "RGC Control"
+    RGC_naPP = "RGC naPP"
+    RGC_PP = "RGC PP"
+    CZI_Algae = "Algae"
+    CZI_Campy_C = "Campy C"
+    CZI_Campy_CDel = "Campy C-Deletion"
+    CZI_Campy_F = "Campy F"
+    CZI_Fibroblast = "Mouse Fibroblast"
+
+
+class ModelType(enum.Enum):
+    """Enum of all valid model types."""
+
+    CRYOVIT = "cryovit"
+    UNET3D = "unet3d"
+    SAM2 = "sam2"
+    MEDSAM = "medsam"
+
+
+@dataclasses.dataclass
+class FileData:
+    """This class represents the file data for a single tomogram.
+
+    Args:
+        tomo_path: A path to the raw tomogram data.
+        label_path: A path to the segmentation labels. None if not available.
+        labels: The label names. None if not available.
+        sample: The sample. None if not available.
+    """
+
+    tomo_path: Path
+    label_path: Path | None = None
+    labels: list[str] | None = None
+    sample: str | None = None
+
+
+class _TensorClassMixin:
+    """The methods the tensorclasses of this module replace, where tensordict's fail or are deprecated.
+
+    tensordict 0.15 cannot take the state dict of a tensorclass holding a list of strings (a
+    ``NonTensorStack``), deprecates ``load_()``, and raises in ``pin_memory()`` without an accelerator.
+    """
+
+    def state_dict(
+        self,
+        destination: dict[str, Any] | None = None,
+        prefix: str = "",
+        keep_vars: bool = False,
+        flatten: bool = False,
+    ) -> dict[str, Any]:
+        """Returns a state_dict dictionary that can be used to save and load data from a tensorclass.
+
+        Every field is an entry: a tensor as it is (detached unless ``keep_vars``), a nested tensor
+        collection as its own state dict, anything else (``str``, ``int``, lists, dicts, ``None``) as its
+        Python value, a list of strings as a plain ``list``.
+
+        Args:
+            destination: The dictionary to fill. Defaults to a new ``OrderedDict``.
+            prefix: A prefix for the keys of this tensorclass's entries.
+            keep_vars: Whether to keep the tensors attached to the autograd graph.
+            flatten: Whether nested tensor collections are written as ``"field.sub"`` keys of this
+                dictionary instead of nested dictionaries.
+
+        Returns:
+            The state dict.
+        """
+        out: dict[str, Any] = collections.OrderedDict() if destination is None else destination
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            key = prefix + field.name
+            value = getattr(self, field.name)
+            if is_tensor_collection(value):
+                if flatten:
+                    value.state_dict(destination=out, prefix=key + ".", keep_vars=keep_vars, flatten=True)
+                else:
+                    out[key] = value.state_dict(keep_vars=keep_vars, flatten=False)
+            elif isinstance(value, torch.Tensor):
+                out[key] = value if keep_vars else value.detach()
+            else:
+                out[key] = list(value) if isinstance(value, list) else value
+        return out
+
+    def load_state_dict(
+        self: _TC,
+        state_dict: Mapping[str, Any],
+        strict: bool = True,
+        assign: bool = False,
+        from_flatten: bool = False,
+    ) -> _TC:
+        """Loads a state_dict attemptedly in-place on the destination tensorclass.
+
+        A tensor of the same shape as the field's is copied into it, unless ``assign``; any other value
+        replaces the field. Flat (``"field.sub"``) and nested state dicts are both read.
+
+        Args:
+            state_dict: A state dict, as ``state_dict`` makes.
+            strict: Whether a missing or unknown field raises.
+            assign: Whether to replace the tensors instead of copying into them.
+            from_flatten: Accepted for compatibility; flat keys are recognised by their dots.
+
+        Returns:
+            self.
+
+        Raises:
+            KeyError: If ``strict`` and a field is missing from ``state_dict`` or a key names no field.
+        """
+        grouped: dict[str, Any] = {}
+        for key, value in state_dict.items():
+            head, dot, rest = key.partition(".")
+            if dot:
+                grouped.setdefault(head, {})[rest] = value
+            else:
+                grouped[key] = value
+        names = [field.name for field in dataclasses.fields(self)]  # type: ignore[arg-type]
+        if strict:
+            unknown = sorted(set(grouped) - set(names))
+            missing = [name for name in names if name not in grouped]
+            if unknown or missing:
+                raise KeyError(
+                    f"{type(self).__name__}.load_state_dict: unknown keys {unknown}, missing fields {missing}"
+                )
+        for name in names:
+            if name not in grouped:
+                continue
+            value, current = grouped[name], getattr(self, name)
+            if is_tensor_collection(current) and isinstance(value, Mapping):
+                current.load_state_dict(value, strict=strict, assign=assign, from_flatten=from_flatten)
+            elif (
+                not assign
+                and isinstance(current, torch.Tensor)
+                and isinstance(value, torch.Tensor)
+                and current.shape == value.shape
+            ):
+                current.copy_(value)
+            else:
+                self.set(name, value)  # type: ignore[attr-defined]
+        return self
+
+    def load_(self: _TC, prefix: str | Path, *args: Any, **kwargs: Any) -> _TC:
+        """Loads a tensordict from disk within the current tensordict.
+
+        This method is a proxy to ``load_memmap_()``.
+
+        Args:
+            prefix: The folder the tensorclass was saved to.
+            *args: Passed on to ``load_memmap_``.
+            **kwargs: Passed on to ``load_memmap_``.
+
+        Returns:
+            self, holding the loaded values.
+        """
+        return self.load_memmap_(prefix, *args, **kwargs)  # type: ignore[attr-defined]
+
+    def pin_memory(self: _TC) -> _TC:
+        """Returns a copy with its tensors in pinned (page-locked) memory.
+
+        Pinned memory only exists alongside an accelerator; without one this returns a plain copy.
+
+        Returns:
+            A new instance of the same class, with the same values.
+        """
+        if not torch.accelerator.is_available():
+            return self.clone()  # type: ignore[attr-defined]
+        return self.apply(lambda tensor: tensor.pin_memory())  # type: ignore[attr-defined]
+
+
+@tensorclass(nocast=True, skip_post_init_on_rebuild=True)
+class TomogramData(_TensorClassMixin):
+    """One tomogram and its segmentation labels, as a tensorclass (usually of ``batch_size=[]``).
+
+    Args:
+        sample: The sample the tomogram comes from.
+        tomo_name: The file name of the tomogram.
+        split_id: The split (e.g. cross-validation fold) the tomogram is in, or None.
+        data: The tomogram, a float ``[D, C, H, W]`` tensor (after the batch dimensions, if any).
+        label: The segmentation labels, a ``[D, H, W]`` tensor (bool).
+        aux_data: Optional auxiliary data, kept as it is given.
+        batch_size: The batch size of the tensorclass (keyword only).
+        device: The device of the tensors, or None (keyword only).
+        names: The names of the batch dimensions, or None (keyword only).
+
+    Raises:
+        TypeError: If ``data`` or ``label`` is not a tensor.
+        ValueError: If ``data`` is not a 4-D float tensor, or ``label`` not a 3-D tensor of the
+            depth, height and width of ``data``.
+    """
+
+    sample: str
+    tomo_name: str
+    split_id: int | None
+    data: torch.FloatTensor
+    label: torch.BoolTensor
+    aux_data: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        """Checks the shapes and type of ``data`` and ``label``."""
+        name = f"{self.sample}/{self.tomo_name}"
+        data, label, nb = self.data, self.label, self.batch_dims
+        if not isinstance(data, torch.Tensor) or not isinstance(label, torch.Tensor):
+            raise TypeError(
+                f"tomogram {name}: data and label must be tensors, "
+                f"got {type(data).__name__} and {type(label).__name__}"
+            )
+        if data.ndim - nb != 4 or not data.is_floating_point():
+            raise ValueError(
+                f"tomogram {name}: data must be a float [D, C, H, W] tensor, "
+                f"got {data.dtype} of shape {tuple(data.shape[nb:])}"
+            )
+        dhw = (data.shape[-4], *data.shape[-2:])
+        if label.ndim - nb != 3 or tuple(label.shape[nb:]) != dhw:
+            raise ValueError(
+                f"tomogram {name}: label must be a [D, H, W] tensor with (D, H, W) = {dhw} as data, "
+                f"got shape {tuple(label.shape[nb:])}"
+            )
+
+
+@tensorclass(nocast=True, skip_post_init_on_rebuild=True)
+class BatchedTomogramMetadata(_TensorClassMixin):
+    """The names and ids of the tomograms of a batch, as a tensorclass of ``batch_size=[B]``.
+
+    ``samples[i]`` and ``tomo_names[i]`` name tomogram ``i``; indexing and ``unbind`` slice them with
+    the tensors, so an unbound item holds its own two strings. ``unique_id[i]`` is a ``[2]`` long tensor
+    ``(j, k)`` of indices into ``samples`` and ``tomo_names`` of the batch as it was made: ``j`` is the
+    first tomogram with the same sample as tomogram ``i``, ``k`` the first with the same
+    ``(sample, tomo_name)``. So ``samples[j] == samples[i]``, ``tomo_names[k] == tomo_names[i]``, and two
+    tomograms have equal rows exactly when they are the same tomogram, a test that still holds after
+    indexing, gathering across processes, or anything else that cannot carry strings. After indexing the
+    rows no longer point into the sliced lists: ``identifiers`` reads the strings themselves.
+
+    Args:
+        samples: The sample of each tomogram.
+        tomo_names: The file name of each tomogram.
+        unique_id: A ``[B, 2]`` long tensor, as above (``from_names`` makes it).
+        split_id: The split of each tomogram, as 0-d int tensors (tensordict stacks them into one
+            ``[B]`` tensor, which reading gives back), or None.
+        batch_size: The batch size of the tensorclass, ``[B]`` (keyword only).
+        device: The device of the tensors, or None (keyword only).
+        names: The names of the batch dimensions, or None (keyword only).
+
+    Raises:
+        ValueError: If ``unique_id`` is not a tensor whose last dimension is 2.
+    """
+
+    samples: list[str]
+    tomo_names: list[str]
+    unique_id: torch.LongTensor
+    split_id: list[torch.IntTensor] | None
+
+    def __post_init__(self) -> None:
+        """Checks the shape of ``unique_id``."""
+        if not isinstance(self.unique_id, torch.Tensor) or self.unique_id.shape[-1:] != (2,):
+            raise ValueError(f"unique_id must be a [B, 2] tensor, got {self.unique_id!r}")
+
+    @classmethod
+    def from_names(
+        cls,
+        samples: Sequence[str],
+        tomo_names: Sequence[str],
+        split_id: Sequence[int] | None = None,
+        device: torch.device | str | None = None,
+    ) -> BatchedTomogramMetadata:
+        """Makes the metadata of a batch from the names of its tomograms, with their ``unique_id``.
+
+        Args:
+            samples: The sample of each tomogram.
+            tomo_names: The file name of each tomogram.
+            split_id: The split of each tomogram, or None.
+            device: The device of the tensors, or None.
+
+        Returns:
+            The metadata, of ``batch_size=[len(samples)]``.
+
+        Raises:
+            ValueError: If the sequences are not all as long.
+        """
+        if len(samples) != len(tomo_names) or (split_id is not None and len(split_id) != len(samples)):
+            raise ValueError("samples, tomo_names and split_id must have one entry per tomogram")
+        first_sample: dict[str, int] = {}
+        first_tomo: dict[tuple[str, str], int] = {}
+        ids = [
+            [first_sample.setdefault(s, i), first_tomo.setdefault((s, t), i)]
+            for i, (s, t) in enumerate(zip(samples, tomo_names))
+        ]
+        return cls(
+            samples=list(samples),
+            tomo_names=list(tomo_names),
+            unique_id=torch.tensor(ids, dtype=torch.long, device=device).reshape(-1, 2),
+            split_id=None if split_id is None else torch.tensor(split_id, dtype=torch.int32, device=device),
+            batch_size=[len(samples)],
+            device=device,
+        )
+
+    @property
+    def identifiers(self) -> list[tuple[str, str]]:
+        """The ``(sample, tomo_name)`` pair of each tomogram of the batch (one pair if unbatched)."""
+        if self.batch_dims == 0:
+            return [(self.samples, self.tomo_names)]
+        return list(zip(self.samples, self.tomo_names))
+
+
+@tensorclass(nocast=True, skip_post_init_on_rebuild=True)
+class BatchedTomogramData(_TensorClassMixin):
+    """A batch of tomograms padded to the same depth, as a tensorclass of ``batch_size=[B]``.
+
+    Args:
+        tomo_batch: The tomograms, a ``[B, D, C, H, W]`` or ``[B, D, H, W]`` tensor, each padded
+            after its last slice to the greatest depth ``D``.
+        tomo_sizes: A ``[B]`` integer tensor, the depth of each tomogram before padding.
+        labels: The segmentation labels of the tomograms, padded alike.
+        metadata: The names and ids of the tomograms.
+        min_slices: The least number of slices a tomogram of the batch may have.
+        aux_data: Optional auxiliary data, a list of values per key for the tomograms of the batch,
+            kept whole (each item of ``unbind`` gets the same dict).
+        batch_size: The batch size of the tensorclass, ``[B]`` (keyword only).
+        device: The device of the tensors, or None (keyword only).
+        names: The names of the batch dimensions, or None (keyword only).
+    """
+
+    tomo_batch: torch.Tensor
+    tomo_sizes: torch.Tensor
+    labels: torch.Tensor
+    metadata: BatchedTomogramMetadata
+    min_slices: int
+    aux_data: dict[str, list[Any]] | None = None
+
+    @property
+    def num_tomos(self) -> int:
+        """Returns the number of tomograms in the batch."""
+        return self.tomo_batch.shape[0]
+
+    @property
+    def num_slices(self) -> int:
+        """Returns the maximum number of slices in the batch."""
+        return self.tomo_batch.shape[1]
+
+    @property
+    def flat_tomo_batch(self) -> torch.Tensor:
+        """Returns a ``[[BxD'], C, H, W]`` tensor from a ``[B, D, C, H, W]`` tensor (C is optional).
+
+        It holds the real slices of every tomogram, padding removed, tomogram by tomogram, in slice
+        order.
+        """
+        depth = torch.arange(self.num_slices, device=self.tomo_sizes.device)
+        return self.tomo_batch[depth[None, :] < self.tomo_sizes[:, None]]
+
+    def index_to_flat_batch(self, idx: int) -> torch.Tensor:
+        """Returns the indices in ``flat_tomo_batch`` of slice ``idx`` of each tomogram that has it.
+
+        ``flat_tomo_batch[index_to_flat_batch(i)]`` equals ``tomo_batch[tomo_sizes > i, i]``.
+
+        Args:
+            idx: The slice, from 0 to ``num_slices - 1``.
+
+        Returns:
+            A 1-D long tensor, one index per tomogram deeper than ``idx``, in batch order.
+
+        Raises:
+            IndexError: If ``idx`` is negative or not less than ``num_slices``.
+        """
+        if not 0 <= idx < self.num_slices:
+            raise IndexError(f"slice {idx} is out of range for a batch of {self.num_slices} slices")
+        sizes = self.tomo_sizes.long()
+        starts = torch.cumsum(sizes, 0) - sizes
+        return (starts + idx)[sizes > idx]
+
+
+@dataclasses.dataclass
+class BatchedModelResult:
+    """This class represents the model result from a batch of tomograms, organized per tomogram.
+
+    Args:
+        num_tomos: The number of tomograms in the batch.
+        samples: The sample for each tomogram in the batch.
+        tomo_names: The file name for each tomogram in the batch.
+        split_id: The optional split id for each tomogram in the batch.
+        data: The raw tomogram data for each tomogram in the batch.
+        label: The true segmentation labels for each tomogram in the batch.
+        preds: The model predictions for each tomogram in the batch.
+        losses: A dictionary of losses for each tomogram in the batch.
+        metrics: A dictionary of metrics for each tomogram in the batch.
+        aux_data: An optional dictionary containing auxiliary data for each tomogram in the batch.
+    """
+
+    num_tomos: int
+    samples: list[str]
+    tomo_names: list[str]
+    split_id: list[int] | None
+    data: list[npt.NDArray[np.float32]]
+    label: list[npt.NDArray[np.uint8]]
+    preds: list[npt.NDArray[np.float32]]
+    losses: dict[str, float]
+    metrics: dict[str, float]
+    aux_data: dict[str, list[Any]] | None = None
+
+
+# tensordict 0.15 sets a deprecated fields() on every tensorclass, whatever the class defines; keep the
+# classmethod of the spec, as dataclasses.fields, which it will be replaced by.
+for _cls in (TomogramData, BatchedTomogramMetadata, BatchedTomogramData):
+    _cls.fields = classmethod(dataclasses.fields)  # type: ignore[assignment]
+del _cls
