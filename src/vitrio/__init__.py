@@ -26,6 +26,14 @@ from ._providers import (
     ImageReaderProvider,
 )
 from ._saving import ImageSaver, write_batch_async
+from ._scratch import (
+    ImageScratch,
+    ScratchImageReaderProvider,
+    create_directory_image_scratch,
+    create_host_image_scratch,
+    create_mapped_file_image_scratch,
+    prefetch_scratch_async,
+)
 from ._types import (
     ImageDescriptor,
     ImageLocation,
@@ -52,13 +60,19 @@ __all__ = [
     "ImageLocationGrouping",
     "ImageReaderProvider",
     "ImageSaver",
+    "ImageScratch",
     "IndexTable",
     "NumericalType",
+    "ScratchImageReaderProvider",
     "SynchronousExecutor",
     "ThreadPoolExecutor",
     "formats",
+    "create_directory_image_scratch",
+    "create_host_image_scratch",
+    "create_mapped_file_image_scratch",
     "get_core_extents",
     "loader",
+    "prefetch_scratch_async",
     "query_descriptor",
     "read",
     "read_batch_async",

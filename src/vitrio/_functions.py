@@ -18,6 +18,7 @@ from ._providers import (
     ImageReaderProvider,
 )
 from ._saving import ImageSaver
+from ._scratch import ScratchImageReaderProvider
 from ._types import ImageDescriptor, ImageLocation, as_key, numpy_dtype
 from .formats import Format, create_writer
 
@@ -55,7 +56,7 @@ def reader_provider(
     if cache is not None:
         provider = CachingImageReaderProvider(provider, cache)
     if scratch is not None:
-        raise NotImplementedError("a scratch in front of the files is not available yet")
+        provider = ScratchImageReaderProvider(provider, scratch)
     return provider
 
 

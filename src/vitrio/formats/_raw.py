@@ -26,7 +26,7 @@ import numpy as np
 from .._types import ImageDescriptor
 from ._base import FormatError, ImageReader, ImageWriter, temporary_path
 
-__all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics"]
+__all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics", "gather"]
 
 _buffers = threading.local()
 
@@ -40,6 +40,28 @@ def _thread_buffer(nbytes: int) -> np.ndarray:
         buffer = np.empty(max(nbytes, 1 << 16), dtype=np.uint8)
         _buffers.array = buffer
     return buffer[:nbytes]
+
+
+def gather(images: np.ndarray, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
+    """Copy `images[indices[j]]` into `out[slots[j]]` for every `j`, converting to `out`'s type.
+
+    Slots that make one contiguous block of `out` of the images' type take
+    one `numpy.take`; others one `numpy.copyto` each. The indices must be
+    within `images`.
+    """
+    first = int(slots[0]) if len(slots) else 0
+    if (
+        out.dtype == images.dtype
+        and len(slots) > 1
+        and int(slots[-1]) - first == len(slots) - 1
+        and bool((np.diff(slots) == 1).all())
+    ):
+        block = out[first : first + len(slots)]
+        if block.flags.c_contiguous:
+            np.take(images, indices, axis=0, out=block, mode="clip")
+            return
+    for index, slot in zip(indices.tolist(), slots.tolist()):
+        np.copyto(out[slot], images[index], casting="unsafe")
 
 
 class RawArrayReader(ImageReader):
@@ -126,22 +148,11 @@ class RawArrayReader(ImageReader):
     def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
         self.check_indices(indices)
         self.check_unchanged()
-        first = int(slots[0]) if len(slots) else 0
-        if (
-            self._direct
-            and self._axes is None
-            and out.dtype == self._dtype
-            and len(slots) > 1
-            and int(slots[-1]) - first == len(slots) - 1
-            and bool((np.diff(slots) == 1).all())
-        ):
-            block = out[first : first + len(slots)]
-            if block.flags.c_contiguous:
-                np.take(self._images, indices, axis=0, out=block, mode="clip")
-                return
-        images = self._images
-        for index, slot in zip(indices.tolist(), slots.tolist()):
-            self._copy(images[index], out[slot])
+        if self._direct and self._axes is None:
+            gather(self._images, indices, out, slots)
+        else:
+            for index, slot in zip(indices.tolist(), slots.tolist()):
+                self._copy(self._images[index], out[slot])
 
     def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
         self.check_run(index, 1)
