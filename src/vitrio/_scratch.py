@@ -174,6 +174,7 @@ class ImageScratch:
         self._checksums = checksums
         self._verified = np.zeros(len(states), dtype=bool) if checksums is not None else None
         self._locks = [threading.Lock() for _ in range(64)]
+        self._complete: set[str] = set()
         self._path = path
         self._keep = keep
         self._images = {
@@ -230,8 +231,8 @@ class ImageScratch:
         held[held] = file.indices[positions[held]] == indices[held]
         return positions, held
 
-    def _ready(self, file: _HeldFile, runs: np.ndarray) -> np.ndarray:
-        """The runs of `runs` (numbers within the file) that still have to be taken in."""
+    def _missing(self, file: _HeldFile, runs: np.ndarray) -> np.ndarray:
+        """The runs of `runs` (numbers within the file) that are not held, or fail their CRC."""
         numbers = runs + file.first_run
         missing = self._states[numbers] != _PRESENT
         if self._verified is not None:
@@ -252,30 +253,39 @@ class ImageScratch:
         start = file.offset + first * file.image_bytes
         return zlib.crc32(self._data[start : file.offset + last * file.image_bytes])
 
+    def _take_in(self, file: _HeldFile, positions: np.ndarray, files: ImageReaderProvider) -> None:
+        """Take in the runs holding `positions` that are not held yet; note the file once it is all in."""
+        runs = positions // self._run_length
+        missing = self._missing(file, np.unique(runs) if len(runs) > 1 else runs)
+        if len(missing):
+            reader = files.acquire(file.key)
+            try:
+                for run in missing.tolist():
+                    self._take_in_run(file, run, reader)
+            finally:
+                files.release(reader)
+        whole = np.arange(file.run_count)
+        if not len(self._missing(file, whole)):
+            self._complete.add(file.key)
+
+    def _take_in_run(self, file: _HeldFile, run: int, reader: ImageReader) -> None:
+        number = file.first_run + run
+        with self._locks[number % len(self._locks)]:
+            if self._states[number] == _PRESENT:
+                return
+            first, last = self._run_bounds(file, run)
+            block = self._images[file.key][first:last]
+            reader.read_images(file.indices[first:last], block, np.arange(last - first))
+            if self._checksums is not None:
+                self._checksums[number] = self._checksum(file, run)
+                self._verified[number] = True
+            self._states[number] = _PRESENT
+
     def take_in(self, key: str, indices: np.ndarray, files: ImageReaderProvider) -> None:
         """Take in the runs holding `indices` of the file at `key` that are not held yet, from `files`."""
         file = self._files[key]
         positions, held = self._positions(file, indices)
-        runs = np.unique(positions[held] // self._run_length)
-        missing = self._ready(file, runs)
-        if not len(missing):
-            return
-        reader = files.acquire(key)
-        try:
-            for run in missing.tolist():
-                number = file.first_run + run
-                with self._locks[number % len(self._locks)]:
-                    if self._states[number] == _PRESENT:
-                        continue
-                    first, last = self._run_bounds(file, run)
-                    block = self._images[key][first:last]
-                    reader.read_images(file.indices[first:last], block, np.arange(last - first))
-                    if self._checksums is not None:
-                        self._checksums[number] = self._checksum(file, run)
-                        self._verified[number] = True
-                    self._states[number] = _PRESENT
-        finally:
-            files.release(reader)
+        self._take_in(file, positions[held], files)
 
     def serve(
         self, key: str, indices: np.ndarray, out: np.ndarray, slots: np.ndarray, files: ImageReaderProvider
@@ -292,8 +302,9 @@ class ImageScratch:
                 reader.read_images(indices[~held], out, slots[~held])
             finally:
                 files.release(reader)
-            positions, slots, indices = positions[held], slots[held], indices[held]
-        self.take_in(key, indices, files)
+            positions, slots = positions[held], slots[held]
+        if key not in self._complete:
+            self._take_in(file, positions, files)
         gather(self._images[key], positions, out, slots)
 
     def image(self, key: str, index: int, files: ImageReaderProvider) -> np.ndarray:
@@ -306,7 +317,7 @@ class ImageScratch:
         positions, held = self._positions(file, np.asarray([index], dtype=np.int64))
         if not held[0]:
             raise KeyError(f"{key}: image {index} is not in the scratch")
-        self.take_in(key, np.asarray([index], dtype=np.int64), files)
+        self._take_in(file, positions, files)
         return self._images[key][int(positions[0])]
 
     def __repr__(self) -> str:
@@ -656,6 +667,7 @@ class ScratchImageReaderProvider(ImageReaderProvider):
             raise TypeError(f"scratch is an ImageScratch, not {type(scratch).__name__}")
         self._backing = backing
         self._scratch = scratch
+        self._readers: dict[str, _ScratchReader] = {}
 
     @property
     def backing(self) -> ImageReaderProvider:
@@ -669,9 +681,12 @@ class ScratchImageReaderProvider(ImageReaderProvider):
 
     def acquire(self, key) -> ImageReader:
         key = as_key(key)
-        if self._scratch.holds(key):
-            return _ScratchReader(self._scratch, key, self._backing)
-        return self._backing.acquire(key)
+        if not self._scratch.holds(key):
+            return self._backing.acquire(key)
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self._readers.setdefault(key, _ScratchReader(self._scratch, key, self._backing))
+        return reader
 
     def release(self, reader: ImageReader) -> None:
         if not isinstance(reader, _ScratchReader):

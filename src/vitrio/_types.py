@@ -6,6 +6,7 @@ This layer knows nothing of files or threads.
 from __future__ import annotations
 
 import enum
+import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -27,7 +28,13 @@ __all__ = [
 
 
 class NumericalType(enum.Enum):
-    """The type of the values of an image, independent of byte order."""
+    """The type of the values of an image, independent of byte order.
+
+    `NumericalType(x)` takes what every data type argument takes: a member,
+    its name (`"complex_float32"`) or value (`"complex64"`), a numpy dtype
+    (of either byte order) or type, or a string numpy reads as one
+    (`"f4"`). Anything else raises `ValueError`.
+    """
 
     boolean = "bool"
     int8 = "int8"
@@ -49,6 +56,13 @@ class NumericalType(enum.Enum):
     def itemsize(self) -> int:
         """Bytes one value takes."""
         return _ITEMSIZE[self]
+
+    @classmethod
+    def _missing_(cls, value: Any) -> NumericalType | None:
+        try:
+            return as_numerical_type(value)
+        except TypeError:
+            return None
 
 
 _ITEMSIZE = {
@@ -81,6 +95,8 @@ def as_numerical_type(data_type: Any) -> NumericalType:
         return data_type
     if isinstance(data_type, str) and data_type in _BY_NAME:
         return _BY_NAME[data_type]
+    if data_type is None:
+        raise TypeError("not a data type: None")
     try:
         dtype = np.dtype(data_type)
     except TypeError as error:
@@ -174,7 +190,7 @@ class ImageDescriptor:
     @property
     def image_count(self) -> int:
         """How many images or volumes the file holds."""
-        return int(np.prod(self.stack_extents, dtype=np.int64))
+        return math.prod(self.stack_extents)
 
     @property
     def is_stack(self) -> bool:
@@ -360,7 +376,7 @@ class ImageLocationGrouping:
         bounds = np.flatnonzero(np.diff(sorted_ranks)) + 1 if len(order) else np.zeros(0, np.int64)
         by_rank = sorted(names)
         self._groups = [
-            _LocationGroup(by_rank[int(sorted_ranks[chunk[0]])], index_array[chunk], chunk)
+            _LocationGroup(by_rank[int(key_rank[chunk[0]])], index_array[chunk], chunk)
             for chunk in (order[a:b] for a, b in _spans(bounds, len(order)))
         ]
 
