@@ -43,12 +43,14 @@ from ._types import (
     get_core_extents,
 )
 from .formats import Format, FormatError, FormatWarning, register_format
+from .formats.eer import DetectorEventTimeline, detector_event_image_reader_provider, read_events
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CachingImageReaderProvider",
     "Completion",
+    "DetectorEventTimeline",
     "FileImageReaderProvider",
     "FileImageWriterProvider",
     "Format",
@@ -70,12 +72,14 @@ __all__ = [
     "create_directory_image_scratch",
     "create_host_image_scratch",
     "create_mapped_file_image_scratch",
+    "detector_event_image_reader_provider",
     "get_core_extents",
     "loader",
     "prefetch_scratch_async",
     "query_descriptor",
     "read",
     "read_batch_async",
+    "read_events",
     "read_patches_async",
     "reader_provider",
     "register_format",

@@ -221,15 +221,17 @@ def read_patches_indexed_async(
             for slot in slots[clipped].tolist():
                 out[slot].fill(fill)
         regions, targets = [], []
-        for slot, a, b, cut, o in zip(
-            slots.tolist(), low.tolist(), high.tolist(), (clipped & inside).tolist(), origin.tolist()
+        for slot, a, b, o, cut in zip(
+            slots[inside].tolist(),
+            low[inside].tolist(),
+            high[inside].tolist(),
+            origin[inside].tolist(),
+            clipped[inside].tolist(),
         ):
+            patch = out[slot]
             if cut:
-                targets.append(out[slot][tuple(slice(x - y, z - y) for x, z, y in zip(a, b, o))])
-            elif a != b:
-                targets.append(out[slot])
-            else:
-                continue
+                patch = patch[tuple(slice(x - y, z - y) for x, z, y in zip(a, b, o))]
+            targets.append(patch)
             regions.append(tuple(slice(x, z) for x, z in zip(a, b)))
         reader.read_regions(index, regions, targets)
 

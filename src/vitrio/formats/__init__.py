@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from .._types import ImageDescriptor, as_key
 from . import dm, mrc, tiff  # noqa: E402,F401  (they register themselves)
+from . import eer  # noqa: E402,F401  (after tiff: an EER file is tried as EER first)
 from ._base import (
     Format,
     FormatError,
