@@ -11,8 +11,6 @@ import os
 from collections.abc import Iterable
 
 from .._types import ImageDescriptor, as_key
-from . import dm, mrc, tiff  # noqa: E402,F401  (they register themselves)
-from . import eer  # noqa: E402,F401  (after tiff: an EER file is tried as EER first)
 from ._base import (
     Format,
     FormatError,
@@ -109,3 +107,9 @@ def create_writer(
         if extension in candidate.write_extensions:
             return candidate.create(key, descriptor)
     raise ValueError(f"{key}: no format writes files ending {extension or 'without an extension'!r}")
+
+
+# The built-in formats register themselves when imported: EER after TIFF, so
+# that an EER file, a TIFF container, is tried as EER first.
+from . import dm, mrc, tiff  # noqa: E402, F401, I001
+from . import eer  # noqa: E402, F401, I001
