@@ -1,4 +1,4 @@
-"""The functions most programs call: whole-file reads and writes, and loaders and savers wired with defaults."""
+"""The functions most programs call: whole-file reads and writes, loaders and savers with defaults."""
 
 from __future__ import annotations
 
@@ -178,7 +178,9 @@ def read(
         readers.release(reader)
 
 
-def write(array: Any, path: Any, descriptor: ImageDescriptor, formats: Iterable[type[Format]] | None = None) -> None:
+def write(
+    array: Any, path: Any, descriptor: ImageDescriptor, formats: Iterable[type[Format]] | None = None
+) -> None:
     """Write `array` to a new file at `path`, holding what `descriptor` says.
 
     The format is chosen by the extension of `path`; values are converted to
@@ -213,7 +215,9 @@ def write_single(
     """
     values = as_source(array)
     if values.ndim not in (2, 3):
-        raise ValueError(f"{as_key(path)}: a single image or volume is 2-D or 3-D, not of shape {values.shape}")
+        raise ValueError(
+            f"{as_key(path)}: a single image or volume is 2-D or 3-D, not of shape {values.shape}"
+        )
     write(values, path, ImageDescriptor(values.shape, values.ndim, data_type or values.dtype), formats)
 
 

@@ -149,9 +149,20 @@ class CachingImageReaderProvider(ImageReaderProvider):
         return entry.reader
 
     def release(self, reader: ImageReader) -> None:
+        """Hand back a reader `acquire` gave; it stays open until it is the least recently used.
+
+        The backing provider may name its readers otherwise than the key they
+        were asked for (a provider that resolves links, say), so a reader is
+        found by identity when its key does not find it.
+
+        Raises:
+            ValueError: If the reader is not one this provider handed out.
+        """
         with self._lock:
             entry = self._entries.get(reader.key)
             if entry is None or entry.reader is not reader:
+                entry = next((e for e in self._entries.values() if e.reader is reader and e.users > 0), None)
+            if entry is None:
                 raise ValueError(f"{reader.key}: this reader was not acquired from this provider")
             entry.users -= 1
         self._evict()

@@ -152,7 +152,9 @@ class ImageReader(ABC):
         self.read_run(index, [image])
         np.copyto(out, image[region], casting="unsafe")
 
-    def read_regions(self, index: int, regions: Sequence[tuple[slice, ...]], outs: Sequence[np.ndarray]) -> None:
+    def read_regions(
+        self, index: int, regions: Sequence[tuple[slice, ...]], outs: Sequence[np.ndarray]
+    ) -> None:
         """Copy each of `regions` of image `index` into the out at its place, as `read_region` does."""
         for region, out in zip(regions, outs):
             self.read_region(index, region, out)

@@ -5,9 +5,10 @@ complex64), 4 (complex64), 6 (uint16) and 12 (float16), either byte order,
 extended headers skipped by their declared size, axes permuted by
 `mapc mapr maps` so that a volume reads as (z, y, x).
 
-What a file holds, as its header says: `ispg` 0 with `nz > 1`, or the
-extension `.mrcs`, is a stack of images; `ispg` 401..630 is a stack of
-`nz / mz` volumes; otherwise `nz > 1` is a volume and `nz == 1` one image.
+What a file holds, as its header says: `ispg` 0 with `nz != 1`, or the
+extension `.mrcs`, is a stack of images (`nz` 0: an empty one);
+`ispg` 401..630 is a stack of `nz / mz` volumes; otherwise `nz > 1` is a
+volume and `nz == 1` one image.
 
 Headers as common writers produce them read with a `FormatWarning` where
 the data is unambiguous (as mrcfile's permissive mode does): a zero or
@@ -20,7 +21,10 @@ Written files carry a complete MRC2014 header (map ID, machine stamp,
 `nversion` 20141, cell of one Å per voxel, statistics `dmin dmax dmean rms`
 of the values written; complex files get `rms` only, as mrcfile does). Types
 without an MRC mode are widened or narrowed to one: bool and uint8 to uint16,
-other integers and float64 to float32, complex128 to complex64.
+other integers and float64 to float32, complex128 to complex64. Since a
+`.mrcs` file reads as a stack of images, volumes and stacks of volumes are
+not written to one (`ValueError`); nor are images without pixels. An
+empty stack is written (`nz` 0) and reads back as one.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ _FIELDS = "10i6f3i3f3i"  # nx..mz, cella, cellb, mapc..maps, dmin dmax dmean, is
 
 def _plausible(head: bytes, order: str) -> bool:
     nx, ny, nz, mode = struct.unpack_from(order + "4i", head, 0)
-    return mode in _MODES and 0 < nx < 1 << 24 and 0 < ny < 1 << 24 and 0 < nz < 1 << 31
+    return mode in _MODES and 0 < nx < 1 << 24 and 0 < ny < 1 << 24 and 0 <= nz < 1 << 31
 
 
 def _byte_order(key: str, head: bytes) -> str:
@@ -130,7 +134,7 @@ def _core_axes(key: str, header: _Header) -> tuple[int, ...] | None:
 def _layout(key: str, header: _Header) -> tuple[tuple[int, ...], int, tuple[int, ...] | None]:
     """The extents, core rank and axis permutation of the file."""
     nx, ny, nz = header.nx, header.ny, header.nz
-    if key.lower().endswith(".mrcs") or (header.ispg == 0 and nz > 1):
+    if key.lower().endswith(".mrcs") or (header.ispg == 0 and nz != 1):
         return (nz, ny, nx), 2, None
     axes = _core_axes(key, header)
     count, stored = None, (nz, ny, nx)
@@ -199,7 +203,13 @@ class MrcFormat(Format):
         mode = _WRITE_MODES.get(descriptor.data_type)
         if mode is None:
             raise ValueError(f"{key}: MRC cannot hold {descriptor.data_type.name} values")
+        if 0 in descriptor.core_extents:
+            raise ValueError(f"{key}: MRC cannot hold images without pixels ({descriptor})")
         extents = descriptor.extents
+        if descriptor.core_rank == 3 and key.lower().endswith(".mrcs"):
+            raise ValueError(
+                f"{key}: a .mrcs file is a stack of images, it cannot hold volumes ({descriptor})"
+            )
         if descriptor.core_rank == 2 and len(extents) == 2:
             (ny, nx), nz, mz, ispg = extents, 1, 1, 0
         elif descriptor.core_rank == 2 and len(extents) == 3:

@@ -10,7 +10,9 @@ tifffile, a page at a time.
 Written files are uncompressed, one page per image (per section for
 volumes), with tifffile's shape metadata: axes `YX` for an image, `IYX` for a
 stack of images, `ZYX` for a volume, `IZYX` for a stack of volumes. They
-become BigTIFF when the data passes 4 GiB. Bool is written as uint8.
+become BigTIFF when the data passes 4 GiB. Bool is written as uint8. An
+empty stack, or an image without pixels, is refused (`ValueError`): a TIFF
+page holds at least one pixel.
 """
 
 from __future__ import annotations
@@ -46,7 +48,15 @@ def _descriptor(key: str, series: tifffile.TiffPageSeries) -> ImageDescriptor:
 
 
 class _TiffPagesReader(ImageReader):
-    """Decodes a series page by page with tifffile, one page at a time per file."""
+    """Decodes a series page by page with tifffile, one page at a time per file.
+
+    An image (or volume) spans a whole number of pages: one page per image,
+    one page per section of a volume, or one page holding a whole volume
+    (an SGI `ImageDepth` page, as tifffile writes `ZYX` data).
+
+    Raises:
+        FormatError: If the pages do not split evenly into the series' images.
+    """
 
     def __init__(self, key: str, tiff: tifffile.TiffFile, descriptor: ImageDescriptor, fd: int):
         super().__init__(key, descriptor)
@@ -54,21 +64,41 @@ class _TiffPagesReader(ImageReader):
         self._fd = fd
         self._pages = tiff.series[0].pages
         self._pages_per_image = len(self._pages) // max(self.image_count, 1)
+        leading = self.core_extents[0] if self.core_extents else 0
+        if (
+            self._pages_per_image < 1
+            or len(self._pages) % max(self.image_count, 1)
+            or (leading % self._pages_per_image)
+        ):
+            raise FormatError(
+                f"{key}: TIFF of {len(self._pages)} pages does not split into {self.image_count} "
+                f"images of shape {self.core_extents}"
+            )
         self._lock = threading.Lock()
 
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         self.check_run(start, len(outs))
+        per_image = self._pages_per_image
         for i, out in enumerate(outs):
-            first = (start + i) * self._pages_per_image
-            sections = out.reshape((-1, *out.shape[-2:])) if out.ndim == 3 else out[None]
-            for z in range(self._pages_per_image):
-                page = self._pages[first + z]
+            first = (start + i) * per_image
+            step = out.shape[0] // per_image
+            for z in range(per_image):
                 try:
-                    with self._lock:
+                    with self._lock:  # tifffile loads pages lazily, seeking the shared file
+                        page = self._pages[first + z]
+                        if page is None:
+                            raise IndexError("it is missing")
                         values = page.asarray()
                 except Exception as error:
-                    raise FormatError(f"{self.key}: page {first + z} cannot be decoded: {error}") from error
-                np.copyto(sections[z], values.reshape(sections[z].shape), casting="unsafe")
+                    raise FormatError(
+                        f"{self.key}: page {first + z} cannot be read (is the file truncated?): {error}"
+                    ) from error
+                part = out[z * step : (z + 1) * step]
+                if values.size != part.size:
+                    raise FormatError(
+                        f"{self.key}: page {first + z} holds {values.shape}, not a part of shape {part.shape}"
+                    )
+                np.copyto(part, values.reshape(part.shape), casting="unsafe")
 
     def close(self) -> None:
         self._tiff.close()
@@ -110,14 +140,23 @@ class TiffFormat(Format):
             tiff.close()
             file.close()
             return RawArrayReader(key, fd, descriptor, stored, offset)
-        return _TiffPagesReader(key, tiff, descriptor, fd)
+        try:
+            return _TiffPagesReader(key, tiff, descriptor, fd)
+        except BaseException:
+            tiff.close()
+            file.close()
+            raise
 
     @classmethod
     def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
         if descriptor.data_type is NumericalType.complex_float16:
             raise ValueError(f"{key}: TIFF cannot hold complex_float16 values")
-        dtype = np.dtype(np.uint8) if descriptor.data_type is NumericalType.boolean else numpy_dtype(
-            descriptor.data_type
+        if 0 in descriptor.extents:
+            raise ValueError(f"{key}: TIFF cannot hold an empty stack or an image without pixels")
+        dtype = (
+            np.dtype(np.uint8)
+            if descriptor.data_type is NumericalType.boolean
+            else numpy_dtype(descriptor.data_type)
         )
         extents = descriptor.extents
         core = "ZYX" if descriptor.core_rank == 3 else "YX"

@@ -1,0 +1,180 @@
+"""Files written a batch at a time: writer_provider, saver, write_batch_async."""
+
+from __future__ import annotations
+
+import os
+
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+import torch
+
+import vitrio as vio
+
+
+def _listing(directory) -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+def test_declare_close_and_file_count(tmp_path):
+    writers = vio.writer_provider()
+    descriptor = vio.ImageDescriptor((2, 3, 4), 2, "float32")
+    assert writers.file_count == 0
+    writers.declare(tmp_path / "a.mrcs", descriptor)
+    writers.declare(str(tmp_path / "b.tif"), descriptor)
+    assert writers.file_count == 2
+    with pytest.raises(RuntimeError):
+        writers.declare(str(tmp_path / "a.mrcs"), descriptor)
+    with pytest.raises(TypeError):
+        writers.declare(tmp_path / "c.mrc", (2, 3, 4))
+    with pytest.raises(IndexError):
+        writers.close(tmp_path / "never.mrc")
+    writers.close(str(tmp_path / "a.mrcs"))
+    assert writers.file_count == 1
+    with pytest.raises(IndexError):
+        writers.close(tmp_path / "a.mrcs")  # closed: no longer declared
+    writers.close(tmp_path / "b.tif")
+    assert writers.file_count == 0
+    assert _listing(tmp_path) == ["a.mrcs", "b.tif"]
+    writers.declare(tmp_path / "a.mrcs", vio.ImageDescriptor((1, 5, 5), 2, "int16"))  # may be declared again
+    writers.close(tmp_path / "a.mrcs")
+    assert vio.query_descriptor(tmp_path / "a.mrcs") == vio.ImageDescriptor((1, 5, 5), 2, "int16")
+
+
+@pytest.mark.parametrize("extension", [".mrcs", ".tif"])
+def test_declared_but_unwritten_file_closes_to_zeros(tmp_path, extension):
+    writers = vio.writer_provider()
+    path = tmp_path / ("z" + extension)
+    writers.declare(path, vio.ImageDescriptor((3, 4, 5), 2, "float32"))
+    assert not path.exists()
+    writers.close(path)
+    np.testing.assert_array_equal(vio.read(path), np.zeros((3, 4, 5), np.float32))
+    if extension == ".mrcs":
+        with mrcfile.open(str(path), permissive=False) as mrc:
+            assert (mrc.data == 0).all() and mrc.data.shape == (3, 4, 5)
+    else:
+        np.testing.assert_array_equal(tifffile.imread(path), np.zeros((3, 4, 5), np.float32))
+    assert _listing(tmp_path) == [path.name]
+
+
+def test_batch_spanning_several_stacks(tmp_path, rng):
+    images = rng.normal(size=(7, 6, 5)).astype(np.float32)
+    volumes = rng.integers(0, 1000, size=(3, 2, 6, 5)).astype(np.uint16)
+    writers = vio.writer_provider()
+    writers.declare(tmp_path / "one.mrcs", vio.ImageDescriptor((4, 6, 5), 2, "float32"))
+    writers.declare(tmp_path / "two.tif", vio.ImageDescriptor((3, 6, 5), 2, "float64"))
+    writers.declare(tmp_path / "vol.mrc", vio.ImageDescriptor((3, 2, 6, 5), 3, "uint16"))
+    writers.declare(tmp_path / "vol.tif", vio.ImageDescriptor((3, 2, 6, 5), 3, "int32"))
+    saver = vio.saver(writers, workers=3)
+    assert saver.writers is writers and saver.worker_count == 3
+    slots = [("one.mrcs", i) for i in range(4)] + [("two.tif", i) for i in range(3)]
+    order = rng.permutation(7)
+    locations = [vio.ImageLocation(tmp_path / slots[j][0], slots[j][1]) for j in order]
+    vio.write_batch_async(saver, torch.from_numpy(images[order]), locations).get()
+    for half in ([2, 0], [1]):
+        source = np.concatenate([volumes[half], volumes[half]])
+        locations = [vio.ImageLocation(tmp_path / name, i) for name in ("vol.mrc", "vol.tif") for i in half]
+        vio.write_batch_async(saver, source, locations).get()
+    assert writers.file_count == 4
+    assert not any((tmp_path / name).exists() for name in ("one.mrcs", "two.tif", "vol.mrc", "vol.tif"))
+    writers.flush()
+    assert not (tmp_path / "one.mrcs").exists()
+    for name in ("one.mrcs", "two.tif", "vol.mrc", "vol.tif"):
+        writers.close(tmp_path / name)
+    assert _listing(tmp_path) == ["one.mrcs", "two.tif", "vol.mrc", "vol.tif"]
+    with mrcfile.open(str(tmp_path / "one.mrcs"), permissive=False) as mrc:
+        np.testing.assert_array_equal(mrc.data, images[:4])
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "two.tif"), images[4:].astype(np.float64))
+    with mrcfile.open(str(tmp_path / "vol.mrc"), permissive=False) as mrc:
+        assert mrc.header.ispg == 401
+        np.testing.assert_array_equal(mrc.data, volumes)
+    np.testing.assert_array_equal(vio.read(tmp_path / "vol.tif"), volumes.astype(np.int32))
+    assert vio.query_descriptor(tmp_path / "vol.tif") == vio.ImageDescriptor((3, 2, 6, 5), 3, "int32")
+
+
+def test_whole_files_written_by_key(tmp_path, rng):
+    stacks = rng.normal(size=(2, 3, 4, 4)).astype(np.float32)
+    writers = vio.writer_provider()
+    keys = [tmp_path / "w0.mrcs", str(tmp_path / "w1.tif")]
+    for key in keys:
+        writers.declare(key, vio.ImageDescriptor((3, 4, 4), 2, "float32"))
+    vio.write_batch_async(vio.saver(writers, workers=2), stacks, keys).get()
+    for key in keys:
+        writers.close(key)
+    np.testing.assert_array_equal(vio.read(keys[0]), stacks[0])
+    np.testing.assert_array_equal(vio.read(keys[1]), stacks[1])
+
+
+def test_write_batch_errors(tmp_path):
+    writers = vio.writer_provider()
+    writers.declare(tmp_path / "e.mrcs", vio.ImageDescriptor((2, 4, 4), 2, "float32"))
+    saver = vio.saver(writers, workers=2)
+    one = [vio.ImageLocation(tmp_path / "e.mrcs", 0)]
+    with pytest.raises(ValueError):
+        vio.write_batch_async(saver, np.zeros((2, 4, 4)), one)
+    with pytest.raises(ValueError):
+        vio.write_batch_async(saver, np.zeros((2, 4, 4)), [*one, tmp_path / "e.mrcs"])
+    completion = vio.write_batch_async(
+        saver, np.zeros((1, 4, 4)), [vio.ImageLocation(tmp_path / "e.mrcs", 2)]
+    )
+    with pytest.raises(IndexError, match="e.mrcs"):
+        completion.get()
+    completion = vio.write_batch_async(
+        saver, np.zeros((1, 4, 4)), [vio.ImageLocation(tmp_path / "x.mrcs", 0)]
+    )
+    with pytest.raises(IndexError, match="x.mrcs"):
+        completion.get()
+    completion = vio.write_batch_async(saver, np.zeros((1, 4, 5)), one)
+    with pytest.raises(ValueError, match="e.mrcs"):
+        completion.get()
+    with pytest.raises(TypeError):
+        vio.saver(object())
+    writers.discard(tmp_path / "e.mrcs")
+    assert writers.file_count == 0
+    assert _listing(tmp_path) == []
+
+
+def test_context_manager_closes_or_discards(tmp_path, rng):
+    data = rng.normal(size=(2, 3, 3)).astype(np.float32)
+    with vio.writer_provider() as writers:
+        writers.declare(tmp_path / "ok.mrcs", vio.ImageDescriptor((2, 3, 3), 2, "float32"))
+        locations = [vio.ImageLocation(tmp_path / "ok.mrcs", i) for i in range(2)]
+        vio.write_batch_async(vio.saver(writers, workers=1), data, locations).get()
+    np.testing.assert_array_equal(vio.read(tmp_path / "ok.mrcs"), data)
+    with pytest.raises(KeyError), vio.writer_provider() as writers:
+        writers.declare(tmp_path / "bad.mrcs", vio.ImageDescriptor((2, 3, 3), 2, "float32"))
+        locations = [vio.ImageLocation(tmp_path / "bad.mrcs", i) for i in range(2)]
+        vio.write_batch_async(vio.saver(writers, workers=1), data, locations).get()
+        raise KeyError("stop")
+    assert _listing(tmp_path) == ["ok.mrcs"]
+
+
+def test_writer_formats_are_chosen_by_extension(tmp_path):
+    writers = vio.writer_provider(formats=[vio.formats.mrc.MrcFormat])
+    writers.declare(tmp_path / "t.tif", vio.ImageDescriptor((3, 3), 2, "float32"))
+    with pytest.raises(ValueError, match="t.tif"):
+        writers.close(tmp_path / "t.tif")
+    assert _listing(tmp_path) == []
+
+
+def test_flush_hands_the_images_and_header_so_far_to_the_system(tmp_path, rng):
+    data = rng.normal(size=(3, 4, 4)).astype(np.float32)
+    writers = vio.writer_provider()
+    writers.flush()  # nothing open yet: nothing to do
+    writers.declare(tmp_path / "f.mrcs", vio.ImageDescriptor((3, 4, 4), 2, "float32"))
+    saver = vio.saver(writers, workers=2)
+    vio.write_batch_async(
+        saver, data[:2], [vio.ImageLocation(tmp_path / "f.mrcs", i) for i in range(2)]
+    ).get()
+    writers.flush()
+    assert writers.file_count == 1 and not (tmp_path / "f.mrcs").exists()
+    (partial,) = _listing(tmp_path)
+    with mrcfile.open(str(tmp_path / partial), permissive=True) as mrc:
+        np.testing.assert_array_equal(mrc.data[:2], data[:2])
+        assert (mrc.data[2] == 0).all()
+        assert mrc.header.dmax == pytest.approx(max(float(data[:2].max()), 0.0))
+    vio.write_batch_async(saver, data[2:], [vio.ImageLocation(tmp_path / "f.mrcs", 2)]).get()
+    writers.close(tmp_path / "f.mrcs")
+    assert _listing(tmp_path) == ["f.mrcs"]
+    np.testing.assert_array_equal(vio.read(tmp_path / "f.mrcs"), data)
