@@ -21,8 +21,12 @@ import vitrio as vio
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=None, help="where to write the stack (default: a temp dir)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="where to write the stack (default: a temp dir)"
+    )
     parser.add_argument("--images", type=int, default=8192, help="how many 128x128 images the stack holds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as temporary:
@@ -56,7 +60,9 @@ def run(path: Path, count: int) -> None:
         vio.read(locations[i])
     single = 1024 / (time.perf_counter() - start)
     print(f"read {count} images in shuffled batches of 256: {batched:,.0f} images/s, every batch checked")
-    print(f"read one image at a time with vitrio.read: {single:,.0f} images/s ({batched / single:.0f}x slower)")
+    print(
+        f"read one image at a time with vitrio.read: {single:,.0f} images/s ({batched / single:.0f}x slower)"
+    )
 
 
 if __name__ == "__main__":
