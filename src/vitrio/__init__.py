@@ -5,7 +5,7 @@ stack at a time, or in batches spread over many files; it crops patches
 around centres. `vitrio.data` feeds datasets to PyTorch and JAX.
 """
 
-from . import formats
+from . import data, formats
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor
 from ._functions import (
     loader,
@@ -68,6 +68,7 @@ __all__ = [
     "ScratchImageReaderProvider",
     "SynchronousExecutor",
     "ThreadPoolExecutor",
+    "data",
     "formats",
     "create_directory_image_scratch",
     "create_host_image_scratch",

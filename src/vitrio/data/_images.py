@@ -1,0 +1,206 @@
+"""`ImageSource`: images or volumes read from files, a location (or a row of them) for each row.
+
+The locations are planned once, when the source is made, into the distinct
+keys and two integer arrays, the key and the index in its stack of every
+location. Reading a batch is then fancy indexing of those arrays, handed to
+the core's planned batch read: no Python object per row on the way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from .._concurrency import Completion
+from .._functions import reader_provider
+from .._loading import ImageLoader, plan_locations, read_indexed_async
+from .._providers import ImageReaderProvider
+from .._types import ImageDescriptor, ImageLocation, numpy_dtype
+from ._source import Explained, Source, describe_failure
+
+__all__ = ["ImageSource"]
+
+
+def _is_location(item: Any) -> bool:
+    return isinstance(item, (ImageLocation, str, os.PathLike))
+
+
+def _location_rows(locations: Iterable[Any]) -> tuple[list[Any], int, bool]:
+    """The locations flattened row by row, how many a row has, and whether rows are rows of locations."""
+    items = list(locations)
+    if not items:
+        raise ValueError("an ImageSource needs at least one location")
+    if _is_location(items[0]):
+        return items, 1, False
+    rows = [list(row) for row in items]
+    width = len(rows[0])
+    if width == 0:
+        raise ValueError("a row of locations of an ImageSource is empty")
+    for number, row in enumerate(rows):
+        if len(row) != width:
+            raise ValueError(
+                f"every row needs as many locations: row 0 has {width}, row {number} has {len(row)}"
+            )
+    return [location for row in rows for location in row], width, True
+
+
+class ImageSource(Source):
+    """Images or volumes read from files, a location for each row.
+
+    A row may have several locations instead, as many for every row: the
+    tilts of a particle, the halves of a movie, an image and its target. Its
+    value is then those images stacked, and shape has the number of
+    locations of a row in front of the shape of one image.
+
+    Every location has to name an image of the same shape. The files are
+    asked for their shape when the source is made, each file once, and a
+    location that does not fit is reported then.
+
+    Args:
+        locations: The location of the image of each row, or a row of
+            locations for each row: ImageLocation objects, or keys of whole files.
+        data_type: The type to read the values as. Defaults to the one the first file holds.
+        readers: Where files are asked for their shape. Defaults to a
+            provider that opens the file at the path a key is.
+        check: Whether to ask every file for its shape, and every stack
+            whether it holds the indices asked of it. Otherwise only the
+            first file is asked.
+
+    Raises:
+        ValueError: If two locations name images of different shapes, an
+            index is past the end of its stack, or there are no locations.
+    """
+
+    def __init__(
+        self,
+        locations: Iterable[Any],
+        data_type: Any = None,
+        readers: ImageReaderProvider | None = None,
+        check: bool = True,
+    ):
+        flat, width, multiple = _location_rows(locations)
+        keys, key_ids, indices = plan_locations(flat)
+        readers = readers or reader_provider()
+        whole = bool(indices[0] < 0)
+        first = readers.query_descriptor(keys[0])
+        image_shape = _image_shape(first, whole)
+        if check:
+            _check_files(readers, first, keys, key_ids, indices, whole)
+        self._keys = keys
+        self._key_ids = key_ids.reshape(-1, width)
+        self._indices = indices.reshape(-1, width)
+        self._dtype = numpy_dtype(data_type if data_type is not None else first.data_type)
+        self._shape = (width, *image_shape) if multiple else image_shape
+        self._multiple = multiple
+
+    @classmethod
+    def _planned(
+        cls,
+        keys: list[str],
+        key_ids: np.ndarray,
+        indices: np.ndarray,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        multiple: bool,
+    ) -> ImageSource:
+        source = cls.__new__(cls)
+        source._keys, source._key_ids, source._indices = keys, key_ids, indices
+        source._shape, source._dtype, source._multiple = shape, dtype, multiple
+        return source
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the value of one row: one image, or the images of a row stacked."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The data type of the values."""
+        return self._dtype
+
+    def __len__(self) -> int:
+        return len(self._key_ids)
+
+    @property
+    def locations(self) -> np.ndarray:
+        """The location of each row, as an array of ImageLocation objects.
+
+        Its shape is (rows,), or (rows, locations of a row) when rows have several.
+        """
+        flat = np.empty(self._key_ids.size, dtype=object)
+        for i, (key_id, index) in enumerate(
+            zip(self._key_ids.ravel().tolist(), self._indices.ravel().tolist())
+        ):
+            flat[i] = ImageLocation(self._keys[key_id], index)
+        return flat.reshape(self._key_ids.shape) if self._multiple else flat
+
+    def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Explained:
+        """Start reading the values of some rows, as Source.read_async."""
+        rows = np.asarray(rows, dtype=np.int64)
+        key_ids, indices = self._key_ids[rows], self._indices[rows]
+        image_shape = self._shape[1:] if self._multiple else self._shape
+        if out.flags.c_contiguous:
+            flat = out.reshape(-1, *image_shape)
+            completion = read_indexed_async(
+                loader, flat, self._keys, key_ids.ravel(), indices.ravel(), keep=out
+            )
+        else:
+            completion = Completion.gather(
+                read_indexed_async(loader, out[:, j], self._keys, key_ids[:, j], indices[:, j], keep=out)
+                for j in range(key_ids.shape[1])
+            )
+
+        def describe_row(position: int) -> str:
+            locations = ", ".join(
+                str(ImageLocation(self._keys[k], i))
+                for k, i in zip(key_ids[position].tolist(), indices[position].tolist())
+            )
+            return f"{int(rows[position])} ({locations})"
+
+        return Explained(
+            completion, lambda error: describe_failure(error, rows, key_ids, self._keys, describe_row)
+        )
+
+    def subset(self, rows: np.ndarray) -> ImageSource:
+        """Get the source of only these rows, in this order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return ImageSource._planned(
+            self._keys, self._key_ids[rows], self._indices[rows], self._shape, self._dtype, self._multiple
+        )
+
+    def __repr__(self) -> str:
+        files = len(self._keys)
+        return f"ImageSource({len(self)} rows, {files} files, shape={self._shape}, dtype={self._dtype})"
+
+
+def _image_shape(descriptor: ImageDescriptor, whole: bool) -> tuple[int, ...]:
+    return descriptor.extents if whole else descriptor.core_extents
+
+
+def _check_files(
+    readers: ImageReaderProvider,
+    first: ImageDescriptor,
+    keys: list[str],
+    key_ids: np.ndarray,
+    indices: np.ndarray,
+    whole: bool,
+) -> None:
+    """Ask every file for its shape, and every stack whether it holds the largest index asked of it.
+
+    `first` is what the first file holds, asked already.
+    """
+    shape = _image_shape(first, whole)
+    largest = np.full(len(keys), -1, dtype=np.int64)
+    np.maximum.at(largest, key_ids, indices)
+    for number, (key, index) in enumerate(zip(keys, largest.tolist())):
+        descriptor = readers.query_descriptor(key) if number else first
+        found = _image_shape(descriptor, whole)
+        if found != shape:
+            what = "holds" if whole else "holds images of"
+            raise ValueError(f"{key}: {what} shape {found}, while {keys[0]} {what} shape {shape}")
+        count = descriptor.image_count if descriptor.is_stack else 1
+        if index >= count:
+            raise ValueError(f"{key}: index {index} is past the end of a stack of {count}")

@@ -1,0 +1,278 @@
+"""`DataLoader`: goes through a dataset in batches, reading the next ones on a thread pool meanwhile.
+
+Each iteration is an epoch, a generator that, once the batch it hands out
+next is read, starts reading the ones after it until `prefetch` are under
+way, so that they are read while the consumer works; the first batch of an
+epoch is read alone, as soon as it can be. Every batch is read into arrays
+of its own. A batch whose read failed raises when its turn comes; whatever is still
+under way then, or when an iteration is abandoned, is waited for before the
+generator finishes, so the loader's threads are free for the next epoch.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._arrays import as_destination
+from .._loading import ImageLoader
+from ._dataset import Allocator, Dataset, PendingBatch, resolve_rows
+from ._output import jax_output, pinned_allocator, torch_output
+from ._sampler import BatchSampler
+from ._shared import shared_loader
+
+__all__ = ["DataLoader"]
+
+_OUTPUTS = ("numpy", "torch", "jax")
+
+
+class _Raised:
+    """What a batch that could not even be started waits for: the failure, raised at its turn."""
+
+    __slots__ = ("_error",)
+
+    def __init__(self, error: Exception):
+        self._error = error
+
+    @property
+    def is_ready(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        pass
+
+    def get(self) -> None:
+        raise self._error
+
+
+class DataLoader:
+    """Goes through a dataset in batches, reading the next ones meanwhile.
+
+    Its arguments are those of PyTorch's DataLoader where they mean the same,
+    but it starts no worker process: the images are read on the thread pool
+    of its loader, prefetch batches at once, straight into the arrays they
+    are handed out in. Each iteration is an epoch.
+
+    The loader is what reads: its thread pool, its open readers and, when it
+    was made with one, a scratch that serves the epochs after the first.
+    Loaders that are given one loader share its thread pool.
+
+    A batch is a dict with an array for each field of the dataset, the first
+    axis of each running along the rows of the batch. It is handed out as
+    numpy arrays, as tensors of PyTorch or as arrays of JAX. A field that does
+    not hold numbers stays a numpy array.
+
+    JAX compiles a function again for every shape it is given, so a last
+    batch with fewer rows costs a compilation. drop_last leaves it out, and
+    pad_last fills it up with rows of its own and says which rows are real in
+    a field of booleans.
+
+    Every batch is read into arrays of its own, which PyTorch and JAX may use
+    without a copy, so a batch that has been handed out is never written again.
+
+    A read that fails raises when the batch it belongs to is handed out,
+    naming the file and the row; the batches under way are waited for, and
+    the next iteration starts a fresh epoch. Pinned memory asked for where
+    CUDA is not available warns and reads into ordinary memory, as PyTorch does.
+
+    Args:
+        dataset: What to go through.
+        batch_size: How many rows a batch has.
+        shuffle: Whether to draw the rows in an order of each epoch's own.
+        batch_sampler: What draws the rows of each batch, instead of a
+            BatchSampler made of batch_size, shuffle, drop_last and seed. Any
+            iterable of sequences of rows, such as a BatchSampler of PyTorch
+            over its DistributedSampler.
+        loader: Where reads of files are dispatched, such as
+            vio.loader(workers=8, scratch=scratch). Defaults to the loader shared by the process.
+        drop_last: Whether to leave out the last batch when it has fewer rows.
+        pad_last: Whether to fill the last batch up to batch_size rows by
+            repeating its own, and give every batch a field of booleans, valid,
+            false for the rows that repeat. With a batch_sampler, batches are
+            filled up to its batch_size, or, if it has none, to the size of
+            the first batch of the epoch.
+        seed: What decides the orders of the epochs. Defaults to a seed of the loader's own.
+        prefetch: How many batches to have under way at once.
+        output: What to hand the batches out as: 'numpy', 'torch', 'jax', or a
+            callable given each batch as numpy arrays.
+        device: Where to copy the batches to: a device of PyTorch for 'torch',
+            or of JAX for 'jax'. Defaults to leaving them in host memory for
+            PyTorch, and to the default device of JAX.
+        sharding: How JAX lays each field out across its devices, for 'jax'
+            only. A sharding over the devices of several processes makes each
+            batch the share of this process.
+        pin_memory: Whether to read into pinned memory, for 'torch' only.
+            Defaults to doing so when device is a GPU of CUDA.
+        allocator: What makes the arrays of a batch, as Dataset.read_async
+            takes it. Defaults to numpy.empty.
+        transform: What to do with each batch once it is handed out as output
+            says, such as normalizing it on the GPU.
+        valid: The name of the field pad_last adds.
+
+    Raises:
+        ValueError: If a batch sampler is given with any of what it replaces,
+            drop_last with pad_last, output is none of the above, or what is
+            given does not apply to it: device for 'numpy' or a callable,
+            sharding but for 'jax' or with device, pin_memory but for 'torch'
+            or with allocator, valid named as a field of the dataset; also if
+            batch_size or prefetch is not positive.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        *,
+        batch_sampler: Iterable[Sequence[int]] | None = None,
+        loader: ImageLoader | None = None,
+        drop_last: bool = False,
+        pad_last: bool = False,
+        seed: int | None = None,
+        prefetch: int = 4,
+        output: str | Callable[[dict[str, np.ndarray]], Any] = "numpy",
+        device: Any = None,
+        sharding: Any = None,
+        pin_memory: bool | None = None,
+        allocator: Allocator | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        valid: str = "valid",
+    ):
+        _check_arguments(batch_sampler, batch_size, shuffle, drop_last, seed, pad_last, output)
+        named = output if isinstance(output, str) else None
+        if device is not None and named not in ("torch", "jax"):
+            raise ValueError("device applies to output 'torch' or 'jax' only")
+        if sharding is not None and (named != "jax" or device is not None):
+            raise ValueError("sharding applies to output 'jax' only, and not with device")
+        if pin_memory and (named != "torch" or allocator is not None):
+            raise ValueError("pin_memory applies to output 'torch' only, and not with an allocator")
+        if operator.index(prefetch) < 1:
+            raise ValueError(f"prefetch must be positive: {prefetch}")
+        if pad_last and (valid in dataset.fields or valid == dataset.index):
+            raise ValueError(f"the dataset has a field named {valid!r}, the name of the field pad_last adds")
+        self._dataset = dataset
+        self._batch_sampler = (
+            batch_sampler
+            if batch_sampler is not None
+            else BatchSampler(len(dataset), batch_size, shuffle, drop_last, seed)
+        )
+        self._pad_to = getattr(self._batch_sampler, "batch_size", None) if pad_last else None
+        self._pad_last = bool(pad_last)
+        self._valid = valid
+        self._loader = loader
+        self._prefetch = int(prefetch)
+        self._allocator = allocator
+        self._transform = transform
+        self._hand_out: Callable[[dict[str, np.ndarray]], Any] | None = None
+        if named == "torch":
+            import torch
+
+            if pin_memory is None:
+                pin_memory = device is not None and torch.device(device).type == "cuda"
+            pinned = pinned_allocator() if pin_memory else None
+            if pinned is not None:
+                self._allocator = pinned
+            self._hand_out = torch_output(device, non_blocking=pinned is not None)
+        elif named == "jax":
+            self._hand_out = jax_output(device, sharding)
+        elif named is None:
+            self._hand_out = output
+
+    @property
+    def dataset(self) -> Dataset:
+        """What it goes through."""
+        return self._dataset
+
+    @property
+    def batch_sampler(self) -> Iterable[Sequence[int]]:
+        """What draws the rows of each batch."""
+        return self._batch_sampler
+
+    def __len__(self) -> int:
+        """How many batches an epoch has, as the batch sampler says."""
+        return len(self._batch_sampler)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Go through one epoch."""
+        return self._epoch()
+
+    def _epoch(self) -> Iterator[Any]:
+        loader = self._loader or shared_loader()
+        samples = iter(self._batch_sampler)
+        pending: deque[tuple[PendingBatch, dict[str, np.ndarray]]] = deque()
+        pad_to = self._pad_to
+
+        def start_next() -> bool:
+            nonlocal pad_to
+            rows = next(samples, None)
+            if rows is None:
+                return False
+            if self._pad_last and pad_to is None:
+                pad_to = len(resolve_rows(rows, len(self._dataset)))
+            pending.append(self._start(rows, loader, pad_to))
+            return True
+
+        try:
+            start_next()
+            while pending:
+                batch, extra = pending.popleft()
+                values = batch.get()
+                while len(pending) < self._prefetch and start_next():
+                    pass
+                yield self._finish(values, extra)
+        finally:
+            for batch, _ in pending:
+                batch.wait()
+
+    def _start(
+        self, rows: Any, loader: ImageLoader, pad_to: int | None
+    ) -> tuple[PendingBatch, dict[str, np.ndarray]]:
+        try:
+            extra = {}
+            if self._pad_last:
+                rows = resolve_rows(rows, len(self._dataset))
+                size = max(pad_to, len(rows))
+                valid = as_destination((self._allocator or np.empty)((size,), np.dtype(np.bool_)))
+                valid[...] = np.arange(size) < len(rows)
+                rows = np.resize(rows, size)
+                extra[self._valid] = valid
+            return self._dataset.read_async(rows, self._allocator, loader), extra
+        except Exception as error:
+            return PendingBatch({}, [_Raised(error)]), {}
+
+    def _finish(self, values: dict[str, np.ndarray], extra: dict[str, np.ndarray]) -> Any:
+        values.update(extra)
+        handed = self._hand_out(values) if self._hand_out is not None else values
+        return self._transform(handed) if self._transform is not None else handed
+
+    def __repr__(self) -> str:
+        return f"<DataLoader over {self._dataset!r}, {len(self)} batches an epoch>"
+
+
+def _check_arguments(
+    batch_sampler: Any,
+    batch_size: int,
+    shuffle: bool,
+    drop_last: bool,
+    seed: Any,
+    pad_last: bool,
+    output: Any,
+) -> None:
+    if batch_sampler is not None:
+        given = {
+            "batch_size": batch_size != 1,
+            "shuffle": shuffle,
+            "drop_last": drop_last,
+            "seed": seed is not None,
+        }
+        replaced = [name for name, is_given in given.items() if is_given]
+        if replaced:
+            raise ValueError(f"batch_sampler replaces {', '.join(replaced)}; give one or the other")
+    if drop_last and pad_last:
+        raise ValueError("give drop_last or pad_last, not both")
+    if not (output in _OUTPUTS if isinstance(output, str) else callable(output)):
+        raise ValueError(f"output is one of {_OUTPUTS} or a callable, not {output!r}")
