@@ -141,7 +141,8 @@ class CachingImageReaderProvider(ImageReaderProvider):
             entry.ready.set()
             self._evict()
         else:
-            entry.ready.wait()
+            if not entry.ready.is_set():
+                entry.ready.wait()
             if entry.error is not None:
                 with self._lock:
                     entry.users -= 1
@@ -165,7 +166,8 @@ class CachingImageReaderProvider(ImageReaderProvider):
             if entry is None:
                 raise ValueError(f"{reader.key}: this reader was not acquired from this provider")
             entry.users -= 1
-        self._evict()
+        if len(self._entries) > self._capacity:
+            self._evict()
 
     def _evict(self) -> None:
         closing = []

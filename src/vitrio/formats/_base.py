@@ -122,8 +122,11 @@ class ImageReader(ABC):
 
     def check_indices(self, indices: np.ndarray) -> None:
         """Raise `IndexError` naming the file and the index if one of `indices` is not in it."""
-        if len(indices) and (indices.min() < 0 or indices.max() >= self.image_count):
-            bad = int(indices.min()) if indices.min() < 0 else int(indices.max())
+        if not len(indices):
+            return
+        low, high = (int(indices[0]),) * 2 if len(indices) == 1 else (indices.min(), indices.max())
+        if low < 0 or high >= self.image_count:
+            bad = int(low) if low < 0 else int(high)
             raise IndexError(f"{self.key}: index {bad} is past the end of a stack of {self.image_count}")
 
     @abstractmethod
