@@ -49,6 +49,9 @@ def gather(images: np.ndarray, indices: np.ndarray, out: np.ndarray, slots: np.n
     one `numpy.take`; others one `numpy.copyto` each. The indices must be
     within `images`.
     """
+    if len(slots) == 1:
+        np.copyto(out[int(slots[0])], images[int(indices[0])], casting="unsafe")
+        return
     first = int(slots[0]) if len(slots) else 0
     if (
         out.dtype == images.dtype
