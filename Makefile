@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 demo: $(STAMP)
-	$(BIN)/python examples/demo.py
+	$(BIN)/vitrio demo --out demo-output
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

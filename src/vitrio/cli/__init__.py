@@ -1,0 +1,211 @@
+"""The `vitrio` command: look at image files, convert them, extract particles, and see what vitrio does.
+
+    vitrio info FILE... [--json]
+    vitrio convert IN OUT [--data-type T]
+    vitrio extract --micrographs M.star --coordinates C.star --box-size N -o particles.star
+    vitrio fractionate movie.eer --fractions N [--binning B] [--gain gain.mrc] -o movie.mrc
+    vitrio bench [--quick]
+    vitrio demo [--out DIR]
+
+Each subcommand lives in a module of its own (`_info`, `_convert`, ...) with
+a `run(args)` function, imported only when it runs, so that `vitrio info`
+does not pay for importing PyTorch. A mistake of the user's (a missing
+file, a file of no known format, a STAR file without the columns needed, an
+output that exists) ends the command with a one-line message that names
+the file and exit status 1; an interruption with status 130. Anything else
+is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+import vitrio as vio
+
+from ._common import CliError
+
+__all__ = ["main", "build_parser"]
+
+# What a user's mistake raises: vitrio's errors name the file (FormatError is a ValueError); a command
+# whose optional dependency (torch, matplotlib, mrcfile) is not installed names the module.
+_USER_ERRORS = (CliError, OSError, ValueError, IndexError, ModuleNotFoundError)
+
+
+def _data_type(text: str) -> np.dtype:
+    """The numpy type a `--data-type` argument names, as `vitrio.NumericalType` reads it."""
+    try:
+        return np.dtype(vio.NumericalType(text).value)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a data type numpy has: {text!r}") from None
+
+
+def _positive(text: str) -> int:
+    """A positive integer argument."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
+    return value
+
+
+def _add_force(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true", help="replace outputs that exist already")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the `vitrio` command and its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="vitrio",
+        description="Fast batched reading of cryo-EM images: MRC, TIFF, EER, DM.",
+        epilog="Run `vitrio COMMAND --help` for the options of a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"vitrio {vio.__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    info = commands.add_parser(
+        "info",
+        help="what image files hold",
+        description="Show the format, shape, data type, voxel size and header statistics of image files.",
+    )
+    info.add_argument("files", nargs="+", type=Path, metavar="FILE", help="MRC, TIFF, EER or DM files")
+    info.add_argument("--json", action="store_true", help="print a JSON list, one object per file")
+
+    convert = commands.add_parser(
+        "convert",
+        help="convert between MRC and TIFF",
+        description="Convert an image, stack or volume between MRC and TIFF (or any vitrio reads, to MRC "
+        "or TIFF), a chunk of images at a time, so that a stack of any size streams in bounded memory. "
+        "The format of OUT is chosen by its extension (.mrc .mrcs .map .tif .tiff).",
+    )
+    convert.add_argument("input", type=Path, metavar="IN", help="the file to read")
+    convert.add_argument("output", type=Path, metavar="OUT", help="the file to write")
+    convert.add_argument("--data-type", type=_data_type, help="the type to write (default: the input's)")
+    _add_force(convert)
+
+    extract = commands.add_parser(
+        "extract",
+        help="crop picked particles out of micrographs into MRC stacks",
+        description="Crop the particles picked on micrographs into one MRC stack per micrograph, and write "
+        "a RELION STAR file of them (data_optics and data_particles). The coordinates STAR file lists "
+        "rlnMicrographName, rlnCoordinateX (the column) and rlnCoordinateY (the row) of each particle; a "
+        "particle's centre lands at box // 2 of its box, and what lies outside the micrograph is zero. "
+        "Relative paths in the STAR files are relative to --root, as RELION has them relative to its "
+        "project directory.",
+    )
+    extract.add_argument("--micrographs", type=Path, required=True, help="the micrographs STAR file")
+    extract.add_argument("--coordinates", type=Path, required=True, help="the coordinates STAR file")
+    extract.add_argument("--box-size", type=_positive, required=True, metavar="N", help="the box, in pixels")
+    extract.add_argument("-o", "--output", type=Path, required=True, help="the particles STAR file to write")
+    extract.add_argument(
+        "--stack-dir", type=Path, help="where the stacks go (default: the directory of the output)"
+    )
+    extract.add_argument(
+        "--root", type=Path, default=Path(), help="what relative paths are relative to (default: .)"
+    )
+    extract.add_argument(
+        "--pixel-size",
+        type=float,
+        help="the pixel size in Å when the micrographs STAR file has no optics block "
+        "(default: from the first micrograph's header)",
+    )
+    extract.add_argument(
+        "--data-type", type=_data_type, default=np.dtype("float32"), help="of the stacks (default: float32)"
+    )
+    extract.add_argument(
+        "-j", "--threads", type=_positive, default=os.cpu_count() or 1, help="threads that read and write"
+    )
+    _add_force(extract)
+
+    fractionate = commands.add_parser(
+        "fractionate",
+        help="render an EER movie into an MRC movie of a few fractions",
+        description="Render the frames of an EER movie into FRACTIONS images, each the per-pixel count of "
+        "the events of its stretch of frames, and write them as an MRC (or TIFF) movie.",
+    )
+    fractionate.add_argument("input", type=Path, metavar="MOVIE", help="the EER file")
+    fractionate.add_argument("--fractions", type=_positive, required=True, help="how many images to make")
+    fractionate.add_argument(
+        "--binning", type=_positive, default=1, help="1, 2, 4, ...: detector pixels per pixel"
+    )
+    fractionate.add_argument(
+        "--superres",
+        type=_positive,
+        default=1,
+        help="1, 2, 4: pixels per detector pixel, from sub-pixel bits",
+    )
+    fractionate.add_argument("--gain", type=Path, help="a gain reference image to weigh events by")
+    fractionate.add_argument("-o", "--output", type=Path, required=True, help="the movie to write")
+    fractionate.add_argument("--data-type", type=_data_type, help="the type to write (default: counts)")
+    _add_force(fractionate)
+
+    bench = commands.add_parser(
+        "bench",
+        help="the benchmark workloads against their baselines",
+        description="Run the workloads of benchmarks/ (W1: one stack, W2: many small stacks, W3: patches "
+        "of micrographs) through vitrio's batch reads and vitrio.data's DataLoader, against PyTorch's "
+        "DataLoader with worker processes reading through mrcfile and against mrcfile's memory map, in "
+        "one run. Needs a clone of the repository (benchmarks/ beside src/), torch and mrcfile.",
+    )
+    size = bench.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small files and few batches")
+    size.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    bench.add_argument("--data", type=Path, help="where the synthetic files are kept (default: a temp dir)")
+    bench.add_argument(
+        "--plot", type=Path, default=Path("vitrio-bench.png"), help="the bar chart to save (a PNG)"
+    )
+
+    demo = commands.add_parser(
+        "demo",
+        help="extract and train on a small synthetic dataset",
+        description="Make synthetic micrographs with particles of three kinds, extract the particles "
+        "with `vitrio extract`, train a small PyTorch classifier on them through vitrio.data, and save "
+        "pictures of the particles and of the training under --out. Files of earlier runs there are "
+        "replaced.",
+    )
+    demo.add_argument("--out", type=Path, default=Path("demo-output"), help="where to write everything")
+    demo.add_argument("--micrographs", type=_positive, default=6, help=argparse.SUPPRESS)
+    demo.add_argument("--size", type=_positive, default=1024, help=argparse.SUPPRESS)
+    demo.add_argument("--epochs", type=_positive, default=3, help=argparse.SUPPRESS)
+    return parser
+
+
+def _show_warning(message: Warning | str, *where: object, **_: object) -> None:
+    """Show a warning (a header that breaks its format's rules, say) in one line, without source code."""
+    print(f"vitrio: warning: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `vitrio` command.
+
+    Args:
+        argv: The arguments, without the program's name. Defaults to `sys.argv[1:]`.
+
+    Returns:
+        The exit status: 0, 1 after a user's mistake, 130 after an interruption.
+
+    Raises:
+        SystemExit: For `--help`, `--version` and arguments the parser refuses (status 2).
+    """
+    args = build_parser().parse_args(argv)
+    name = f"vitrio {args.command}"
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            importlib.import_module(f"{__name__}._{args.command}").run(args)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except _USER_ERRORS as error:
+        print(f"{name}: error: {' '.join(str(error).splitlines())}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,142 @@
+"""`vitrio bench`: the workloads of benchmarks/ against their baselines in one run, as a table and a chart.
+
+The workloads, the loops that time them and the baselines are those of the
+repository's benchmarks/ (`_common.py`, `bench_core.py`, `bench_data.py`),
+imported as they are, so the command and the scripts measure the same
+thing: W1 (one stack), W2 (stacks of 20) and W3 (patches of micrographs),
+read in shuffled batches of 256 by vitrio's batch reads and by vitrio.data's
+DataLoader, against PyTorch's DataLoader with 2 worker processes reading
+one image per item through mrcfile, and (for the batch reads) mrcfile's
+memory map gathered with numpy. Rates are medians of a few runs; what
+matters is the ratios, measured in the same run on the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sized
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+import vitrio as vio
+from vitrio.data import Dataset, ImageSource, PatchSource
+
+from ._common import CliError, pyplot
+
+__all__ = ["Preset", "PRESETS", "run"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The size of a run: the workloads' files, batches counted per run, runs per median, patch side."""
+
+    workloads: dict[str, int] = field(default_factory=dict)
+    batches: int = 40
+    repeats: int = 5
+    patch: int = 256
+
+
+PRESETS = {
+    "full": Preset(),
+    "quick": Preset({"images": 4000, "micrographs": 4, "micrograph_side": 2048}, batches=12, repeats=3),
+    "tiny": Preset(
+        {"images": 1024, "side": 32, "micrographs": 2, "micrograph_side": 256}, batches=2, repeats=1, patch=64
+    ),
+}
+
+
+def _benchmarks() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """The modules `_common`, `bench_core` and `bench_data` of the repository's benchmarks/."""
+    folder = Path(vio.__file__).resolve().parents[2] / "benchmarks"
+    if not (folder / "bench_core.py").is_file():
+        raise CliError(f"{folder}: no benchmarks there; vitrio bench runs those of a clone of the repository")
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    return tuple(importlib.import_module(name) for name in ("_common", "bench_core", "bench_data"))
+
+
+def _plot(rows: list[tuple[str, float, float, float | None]], path: Path) -> None:
+    plt = pyplot()
+    figure, axes = plt.subplots(figsize=(10, 4.8))
+    x = np.arange(len(rows))
+    bars = (
+        ("vitrio, 2 threads", [r[1] for r in rows]),
+        ("(a) torch DataLoader, 2 workers, mrcfile", [r[2] for r in rows]),
+        ("(b) mrcfile memory map + numpy", [r[3] or 0 for r in rows]),
+    )
+    for k, (label, rates) in enumerate(bars):
+        axes.bar(x + (k - 1) * 0.27, rates, 0.27, label=label)
+    axes.set_xticks(x, [r[0] for r in rows], rotation=15, ha="right")
+    axes.set_yscale("log")
+    axes.set_ylabel("images per second")
+    axes.set_title("vitrio against its baselines, same files, same run")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Measure the workloads at the size `args` asks for, print the table and save the chart."""
+    common, core, data = _benchmarks()
+    preset = PRESETS["tiny" if args.tiny else "quick" if args.quick else "full"]
+    work = common.Workloads(args.data or common.default_data_dir(), **preset.workloads)
+    print(f"files under {work.root} (written on the first run); medians of {preset.repeats} runs")
+    print("vitrio: 2 threads; (a) torch DataLoader, 2 workers, mrcfile; (b) mrcfile memory map + numpy")
+    print(f"{'workload':<22}{'vitrio img/s':>14}{'(a) torch':>12}{'x (a)':>8}{'(b) mmap':>12}{'x (b)':>8}")
+    rng = np.random.default_rng(0)
+    rows: list[tuple[str, float, float, float | None]] = []
+
+    def median(measure: Callable[[], float]) -> float:
+        return common.median_rate(measure, preset.repeats)[0]
+
+    def add(name: str, ours: float, torch: float, mmap: float | None) -> None:
+        rows.append((name, ours, torch, mmap))
+        print(core._row(*rows[-1]), flush=True)
+
+    def images(name: str, locations: list[vio.ImageLocation], cache: int) -> None:
+        loader = vio.loader(workers=2, cache=cache)
+        shape = (work.side, work.side)
+        add(
+            name,
+            median(
+                lambda: common.timed_rate(
+                    lambda: core.vitrio_images(loader, locations, batches(locations), shape)
+                )
+            ),
+            median(lambda: common.torch_baseline_rate(common.MrcfileImages(locations), preset.batches)),
+            median(lambda: common.timed_rate(lambda: core.mmap_images(locations, batches(locations)))),
+        )
+        dataset = Dataset({"image": ImageSource(locations)})
+        result = data.measure(
+            name, dataset, common.MrcfileImages(locations), cache, preset.repeats, preset.batches
+        )
+        add(f"{name}, data", result["ours"], result["theirs"], None)
+
+    def batches(items: Sized) -> list[np.ndarray]:
+        return core.batches_of(len(items), preset.batches, rng)
+
+    images("W1 one stack", work.w1(), 8)
+    images("W2 stacks of 20", work.w2(), 1024)
+    paths, picks = work.w3()
+    side = preset.patch
+    loader = vio.loader(workers=2, cache=64)
+    baseline = core.MrcfilePatches(paths, picks, side)
+    add(
+        f"W3 patches {side}",
+        median(
+            lambda: common.timed_rate(lambda: core.vitrio_patches(loader, paths, picks, batches(picks), side))
+        ),
+        median(lambda: common.torch_baseline_rate(baseline, preset.batches)),
+        median(lambda: common.timed_rate(lambda: core.mmap_patches(paths, picks, batches(picks), side))),
+    )
+    source = PatchSource([paths[m] for m in picks[:, 0]], picks[:, 1:], (side, side))
+    result = data.measure("W3", Dataset({"image": source}), baseline, 64, preset.repeats, preset.batches)
+    add(f"W3 patches {side}, data", result["ours"], result["theirs"], None)
+    _plot(rows, args.plot)
+    print(f"rows marked data: vitrio.data's DataLoader against (a); saved the chart to {args.plot}")

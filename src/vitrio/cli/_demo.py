@@ -1,0 +1,298 @@
+"""`vitrio demo`: what vitrio is for, on a small synthetic dataset made on the spot.
+
+1. Micrographs with particles of three kinds (a monomer, a dimer and a
+   trimer of Gaussian blobs, each turned at random) at known positions, in
+   noise, as MRC files; a micrographs STAR file (with data_optics and a
+   defocus per micrograph) and a coordinates STAR file (with the kind of
+   each particle as rlnClassNumber), as RELION writes them.
+2. `vitrio extract` crops the particles into a stack per micrograph and
+   writes particles.star.
+3. A small convolutional network learns to tell the kinds apart, fed by
+   vitrio.data: a `Dataset` of `ImageSource(parse_locations(rlnImageName))`
+   and the class column, read by a `DataLoader(output="torch", shuffle=True)`
+   on a thread pool, with no worker process. Its accuracy is measured on
+   particles held out of training.
+4. particles.png (a montage of particles, their kinds and the network's
+   guesses) and training.png (the loss and the held-out accuracy).
+
+Everything goes under `--out`, replacing the files of an earlier run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import starfile
+import torch
+from torch import nn
+
+import vitrio as vio
+from vitrio.data import DataLoader, Dataset, ImageSource, parse_locations
+
+from ._common import progress, pyplot
+from ._extract import extract_particles
+
+__all__ = ["KINDS", "make_micrographs", "train", "run"]
+
+KINDS = ("monomer", "dimer", "trimer")
+# The blobs of each kind: (y, x) offsets from the centre in pixels, before turning, and their width.
+_BLOBS = (
+    (np.array([[0.0, 0.0]]), 6.0),
+    (np.array([[0.0, -8.0], [0.0, 8.0]]), 4.0),
+    (9.0 * np.array([[np.cos(a), np.sin(a)] for a in (0.0, 2 * np.pi / 3, 4 * np.pi / 3)]), 3.5),
+)
+BOX = 64
+SPACING = 72  # particles sit on a grid of this pitch, jittered: they never overlap
+NOISE = 0.6
+PIXEL_SIZE = 2.0
+BATCH = 32
+
+
+def _render(image: np.ndarray, centre: np.ndarray, kind: int, angle: float) -> None:
+    """Subtract a particle of `kind`, turned by `angle`, centred on `centre` (y, x), from `image`."""
+    reach = 20
+    y0, x0 = np.maximum(centre - reach, 0)
+    y1, x1 = np.minimum(centre + reach + 1, image.shape)
+    y, x = np.mgrid[y0:y1, x0:x1].astype(np.float32)
+    offsets, width = _BLOBS[kind]
+    turn = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    for dy, dx in centre + offsets @ turn.T:
+        image[y0:y1, x0:x1] -= np.exp(-((y - dy) ** 2 + (x - dx) ** 2) / (2 * width**2))
+
+
+def make_micrographs(out: Path, count: int, size: int, seed: int = 0) -> tuple[Path, Path, int]:
+    """Write `count` micrographs of `size` x `size` with particles, and the STAR files of both.
+
+    Returns:
+        The micrographs STAR file, the coordinates STAR file, and how many particles there are.
+    """
+    rng = np.random.default_rng(seed)
+    (out / "Micrographs").mkdir(parents=True, exist_ok=True)
+    cells = size // SPACING
+    per_micrograph = max(1, cells * cells * 4 // 5)
+    micrographs, picks = [], []
+    with progress(count, "micrographs", "micrograph") as bar:
+        for number in range(count):
+            name = f"Micrographs/micrograph{number:03d}.mrc"
+            image = rng.normal(0.0, NOISE, (size, size)).astype(np.float32)
+            cell = rng.choice(cells * cells, per_micrograph, replace=False)
+            jitter = rng.integers(-14, 15, (per_micrograph, 2))
+            centres = np.column_stack(np.divmod(cell, cells)) * SPACING + SPACING // 2 + jitter
+            kinds = rng.integers(0, len(KINDS), per_micrograph)
+            angles = rng.uniform(0, 2 * np.pi, per_micrograph)
+            for centre, kind, angle in zip(centres, kinds.tolist(), angles.tolist()):
+                _render(image, centre, kind, angle)
+            vio.write_single(image, out / name)
+            defocus = rng.uniform(8000, 25000)
+            micrographs.append((name, 1, defocus, defocus + 200.0, 30.0))
+            picks += [
+                (name, float(x), float(y), k + 1, np.degrees(a))
+                for (y, x), k, a in zip(centres.tolist(), kinds.tolist(), angles.tolist())
+            ]
+            bar.update()
+    optics = pd.DataFrame(
+        {
+            "rlnOpticsGroupName": ["opticsGroup1"],
+            "rlnOpticsGroup": [1],
+            "rlnMicrographOriginalPixelSize": [PIXEL_SIZE],
+            "rlnVoltage": [300.0],
+            "rlnSphericalAberration": [2.7],
+            "rlnAmplitudeContrast": [0.1],
+            "rlnMicrographPixelSize": [PIXEL_SIZE],
+        }
+    )
+    columns = ["rlnMicrographName", "rlnOpticsGroup", "rlnDefocusU", "rlnDefocusV", "rlnDefocusAngle"]
+    micrographs_star, coordinates_star = out / "micrographs.star", out / "coordinates.star"
+    starfile.write(
+        {"optics": optics, "micrographs": pd.DataFrame(micrographs, columns=columns)}, micrographs_star
+    )
+    columns = ["rlnMicrographName", "rlnCoordinateX", "rlnCoordinateY", "rlnClassNumber", "rlnAnglePsi"]
+    starfile.write({"particles": pd.DataFrame(picks, columns=columns)}, coordinates_star)
+    return micrographs_star, coordinates_star, len(picks)
+
+
+def _standardize(images: torch.Tensor) -> torch.Tensor:
+    """Each image less its mean, over its standard deviation, with a channel axis."""
+    images = images - images.mean(dim=(1, 2), keepdim=True)
+    return (images / images.std(dim=(1, 2), keepdim=True).clamp_min(1e-6))[:, None]
+
+
+def _network() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 5, stride=2, padding=2),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 16, 3, stride=2, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, stride=2, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(16 * (BOX // 8) ** 2, len(KINDS)),
+    )
+
+
+def _accuracy(model: nn.Module, batches: DataLoader) -> float:
+    right = total = 0
+    model.eval()
+    with torch.no_grad():
+        for batch in batches:
+            right += int((model(_standardize(batch["image"])).argmax(1) == batch["label"]).sum())
+            total += len(batch["label"])
+    return right / total
+
+
+@contextlib.contextmanager
+def _torch_threads(count: int) -> Iterator[None]:
+    """PyTorch computing on `count` threads within the block, on as many as before after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def train(
+    dataset: Dataset, held_out: Dataset, epochs: int, loader: vio.ImageLoader
+) -> tuple[nn.Module, list[float], list[float]]:
+    """Train the network on `dataset` for `epochs`, printing the held-out accuracy and the speed of each.
+
+    Returns:
+        The network, the loss of each step, and the held-out accuracy after each epoch.
+    """
+    torch.manual_seed(0)
+    model = _network()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    batches = DataLoader(dataset, BATCH, shuffle=True, seed=0, loader=loader, output="torch")
+    testing = DataLoader(held_out, 256, loader=loader, output="torch")
+    losses, accuracies = [], []
+    for epoch in range(epochs):
+        start, first = time.perf_counter(), len(losses)
+        model.train()
+        with progress(len(dataset), f"epoch {epoch + 1}/{epochs}", "image") as bar:
+            for batch in batches:
+                loss = nn.functional.cross_entropy(model(_standardize(batch["image"])), batch["label"])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                losses.append(loss.item())
+                bar.update(len(batch["label"]))
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        rate = len(dataset) / (time.perf_counter() - start)
+        accuracies.append(_accuracy(model, testing))
+        print(
+            f"   epoch {epoch + 1}/{epochs}: loss {np.mean(losses[first:]):.3f}, "
+            f"held-out accuracy {accuracies[-1]:.1%}, {rate:,.0f} images/s read and trained on"
+        )
+    return model, losses, accuracies
+
+
+def _montage(dataset: Dataset, labels: np.ndarray, model: nn.Module, path: Path) -> None:
+    """Eight particles of each kind, each titled with the network's guess: green if right, red if wrong."""
+    columns = 8
+    rows = np.concatenate([np.flatnonzero(labels == k)[:columns] for k in range(len(KINDS))])
+    batch = dataset[rows]
+    model.eval()
+    with torch.no_grad():
+        guesses = model(_standardize(torch.from_numpy(batch["image"]))).argmax(1).numpy()
+    plt = pyplot()
+    figure, axes = plt.subplots(
+        len(KINDS), columns, figsize=(1.4 * columns, 1.55 * len(KINDS)), squeeze=False
+    )
+    for axis in axes.flat:
+        axis.set_axis_off()
+    for slot, (image, label, guess) in enumerate(zip(batch["image"], batch["label"], guesses)):
+        axis = axes[int(label), slot % columns]
+        axis.imshow(image, cmap="gray")
+        axis.set_title(KINDS[guess], fontsize=8, color="green" if guess == label else "red")
+    for kind, name in enumerate(KINDS):
+        axes[kind, 0].text(-0.15, 0.5, name, transform=axes[kind, 0].transAxes, ha="right", va="center")
+    figure.suptitle("extracted particles by kind, titled with the network's guess")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _curve(losses: list[float], accuracies: list[float], path: Path) -> None:
+    plt = pyplot()
+    figure, loss_axis = plt.subplots(figsize=(6.5, 3.8))
+    steps = len(losses) / len(accuracies)
+    loss_axis.plot(np.arange(1, len(losses) + 1) / steps, losses, color="tab:blue", label="training loss")
+    loss_axis.set_xlabel("epoch")
+    loss_axis.set_ylabel("cross-entropy loss", color="tab:blue")
+    accuracy_axis = loss_axis.twinx()
+    epochs = np.arange(1, len(accuracies) + 1)
+    accuracy_axis.plot(epochs, accuracies, "o-", color="tab:orange", label="held-out accuracy")
+    accuracy_axis.axhline(1 / len(KINDS), color="gray", linestyle=":", label="chance")
+    accuracy_axis.set_ylim(0, 1)
+    accuracy_axis.set_ylabel("held-out accuracy", color="tab:orange")
+    accuracy_axis.legend(loc="center right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Make the dataset, extract it, train on it, and draw the pictures, saying what happens."""
+    out: Path = args.out
+    begin = time.perf_counter()
+    print(f"vitrio demo, in {out}/")
+    micrographs, coordinates, count = make_micrographs(out, args.micrographs, args.size)
+    print(
+        f"1. made {args.micrographs} micrographs of {args.size} x {args.size} with {count} particles of "
+        f"{len(KINDS)} kinds ({', '.join(KINDS)}) in {time.perf_counter() - begin:.1f} s: "
+        f"{micrographs.name}, {coordinates.name}"
+    )
+    output, stacks = out / "particles.star", out / "Particles"
+    print(
+        f"2. vitrio extract --micrographs {micrographs} --coordinates {coordinates} --box-size {BOX} "
+        f"-o {output} --stack-dir {stacks} --root {out}"
+    )
+    result = extract_particles(micrographs, coordinates, BOX, output, stack_dir=stacks, root=out, force=True)
+    print(
+        f"   {count} particles of {BOX} x {BOX} into {len(result.stacks)} stacks in {result.seconds:.2f} s "
+        f"({count / result.seconds:,.0f} particles/s)"
+    )
+
+    particles = starfile.read(output, always_dict=True)["particles"]
+    labels = particles["rlnClassNumber"].to_numpy(dtype=np.int64) - 1
+    dataset = Dataset(
+        {
+            "image": ImageSource(parse_locations(particles["rlnImageName"], root=out), data_type="float32"),
+            "label": labels,
+        }
+    )
+    order = np.random.default_rng(1).permutation(len(dataset))
+    cut = len(order) * 4 // 5
+    loader = vio.loader(workers=2, cache=16)
+    start = time.perf_counter()
+    for _ in DataLoader(dataset, BATCH, shuffle=True, loader=loader):
+        pass
+    reading = len(dataset) / (time.perf_counter() - start)
+    print(
+        f"3. training a small network on {cut} particles fed by vitrio.data (threads, no worker "
+        f"process), testing on {len(order) - cut} held out; its DataLoader alone reads shuffled batches "
+        f"of {BATCH} at {reading:,.0f} images/s"
+    )
+    # PyTorch's threads wait for each other by spinning: they are left the cores the loader's threads
+    # do not read on, or on a small machine both slow down many times over.
+    with _torch_threads(max(1, (os.cpu_count() or 1) - loader.worker_count)):
+        model, losses, accuracies = train(
+            dataset.subset(order[:cut]), dataset.subset(order[cut:]), args.epochs, loader
+        )
+        _montage(dataset, labels, model, out / "particles.png")
+    _curve(losses, accuracies, out / "training.png")
+    print(f"4. saved {out / 'particles.png'} and {out / 'training.png'}")
+    print(
+        f"held-out accuracy {accuracies[-1]:.1%} after {args.epochs} epochs (chance {1 / len(KINDS):.0%}); "
+        f"done in {time.perf_counter() - begin:.0f} s"
+    )

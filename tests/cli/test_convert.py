@@ -1,0 +1,116 @@
+"""`vitrio convert`: MRC to TIFF and back, stacks and volumes, checked with mrcfile and tifffile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+
+import vitrio as vio
+from vitrio.cli import _convert
+
+from .helpers import assert_fails, leftovers
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """An MRC stack of 7 images of 20 x 24 int16, written by mrcfile."""
+    values = np.random.default_rng(3).integers(-3000, 3000, (7, 20, 24)).astype(np.int16)
+    path = tmp_path / "stack.mrcs"
+    mrcfile.write(path, values)
+    return path, values
+
+
+def test_a_stack_goes_to_tiff_and_back(vitrio, stack, tmp_path, monkeypatch):
+    monkeypatch.setattr(_convert, "CHUNK_BYTES", 3 * 20 * 24 * 2)  # chunks of 3 images
+    path, values = stack
+    result = vitrio("convert", path, tmp_path / "stack.tif")
+    assert result.status == 0, result.err
+    assert "a stack of 7 images of 20 x 24, int16" in result.out
+    with tifffile.TiffFile(tmp_path / "stack.tif") as tiff:
+        assert len(tiff.pages) == 7
+        np.testing.assert_array_equal(tiff.asarray(), values, strict=True)
+    assert vitrio("convert", tmp_path / "stack.tif", tmp_path / "back.mrcs").status == 0
+    with mrcfile.open(tmp_path / "back.mrcs", permissive=False) as mrc:
+        assert mrc.is_image_stack()
+        np.testing.assert_array_equal(mrc.data, values, strict=True)
+        assert mrc.header.dmin == values.min() and mrc.header.dmax == values.max()
+
+
+def test_a_volume_goes_to_tiff_and_back(vitrio, tmp_path):
+    values = np.random.default_rng(4).standard_normal((6, 10, 12)).astype(np.float32)
+    with mrcfile.new(tmp_path / "volume.mrc") as mrc:
+        mrc.set_data(values)
+        mrc.set_volume()
+    assert vitrio("convert", tmp_path / "volume.mrc", tmp_path / "volume.tiff").status == 0
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "volume.tiff"), values, strict=True)
+    assert vio.query_descriptor(tmp_path / "volume.tiff") == vio.ImageDescriptor((6, 10, 12), 3, "float32")
+    assert vitrio("convert", tmp_path / "volume.tiff", tmp_path / "back.mrc").status == 0
+    with mrcfile.open(tmp_path / "back.mrc", permissive=False) as mrc:
+        assert mrc.is_volume()
+        np.testing.assert_array_equal(mrc.data, values, strict=True)
+
+
+def test_a_single_image_and_a_data_type(vitrio, tmp_path):
+    values = np.random.default_rng(5).uniform(0, 1000, (30, 40)).astype(np.float32)
+    tifffile.imwrite(tmp_path / "image.tif", values)
+    assert (
+        vitrio("convert", tmp_path / "image.tif", tmp_path / "image.mrc", "--data-type", "float16").status
+        == 0
+    )
+    with mrcfile.open(tmp_path / "image.mrc", permissive=False) as mrc:
+        assert mrc.is_single_image() and mrc.data.dtype == np.float16
+        np.testing.assert_array_equal(mrc.data, values.astype(np.float16))
+
+
+# ---------------------------------------------------------------- a user's mistakes
+
+
+def test_a_missing_input(vitrio, tmp_path):
+    assert_fails(vitrio("convert", tmp_path / "none.mrc", tmp_path / "out.tif"), "none.mrc", "no such file")
+    assert leftovers(tmp_path) == []
+
+
+def test_an_input_of_no_known_format(vitrio, tmp_path):
+    (tmp_path / "notes.txt").write_text("not an image")
+    assert_fails(vitrio("convert", tmp_path / "notes.txt", tmp_path / "out.tif"), "notes.txt")
+    assert leftovers(tmp_path) == ["notes.txt"]
+
+
+def test_an_output_that_exists_or_cannot_be_written(vitrio, stack, tmp_path):
+    path, values = stack
+    (tmp_path / "out.tif").write_text("mine")
+    assert_fails(vitrio("convert", path, tmp_path / "out.tif"), "out.tif", "--force")
+    assert (tmp_path / "out.tif").read_text() == "mine"
+    assert vitrio("convert", path, tmp_path / "out.tif", "--force").status == 0
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "out.tif"), values)
+    assert_fails(vitrio("convert", path, path, "--force"), "stack.mrcs", "input")
+    assert_fails(vitrio("convert", path, tmp_path / "out.png"), "out.png")
+    assert_fails(vitrio("convert", path, tmp_path / "no" / "out.mrc"), "out.mrc")
+    assert leftovers(tmp_path) == ["out.tif", "stack.mrcs"]
+
+
+def test_a_bad_data_type_is_a_usage_error(vitrio, stack, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        vitrio("convert", stack[0], tmp_path / "out.tif", "--data-type", "float33")
+    assert exit.value.code == 2 and "float33" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
+def test_an_interrupted_conversion_leaves_nothing(vitrio, stack, tmp_path, monkeypatch, failure):
+    monkeypatch.setattr(_convert, "CHUNK_BYTES", 2 * 20 * 24 * 2)
+    real, calls = vio.read_batch_async, []
+
+    def read_batch_async(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            raise failure("the disk went away")
+        return real(*args)
+
+    monkeypatch.setattr(vio, "read_batch_async", read_batch_async)
+    result = vitrio("convert", stack[0], tmp_path / "out.mrc")
+    assert result.status == (130 if failure is KeyboardInterrupt else 1)
+    assert len(calls) == 3 and leftovers(tmp_path) == ["stack.mrcs"]
