@@ -25,7 +25,7 @@ demo: $(STAMP)
 	$(BIN)/vitrio demo --out demo-output
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/vitrio bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples

@@ -15,7 +15,6 @@ second of each are reported with their ratio. ``--quick`` uses tomograms of
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -25,9 +24,7 @@ import torch
 
 from cryovit.data import TomogramDataset, collate_tomograms
 from cryovit.types import BatchedTomogramData, FileData, TomogramData
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _common import default_data_dir  # noqa: E402
+from vitrio.bench.workloads import default_data_dir
 
 BATCH = 4
 

@@ -1,9 +1,8 @@
-"""`vitrio bench`: the workloads of benchmarks/ against their baselines in one run, as a table and a chart.
+"""`vitrio bench`: the benchmark workloads against their baselines in one run, as a table and a chart.
 
-The workloads, the loops that time them and the baselines are those of the
-repository's benchmarks/ (`_common.py`, `bench_core.py`, `bench_data.py`),
-imported as they are, so the command and the scripts measure the same
-thing: W1 (one stack), W2 (stacks of 20) and W3 (patches of micrographs),
+The workloads, the loops that time them and the baselines are those of
+`vitrio.bench`, which the scripts of benchmarks/ run too, so the command and
+the scripts measure the same thing: W1 (one stack), W2 (stacks of 20) and W3 (patches of micrographs),
 read in shuffled batches of 256 by vitrio's batch reads and by vitrio.data's
 DataLoader, against PyTorch's DataLoader with 2 worker processes reading
 one image per item through mrcfile, and (for the batch reads) mrcfile's
@@ -14,19 +13,18 @@ matters is the ratios, measured in the same run on the same files.
 from __future__ import annotations
 
 import argparse
-import importlib
-import sys
 from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
 import vitrio as vio
 from vitrio.data import Dataset, ImageSource, PatchSource
 
-from ._common import CliError, pyplot
+from ..bench import core, data
+from ..bench import workloads as common
+from ._common import pyplot
 
 __all__ = ["Preset", "PRESETS", "run"]
 
@@ -48,16 +46,6 @@ PRESETS = {
         {"images": 1024, "side": 32, "micrographs": 2, "micrograph_side": 256}, batches=2, repeats=1, patch=64
     ),
 }
-
-
-def _benchmarks() -> tuple[ModuleType, ModuleType, ModuleType]:
-    """The modules `_common`, `bench_core` and `bench_data` of the repository's benchmarks/."""
-    folder = Path(vio.__file__).resolve().parents[2] / "benchmarks"
-    if not (folder / "bench_core.py").is_file():
-        raise CliError(f"{folder}: no benchmarks there; vitrio bench runs those of a clone of the repository")
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    return tuple(importlib.import_module(name) for name in ("_common", "bench_core", "bench_data"))
 
 
 def _plot(rows: list[tuple[str, float, float, float | None]], path: Path) -> None:
@@ -83,7 +71,6 @@ def _plot(rows: list[tuple[str, float, float, float | None]], path: Path) -> Non
 
 def run(args: argparse.Namespace) -> None:
     """Measure the workloads at the size `args` asks for, print the table and save the chart."""
-    common, core, data = _benchmarks()
     preset = PRESETS["tiny" if args.tiny else "quick" if args.quick else "full"]
     work = common.Workloads(args.data or common.default_data_dir(), **preset.workloads)
     print(f"files under {work.root} (written on the first run); medians of {preset.repeats} runs")
@@ -97,7 +84,7 @@ def run(args: argparse.Namespace) -> None:
 
     def add(name: str, ours: float, torch: float, mmap: float | None) -> None:
         rows.append((name, ours, torch, mmap))
-        print(core._row(*rows[-1]), flush=True)
+        print(core.format_row(*rows[-1]), flush=True)
 
     def images(name: str, locations: list[vio.ImageLocation], cache: int) -> None:
         loader = vio.loader(workers=2, cache=cache)
