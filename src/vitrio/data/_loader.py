@@ -7,13 +7,19 @@ epoch is read alone, as soon as it can be. Every batch is read into arrays
 of its own. A batch whose read failed raises when its turn comes; whatever is still
 under way then, or when an iteration is abandoned, is waited for before the
 generator finishes, so the loader's threads are free for the next epoch.
+
+An iteration counts the batches it hands out, which is all its state adds to
+that of the batch sampler as the iteration began: resuming loads the one and
+skips the other.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import operator
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,12 +28,13 @@ from .._arrays import as_destination
 from .._loading import ImageLoader
 from ._dataset import Allocator, Dataset, PendingBatch, resolve_rows
 from ._output import jax_output, pinned_allocator, torch_output
-from ._sampler import BatchSampler
+from ._sampler import BatchSampler, check_state, state_count
 from ._shared import shared_loader
 
 __all__ = ["DataLoader"]
 
 _OUTPUTS = ("numpy", "torch", "jax")
+_STATE_VERSION = 1
 
 
 class _Raised:
@@ -47,6 +54,16 @@ class _Raised:
 
     def get(self) -> None:
         raise self._error
+
+
+class _Progress:
+    """How far an iteration has got: the batch sampler's state as it began, and the batches handed out."""
+
+    __slots__ = ("sampler", "batches")
+
+    def __init__(self, sampler: dict[str, Any] | None, batches: int):
+        self.sampler = sampler
+        self.batches = batches
 
 
 class DataLoader:
@@ -78,6 +95,18 @@ class DataLoader:
     naming the file and the row; the batches under way are waited for, and
     the next iteration starts a fresh epoch. Pinned memory asked for where
     CUDA is not available warns and reads into ordinary memory, as PyTorch does.
+
+    A run stopped in the middle of an epoch resumes where it was, as with
+    PyTorch's StatefulDataLoader: state_dict, asked for between batches, says
+    how far the latest iteration got, and a loader made with the same dataset
+    and arguments and given it with load_state_dict goes on from the first
+    batch not handed out, then through the epochs after it. Batches read ahead
+    but not handed out are read again. The state holds that of the batch
+    sampler, if it has state_dict and load_state_dict, as BatchSampler does.
+    A batch sampler without them is resumed by skipping the batches handed
+    out of its next iteration, which must then draw the batches of the
+    interrupted epoch again, as a DistributedSampler given its seed and
+    set_epoch does.
 
     Args:
         dataset: What to go through.
@@ -168,6 +197,8 @@ class DataLoader:
         self._allocator = allocator
         self._transform = transform
         self._hand_out: Callable[[dict[str, np.ndarray]], Any] | None = None
+        self._resume = 0
+        self._progress: _Progress | None = None
         if named == "torch":
             import torch
 
@@ -200,22 +231,75 @@ class DataLoader:
         """Go through one epoch."""
         return self._epoch()
 
+    def state_dict(self) -> dict[str, Any]:
+        """Get how far the latest iteration got, to resume from with load_state_dict.
+
+        It may be asked for at any time, between batches too. Once an
+        iteration has been gone through to its end, the state is that of the
+        next epoch's start.
+
+        Returns:
+            Plain values, which pickle and JSON take: version; size, the rows
+            of the dataset; sampler, the state of the batch sampler as the
+            iteration began, or None if it has no state_dict; and batches,
+            how many batches of the iteration were handed out.
+        """
+        if self._progress is not None:
+            sampler, batches = self._progress.sampler, self._progress.batches
+        else:
+            sampler, batches = self._sampler_state(), self._resume
+        return {"version": _STATE_VERSION, "size": len(self._dataset), "sampler": sampler, "batches": batches}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from a state of state_dict: the next iteration hands out the rest of its epoch.
+
+        Args:
+            state: A state of a loader made with the same dataset and arguments.
+
+        Raises:
+            ValueError: If the state is not of such a loader, saying what
+                differs: its version or size, whether its batch sampler has a
+                state or what that state holds, or batches past an epoch.
+        """
+        check_state(state, {"version": _STATE_VERSION, "size": len(self._dataset)}, "DataLoader")
+        most = len(self._batch_sampler) if hasattr(self._batch_sampler, "__len__") else None
+        batches = state_count(state, "batches", most)
+        sampler = state.get("sampler")
+        if _is_stateful(self._batch_sampler):
+            if sampler is None:
+                raise ValueError("the state holds no state of the batch sampler, which has one")
+            self._batch_sampler.load_state_dict(sampler)
+        elif sampler is not None:
+            raise ValueError("the state holds a state of the batch sampler, which has no load_state_dict")
+        self._resume, self._progress = batches, None
+
+    def _sampler_state(self) -> dict[str, Any] | None:
+        sampler = self._batch_sampler
+        return copy.deepcopy(sampler.state_dict()) if _is_stateful(sampler) else None
+
     def _epoch(self) -> Iterator[Any]:
         loader = self._loader or shared_loader()
+        skip, self._resume = self._resume, 0
         samples = iter(self._batch_sampler)
+        progress = self._progress = _Progress(self._sampler_state(), skip)
         pending: deque[tuple[PendingBatch, dict[str, np.ndarray]]] = deque()
         pad_to = self._pad_to
 
-        def start_next() -> bool:
+        def size_up(rows: Any) -> None:
             nonlocal pad_to
+            if self._pad_last and pad_to is None:
+                pad_to = len(resolve_rows(rows, len(self._dataset)))
+
+        def start_next() -> bool:
             rows = next(samples, None)
             if rows is None:
                 return False
-            if self._pad_last and pad_to is None:
-                pad_to = len(resolve_rows(rows, len(self._dataset)))
+            size_up(rows)
             pending.append(self._start(rows, loader, pad_to))
             return True
 
+        for rows in itertools.islice(samples, skip):
+            size_up(rows)
         try:
             start_next()
             while pending:
@@ -223,7 +307,11 @@ class DataLoader:
                 values = batch.get()
                 while len(pending) < self._prefetch and start_next():
                     pass
-                yield self._finish(values, extra)
+                handed = self._finish(values, extra)
+                progress.batches += 1
+                yield handed
+            if self._progress is progress:
+                self._progress = None
         finally:
             for batch, _ in pending:
                 batch.wait()
@@ -251,6 +339,11 @@ class DataLoader:
 
     def __repr__(self) -> str:
         return f"<DataLoader over {self._dataset!r}, {len(self)} batches an epoch>"
+
+
+def _is_stateful(sampler: Any) -> bool:
+    """Whether a batch sampler has state_dict and load_state_dict."""
+    return all(callable(getattr(sampler, name, None)) for name in ("state_dict", "load_state_dict"))
 
 
 def _check_arguments(

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import operator
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
 __all__ = ["BatchSampler"]
 
 _SEED_MASK = (1 << 64) - 1
+_STATE_VERSION = 1
 
 
 class BatchSampler:
@@ -25,6 +27,13 @@ class BatchSampler:
     DistributedSampler: the rows of an epoch are dealt out in turn, after the
     first ones are repeated until every shard has as many. The shards must be
     given one seed, so that they deal out the same order.
+
+    Its state, from state_dict, is where it has got to: the batch its latest
+    iteration draws next, or, once that has been gone through to its end, the
+    first of the next epoch. A sampler made with the same arguments and given
+    it with load_state_dict draws from there on the batches this one would
+    have, as PyTorch's StatefulDataLoader has it. The state holds the seed, so
+    a sampler of a seed of its own takes it on.
 
     Args:
         size: How many rows there are.
@@ -63,8 +72,11 @@ class BatchSampler:
         self._shuffle = bool(shuffle)
         self._drop_last = bool(drop_last)
         self._seed = secrets.randbits(64) if seed is None else operator.index(seed) & _SEED_MASK
+        self._seed_given = seed is not None
         self._shard = (rank, count)
         self._epoch = 0
+        self._skip = 0
+        self._drawing: list[int] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -84,13 +96,72 @@ class BatchSampler:
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next iteration draws.
 
+        It draws it from its first batch, unless it is the epoch a loaded
+        state resumes, which it then draws from where that state left off.
+
         Raises:
             ValueError: If the epoch is negative.
         """
         epoch = operator.index(epoch)
         if epoch < 0:
             raise ValueError(f"an epoch cannot be negative: {epoch}")
+        if epoch != self._epoch:
+            self._skip = 0
         self._epoch = epoch
+        self._drawing = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Get where the sampler has got to, to resume from with load_state_dict.
+
+        It may be asked for at any time, during an iteration too.
+
+        Returns:
+            Plain values, which pickle and JSON take: version, size,
+            batch_size, shuffle, drop_last, seed, shard as [rank, count], and
+            the batch drawn next, as the epoch and how many of its batches
+            were drawn before it, batches.
+        """
+        epoch, batches = self._drawing if self._drawing is not None else (self._epoch, self._skip)
+        return {
+            "version": _STATE_VERSION,
+            "size": self._size,
+            "batch_size": self._batch_size,
+            "shuffle": self._shuffle,
+            "drop_last": self._drop_last,
+            "seed": self._seed,
+            "shard": list(self._shard),
+            "epoch": epoch,
+            "batches": batches,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from a state of state_dict: the next iteration draws the rest of its epoch.
+
+        The seed is taken from the state, unless the sampler was given one.
+
+        Args:
+            state: A state of a sampler made with the same arguments.
+
+        Raises:
+            ValueError: If the state is not of such a sampler, saying what
+                differs: its version, size, batch size, shuffle, drop_last,
+                shard or a seed given, or its position is past an epoch.
+        """
+        expected = {
+            "version": _STATE_VERSION,
+            "size": self._size,
+            "batch_size": self._batch_size,
+            "shuffle": self._shuffle,
+            "drop_last": self._drop_last,
+            "shard": list(self._shard),
+        }
+        if self._seed_given:
+            expected["seed"] = self._seed
+        check_state(state, expected, "sampler")
+        seed = state_count(state, "seed", _SEED_MASK)
+        epoch = state_count(state, "epoch")
+        batches = state_count(state, "batches", len(self))
+        self._seed, self._epoch, self._skip, self._drawing = seed, epoch, batches, None
 
     def order(self, epoch: int) -> np.ndarray:
         """The rows of the shard in the order an epoch draws them."""
@@ -110,16 +181,55 @@ class BatchSampler:
 
     def __iter__(self) -> Iterator[np.ndarray]:
         """Draw the batches of the next epoch, and count it drawn."""
-        epoch = self._epoch
-        self._epoch += 1
-        return self._batches(self.order(epoch))
+        epoch, skip = self._epoch, self._skip
+        self._epoch, self._skip = epoch + 1, 0
+        self._drawing = [epoch, skip]
+        return self._batches(self.order(epoch), self._drawing)
 
-    def _batches(self, rows: np.ndarray) -> Iterator[np.ndarray]:
-        for first in range(0, len(self) * self._batch_size, self._batch_size):
+    def _batches(self, rows: np.ndarray, drawing: list[int]) -> Iterator[np.ndarray]:
+        """Yield the batches of an epoch from drawing[1] on, counting each in drawing as it is drawn."""
+        count = len(self)
+        while drawing[1] < count:
+            first = drawing[1] * self._batch_size
+            drawing[1] += 1
             yield rows[first : first + self._batch_size]
+        if self._drawing is drawing:
+            self._drawing = None
 
     def __repr__(self) -> str:
         return (
             f"BatchSampler(size={self._size}, batch_size={self._batch_size}, shuffle={self._shuffle}, "
             f"drop_last={self._drop_last}, shard={self._shard}, epoch={self._epoch})"
         )
+
+
+def check_state(state: Mapping[str, Any], expected: Mapping[str, Any], owner: str) -> None:
+    """Check that a state holds the values expected of it.
+
+    Raises:
+        ValueError: If state is not a mapping, or naming every expected value
+            it lacks or holds otherwise.
+    """
+    if not isinstance(state, Mapping):
+        raise ValueError(f"the state of a {owner} is a dict, not {type(state).__name__}")
+    differences = [
+        f"{key} is {state[key]!r} in the state but {value!r} here" if key in state else f"no {key} in it"
+        for key, value in expected.items()
+        if key not in state or state[key] != value
+    ]
+    if differences:
+        raise ValueError(f"the state does not fit this {owner}: {'; '.join(differences)}")
+
+
+def state_count(state: Mapping[str, Any], key: str, most: int | None = None) -> int:
+    """Get an integer of a state, from 0 to most.
+
+    Raises:
+        ValueError: If the state lacks it, or it is not such an integer.
+    """
+    value = state.get(key)
+    is_count = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if not is_count or (most is not None and value > most):
+        bound = "" if most is None else f" up to {most}"
+        raise ValueError(f"{key} in the state is {value!r}, not an integer from 0{bound}")
+    return value
