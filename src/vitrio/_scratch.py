@@ -76,6 +76,7 @@ class _HeldFile:
         self.core = descriptor.core_extents
         self.image_bytes = math.prod(self.core) * self.dtype.itemsize
         self.run_count = -(-len(indices) // run_length)
+        self.dense = bool(len(indices)) and int(indices[0]) == 0 and int(indices[-1]) == len(indices) - 1
         self.nbytes = len(indices) * self.image_bytes
         self.first_run = 0
         self.offset = 0
@@ -226,6 +227,9 @@ class ImageScratch:
         return self._files[key].descriptor
 
     def _positions(self, file: _HeldFile, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each of `indices` lies among the file's images held, and whether it is held at all."""
+        if file.dense:
+            return indices, indices < len(file.indices)
         positions = np.searchsorted(file.indices, indices)
         held = positions < len(file.indices)
         held[held] = file.indices[positions[held]] == indices[held]
