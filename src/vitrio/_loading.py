@@ -29,6 +29,7 @@ __all__ = [
     "read_patches_indexed_async",
     "plan_locations",
     "task_bounds",
+    "check_leading_extent",
 ]
 
 _TASKS_PER_WORKER = 4
@@ -75,6 +76,14 @@ def plan_locations(locations: Sequence[Any]) -> tuple[list[str], np.ndarray, np.
     if whole.any() and not whole.all():
         raise ValueError("locations mix whole files and images of stacks")
     return list(keys), key_ids, indices
+
+
+def check_leading_extent(array: np.ndarray, count: int, what: str, of: str) -> None:
+    """Raise `ValueError` unless `array` has a leading extent of `count`, one slot per element of `of`."""
+    if array.ndim == 0 or array.shape[0] != count:
+        raise ValueError(
+            f"{what}'s leading extent must be the number of {of}, {count}: its shape is {array.shape}"
+        )
 
 
 def task_bounds(count: int, workers: int) -> list[tuple[int, int]]:
@@ -164,11 +173,7 @@ def read_batch_async(loader: ImageLoader, destination: Any, locations: Sequence[
     """
     out = as_destination(destination)
     locations = list(locations)
-    if out.ndim == 0 or out.shape[0] != len(locations):
-        raise ValueError(
-            f"the destination's leading extent must be the number of locations, {len(locations)}: "
-            f"its shape is {out.shape}"
-        )
+    check_leading_extent(out, len(locations), "the destination", "locations")
     keys, key_ids, indices = plan_locations(locations)
     return read_indexed_async(loader, out, keys, key_ids, indices, keep=destination)
 
@@ -289,11 +294,7 @@ def read_patches_async(loader: ImageLoader, destination: Any, location: Any, cen
     """
     out = as_destination(destination)
     values = _centre_array(centres)
-    if out.ndim == 0 or out.shape[0] != len(values):
-        raise ValueError(
-            f"the destination's leading extent must be the number of centres, {len(values)}: "
-            f"its shape is {out.shape}"
-        )
+    check_leading_extent(out, len(values), "the destination", "centres")
     if len(values) and out.ndim - 1 != values.shape[1]:
         raise ValueError(f"patches of shape {out.shape[1:]} do not fit centres of rank {values.shape[1]}")
     if isinstance(location, ImageLocation):

@@ -9,7 +9,7 @@ import numpy as np
 
 from ._arrays import as_source
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
-from ._loading import plan_locations, task_bounds
+from ._loading import check_leading_extent, plan_locations, task_bounds
 from ._providers import FileImageWriterProvider
 
 __all__ = ["ImageSaver", "write_batch_async"]
@@ -58,11 +58,7 @@ def write_batch_async(saver: ImageSaver, source: Any, locations: Sequence[Any]) 
     """
     values = as_source(source)
     locations = list(locations)
-    if values.ndim == 0 or values.shape[0] != len(locations):
-        raise ValueError(
-            f"the source's leading extent must be the number of locations, {len(locations)}: "
-            f"its shape is {values.shape}"
-        )
+    check_leading_extent(values, len(locations), "the source", "locations")
     keys, key_ids, indices = plan_locations(locations)
     if not len(locations):
         return Completion()
