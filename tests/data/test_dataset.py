@@ -178,7 +178,7 @@ def test_pytorch_worker_processes_read_through_a_loader_of_their_own(dataset, st
     sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(dataset), 8, False)
     dataset[0]
     loader = torch.utils.data.DataLoader(
-        dataset, sampler=sampler, batch_size=None, num_workers=2, multiprocessing_context="fork"
+        dataset, sampler=sampler, batch_size=None, num_workers=2, multiprocessing_context="fork", timeout=60
     )
     images = torch.cat([batch["image"] for batch in loader])
     np.testing.assert_array_equal(images.numpy(), stacks.images)
