@@ -160,6 +160,8 @@ def read(
     reader = readers.acquire(key)
     try:
         descriptor = reader.descriptor
+        if index >= 0:
+            reader.check_run(index, 1)  # before allocating: an empty stack may claim any image shape
         shape = descriptor.extents if index < 0 else descriptor.core_extents
         if out is None:
             result = np.empty(shape, dtype=numpy_dtype(data_type or descriptor.data_type))

@@ -152,6 +152,8 @@ class CachingImageReaderProvider(ImageReaderProvider):
     def release(self, reader: ImageReader) -> None:
         """Hand back a reader `acquire` gave; it stays open until it is the least recently used.
 
+        A `stale` reader (its file changed under it) is closed once no one
+        uses it, so that the file is opened anew the next time it is asked for.
         The backing provider may name its readers otherwise than the key they
         were asked for (a provider that resolves links, say), so a reader is
         found by identity when its key does not find it.
@@ -166,7 +168,13 @@ class CachingImageReaderProvider(ImageReaderProvider):
             if entry is None:
                 raise ValueError(f"{reader.key}: this reader was not acquired from this provider")
             entry.users -= 1
-        if len(self._entries) > self._capacity:
+            dropped = reader.stale and entry.users == 0
+            if dropped:
+                key = next(k for k, e in self._entries.items() if e is entry)
+                del self._entries[key]
+        if dropped:
+            self._backing.release(reader)
+        elif len(self._entries) > self._capacity:
             self._evict()
 
     def _evict(self) -> None:

@@ -106,7 +106,15 @@ class Format(ABC):
 
 
 class ImageReader(ABC):
-    """An open file of one format, serving its images by index; safe to use from many threads."""
+    """An open file of one format, serving its images by index; safe to use from many threads.
+
+    Attributes:
+        stale: Whether the reader found its file changed under it so that it
+            cannot read it any more (truncated, or unreadable): a cache closes
+            a stale reader when it is handed back, rather than keep it.
+    """
+
+    stale: bool = False
 
     def __init__(self, key: str, descriptor: ImageDescriptor):
         self.key = key
@@ -163,7 +171,10 @@ class ImageReader(ABC):
             self.read_region(index, region, out)
 
     def check_unchanged(self) -> None:
-        """Raise `OSError` if the file has changed under the reader so that reading it is unsafe."""
+        """Raise `OSError` if the file has changed under the reader so that reading it is unsafe.
+
+        A reader that raises it marks itself `stale`.
+        """
 
     def close(self) -> None:
         """Release what the reader holds. Reading afterwards is an error."""

@@ -30,11 +30,38 @@
  * Both return None, or (strip, error) for the first strip that is bad, with
  * error 1: the stream ends before the end of the strip, 2: a run goes past the
  * end of the strip, 3: more events than there is room for.
+ *
+ * The module also guards the TIFF reader (this is vitrio's one compiled module):
+ *
+ *   lzw_check(data, size)
+ *     Walks the codes of a TIFF LZW segment as imagecodecs' decoder does when
+ *     it decodes `size` bytes of it, and returns the offset of the byte that
+ *     holds the first code after a CLEAR code when that code is not a literal
+ *     (256 or more), or None. That decoder (imcd_lzw_decode, as of imagecodecs
+ *     2026.3.6) takes such a code as a table entry without checking it, then
+ *     reads entries it never made: a corrupt segment crashes it.
+ *
+ * And the memory maps the raw readers copy images out of:
+ *
+ *   map_file(fd, length) -> FileMap
+ *     Maps the first `length` bytes of the open file `fd`, read only and shared, into an object
+ *     that exposes them through the buffer protocol and is unmapped when the last reference to it
+ *     (numpy views included) goes. Reading a page of a map that the file no longer holds (it was
+ *     truncated) or that the system cannot read (an I/O error, on a network filesystem say) raises
+ *     SIGBUS, whose default action kills the process. The handler of SIGBUS that the first
+ *     map_file installs maps a page of zeros in place of such a page instead, so that the copy
+ *     goes on, and counts it in the map's `faults`, which readers check after they copy. A SIGBUS
+ *     outside every map goes to the handler installed before. Up to 4096 maps are guarded at a
+ *     time; more are mapped unguarded (`guarded` False).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 enum { EER_OK = 0, EER_TRUNCATED = 1, EER_PAST_END = 2, EER_FULL = 3 };
 
@@ -306,18 +333,226 @@ done:
     return result;
 }
 
+enum { LZW_CLEAR = 256, LZW_EOI = 257, LZW_FIRST = 258, LZW_TABLE = 5120 };
+
+/* The next code of `width` bits at bit `*at`, read exactly as imagecodecs' decoder reads it (most or
+ * least significant bit first; a third byte only while 24 bits from `*at` lie in the stream). */
+static inline uint32_t lzw_next(const uint8_t *src, uint64_t nbits, uint64_t *at, unsigned width, int msb) {
+    if (*at + width > nbits) return LZW_EOI;
+    const uint8_t *bytes = src + (*at >> 3);
+    uint32_t third = *at + 24 <= nbits ? bytes[2] : 0, offset = (uint32_t)(*at & 7), code;
+    if (msb)
+        code = ((((uint32_t)bytes[0] << 16) | ((uint32_t)bytes[1] << 8) | third) >> (24 - offset - width));
+    else
+        code = ((third << 16) | ((uint32_t)bytes[1] << 8) | bytes[0]) >> offset;
+    *at += width;
+    return code & ((1u << width) - 1);
+}
+
+/* The offset of the byte holding the first code after a CLEAR that is not a literal, or -1. */
+static Py_ssize_t lzw_scan(const uint8_t *src, Py_ssize_t size, Py_ssize_t remaining) {
+    if (size < 2 || remaining <= 0) return -1;
+    int msb = !(src[0] == 0 && (src[1] & 1));
+    if (msb && (src[0] != 128 || (src[1] & 128))) return -1; /* refused by the decoder */
+    uint32_t lengths[LZW_TABLE];
+    for (int i = 0; i < LZW_FIRST; i++) lengths[i] = 1;
+    const uint64_t nbits = (uint64_t)size * 8;
+    uint64_t at = 0;
+    unsigned width = 9;
+    uint32_t table = LZW_FIRST, old = 0;
+    while (remaining > 0) {
+        uint32_t code = lzw_next(src, nbits, &at, width, msb);
+        if (code == LZW_EOI) break;
+        if (code == LZW_CLEAR) {
+            table = LZW_FIRST;
+            width = 9;
+            do code = lzw_next(src, nbits, &at, width, msb);
+            while (code == LZW_CLEAR);
+            if (code == LZW_EOI) break;
+            if (code >= LZW_CLEAR) return (Py_ssize_t)((at - width) >> 3);
+            remaining--;
+            old = code;
+            continue;
+        }
+        if (table >= LZW_TABLE || code > table) break; /* the decoder stops with an error */
+        uint32_t length = lengths[code < table ? code : old];
+        remaining -= (Py_ssize_t)length < remaining ? (Py_ssize_t)length : remaining;
+        if (code == table && --remaining < 0) break;
+        lengths[table++] = lengths[old] + 1;
+        old = code;
+        if (table == (msb ? 511u : 512u) || table == (msb ? 1023u : 1024u) || table == (msb ? 2047u : 2048u))
+            width++;
+    }
+    return -1;
+}
+
+static PyObject *lzw_check(PyObject *self, PyObject *args) {
+    Py_buffer data = {0};
+    Py_ssize_t size, bad;
+    if (!PyArg_ParseTuple(args, "y*n:lzw_check", &data, &size)) return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    bad = lzw_scan((const uint8_t *)data.buf, data.len, size);
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&data);
+    if (bad < 0) Py_RETURN_NONE;
+    return PyLong_FromSsize_t(bad);
+}
+
+/* A guarded map: its pages, and how many of them read as zeros. `start` is 0 while the slot is free;
+ * it is set last when a map is guarded and cleared first when it is unmapped, so that the handler
+ * sees a whole range or none. Slots change only under the GIL; the handler reads them from any
+ * thread. */
+typedef struct {
+    atomic_uintptr_t start, end;
+    atomic_ullong faults;
+} Guard;
+
+enum { GUARDS = 4096 };
+static Guard guards[GUARDS];
+static size_t next_guard, page_size;
+static struct sigaction previous_bus;
+static int bus_handler_installed;
+
+static void on_bus_error(int signum, siginfo_t *info, void *context) {
+    uintptr_t address = (uintptr_t)info->si_addr;
+    if (info->si_code > 0) { /* raised by a fault, not sent */
+        for (size_t i = 0; i < GUARDS; i++) {
+            uintptr_t start = atomic_load(&guards[i].start);
+            if (start == 0 || address < start || address >= atomic_load(&guards[i].end) ||
+                atomic_load(&guards[i].start) != start)
+                continue;
+            void *page = (void *)(address & ~(uintptr_t)(page_size - 1));
+            if (mmap(page, page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == page) {
+                atomic_fetch_add(&guards[i].faults, 1);
+                return;
+            }
+            break;
+        }
+    }
+    if (previous_bus.sa_flags & SA_SIGINFO) {
+        previous_bus.sa_sigaction(signum, info, context);
+    } else if (previous_bus.sa_handler == SIG_DFL || previous_bus.sa_handler == SIG_IGN) {
+        /* the fault happens again on return, or the signal is sent again, to the default action */
+        sigaction(SIGBUS, &previous_bus, NULL);
+        if (info->si_code <= 0) raise(signum);
+    } else {
+        previous_bus.sa_handler(signum);
+    }
+}
+
+typedef struct {
+    PyObject_HEAD
+    void *address;
+    Py_ssize_t length;
+    Guard *guard;
+} FileMap;
+
+static int filemap_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    FileMap *map = (FileMap *)self;
+    return PyBuffer_FillInfo(view, self, map->address, map->length, 1, flags);
+}
+
+static void filemap_dealloc(PyObject *self) {
+    FileMap *map = (FileMap *)self;
+    if (map->guard) {
+        atomic_store(&map->guard->start, 0);
+        atomic_store(&map->guard->end, 0);
+    }
+    munmap(map->address, (size_t)map->length);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *filemap_faults(PyObject *self, void *closure) {
+    Guard *guard = ((FileMap *)self)->guard;
+    return PyLong_FromUnsignedLongLong(guard ? atomic_load(&guard->faults) : 0);
+}
+
+static PyObject *filemap_guarded(PyObject *self, void *closure) {
+    return PyBool_FromLong(((FileMap *)self)->guard != NULL);
+}
+
+static PyGetSetDef filemap_getset[] = {
+    {"faults", filemap_faults, NULL, "How many pages could not be read and read as zeros instead.", NULL},
+    {"guarded", filemap_guarded, NULL, "Whether a page that cannot be read reads as zeros.", NULL},
+    {NULL},
+};
+
+static PyBufferProcs filemap_buffer = {filemap_getbuffer, NULL};
+
+static PyTypeObject FileMapType = {
+    PyVarObject_HEAD_INIT(NULL, 0) /* ends with a comma */
+    .tp_name = "vitrio.formats._eer_decode.FileMap",
+    .tp_basicsize = sizeof(FileMap),
+    .tp_dealloc = filemap_dealloc,
+    .tp_as_buffer = &filemap_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A read-only map of the start of a file, whose pages that cannot be read read as zeros.",
+    .tp_getset = filemap_getset,
+};
+
+/* A free slot guarding `length` bytes at `address`, or NULL when every slot is taken. */
+static Guard *guard(void *address, Py_ssize_t length) {
+    for (size_t n = 0; n < GUARDS; n++) {
+        Guard *slot = &guards[(next_guard + n) % GUARDS];
+        if (atomic_load(&slot->start) == 0) {
+            next_guard = (next_guard + n + 1) % GUARDS;
+            atomic_store(&slot->faults, 0);
+            atomic_store(&slot->end, (uintptr_t)address + (uintptr_t)length);
+            atomic_store(&slot->start, (uintptr_t)address);
+            return slot;
+        }
+    }
+    return NULL;
+}
+
+static PyObject *map_file(PyObject *self, PyObject *args) {
+    int fd;
+    Py_ssize_t length;
+    if (!PyArg_ParseTuple(args, "in:map_file", &fd, &length)) return NULL;
+    if (length < 1) {
+        PyErr_SetString(PyExc_ValueError, "a map holds at least one byte");
+        return NULL;
+    }
+    if (!bus_handler_installed) {
+        struct sigaction action;
+        memset(&action, 0, sizeof(action));
+        action.sa_sigaction = on_bus_error;
+        action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&action.sa_mask);
+        if (sigaction(SIGBUS, &action, &previous_bus) < 0) return PyErr_SetFromErrno(PyExc_OSError);
+        bus_handler_installed = 1;
+    }
+    void *address = mmap(NULL, (size_t)length, PROT_READ, MAP_SHARED, fd, 0);
+    if (address == MAP_FAILED) return PyErr_SetFromErrno(PyExc_OSError);
+    FileMap *map = PyObject_New(FileMap, &FileMapType);
+    if (map == NULL) {
+        munmap(address, (size_t)length);
+        return NULL;
+    }
+    map->address = address;
+    map->length = length;
+    map->guard = guard(address, length);
+    return (PyObject *)map;
+}
+
 static PyMethodDef methods[] = {
     {"render", render, METH_VARARGS, "Add the events of EER strips into an image."},
     {"events", events, METH_VARARGS, "Write the sub-pixel positions of the events of EER strips."},
+    {"lzw_check", lzw_check, METH_VARARGS, "Find a code in a TIFF LZW segment that crashes imagecodecs."},
+    {"map_file", map_file, METH_VARARGS, "Map the start of a file; pages that cannot be read read as zeros."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_eer_decode",
-    .m_doc = "Decoding of EER electron event streams.",
+    .m_doc = "Decoding of EER electron event streams, a check of TIFF LZW segments, and guarded file maps.",
     .m_size = -1,
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__eer_decode(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__eer_decode(void) {
+    page_size = (size_t)sysconf(_SC_PAGESIZE);
+    if (PyType_Ready(&FileMapType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

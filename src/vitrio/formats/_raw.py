@@ -7,24 +7,30 @@ converting type and byte order in the same pass; a batch of images of one
 file bound for consecutive slots is one `numpy.take`. Copies release the
 GIL, and after the first touch of a page there is no system call at all.
 Before each copy the reader checks the file has not shrunk under the map.
+A page that cannot be read during a copy (the file shrank meanwhile, or an
+I/O error) would kill the process with SIGBUS: the map of `_eer_decode.map_file`
+reads it as zeros instead and counts it, and the read raises `OSError`; the
+reader raises it from then on.
 
 Writers write with `os.pwrite` into a file made beside the destination and
-renamed onto it when finished.
+renamed onto it when finished. An `OSError` of the system (a full disk, a
+file too large) is raised again with the same errno and the file's key.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
-import mmap
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from .._types import ImageDescriptor
 from ._base import FormatError, ImageReader, ImageWriter, temporary_path
+from ._eer_decode import map_file
 
 __all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics", "gather"]
 
@@ -115,14 +121,14 @@ class RawArrayReader(ImageReader):
             )
         self._direct = decoder is None and self._dtype.isnative
         if self._end > self._offset:
-            self._mmap: mmap.mmap | None = mmap.mmap(fd, self._end, access=mmap.ACCESS_READ)
+            self._map = map_file(fd, self._end)
             values = np.frombuffer(
-                self._mmap, self._dtype, self.image_count * math.prod(stored_core), self._offset
+                self._map, self._dtype, self.image_count * math.prod(stored_core), self._offset
             ).reshape((self.image_count, *stored_core))
             if self._axes is not None:
                 values = values.transpose(0, *(a + 1 for a in self._axes))
         else:
-            self._mmap = None
+            self._map = None
             values = np.empty((self.image_count, *self.core_extents), self._dtype)
         self._images = values
 
@@ -147,6 +153,7 @@ class RawArrayReader(ImageReader):
         self.check_unchanged()
         for i, out in enumerate(outs):
             self._copy(self._images[start + i], out)
+        self._check_copied()
 
     def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
         self.check_indices(indices)
@@ -156,11 +163,13 @@ class RawArrayReader(ImageReader):
         else:
             for index, slot in zip(indices.tolist(), slots.tolist()):
                 self._copy(self._images[index], out[slot])
+        self._check_copied()
 
     def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
         self.check_run(index, 1)
         self.check_unchanged()
         self._copy(self._images[index][region], out)
+        self._check_copied()
 
     def read_regions(
         self, index: int, regions: Sequence[tuple[slice, ...]], outs: Sequence[np.ndarray]
@@ -170,18 +179,28 @@ class RawArrayReader(ImageReader):
         image = self._images[index]
         for region, out in zip(regions, outs):
             self._copy(image[region], out)
+        self._check_copied()
 
     def check_unchanged(self) -> None:
+        """Raise `OSError` if the file is shorter than its images need, or a page of it could not be read."""
         size = os.fstat(self._fd).st_size
         if size < self._end:
+            self.stale = True
             raise OSError(f"{self.key}: the file was truncated to {size} bytes while open")
+        self._check_copied()
+
+    def _check_copied(self) -> None:
+        if self._map is not None and self._map.faults:
+            self.stale = True
+            raise OSError(
+                errno.EIO,
+                f"{self.key}: {self._map.faults} pages of the file could not be read while open "
+                "(it was truncated, or an I/O error), and read as zeros",
+            )
 
     def close(self) -> None:
         self._images = None
-        if self._mmap is not None:
-            with contextlib.suppress(BufferError):  # a view is still alive; the map goes with it
-                self._mmap.close()
-            self._mmap = None
+        self._map = None  # unmapped when the last view of it goes
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -266,8 +285,9 @@ class RawArrayWriter(ImageWriter):
             raise FileNotFoundError(f"{key}: no directory {directory} to write the file in")
         self._partial = temporary_path(key)
         try:
-            self._offset = prepare(self._partial)
-            self._fd = os.open(self._partial, os.O_RDWR)
+            with _naming(key):
+                self._offset = prepare(self._partial)
+                self._fd = os.open(self._partial, os.O_RDWR)
         except BaseException:
             _remove(self._partial)
             raise
@@ -288,24 +308,27 @@ class RawArrayWriter(ImageWriter):
                 np.copyto(stored, source, casting="unsafe")
             offset = self._offset + (start + i) * self._image_bytes
             data = memoryview(stored.reshape(-1).view(np.uint8))
-            while data:
-                written = os.pwrite(self._fd, data, offset)
-                data, offset = data[written:], offset + written
+            with _naming(self.key):
+                while data:
+                    written = os.pwrite(self._fd, data, offset)
+                    data, offset = data[written:], offset + written
             if self._statistics is not None:
                 self._statistics.record(start + i, stored)
 
     def flush(self) -> None:
-        if self._complete is not None:
-            self._complete(self._fd, self._statistics)
-        os.fsync(self._fd)
+        with _naming(self.key):
+            if self._complete is not None:
+                self._complete(self._fd, self._statistics)
+            os.fsync(self._fd)
 
     def finish(self) -> None:
         try:
-            if self._complete is not None:
-                self._complete(self._fd, self._statistics)
-            os.close(self._fd)
-            self._fd = -1
-            os.replace(self._partial, self.key)
+            with _naming(self.key):
+                if self._complete is not None:
+                    self._complete(self._fd, self._statistics)
+                os.close(self._fd)
+                self._fd = -1
+                os.replace(self._partial, self.key)
         except BaseException:
             self.discard()
             raise
@@ -315,6 +338,19 @@ class RawArrayWriter(ImageWriter):
             os.close(self._fd)
             self._fd = -1
         _remove(self._partial)
+
+
+@contextlib.contextmanager
+def _naming(key: str) -> Iterator[None]:
+    """Raise an `OSError` that does not name `key` again as one that does, of its class and errno."""
+    try:
+        yield
+    except OSError as error:
+        if key in str(error):
+            raise
+        if error.errno is None:
+            raise type(error)(f"{key}: {error}") from error
+        raise type(error)(error.errno, f"{key}: {error.strerror}") from error
 
 
 def _remove(path: str) -> None:

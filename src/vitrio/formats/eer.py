@@ -102,7 +102,8 @@ class _Layout:
         file_end: The end of the last byte of a strip in the file.
 
     Raises:
-        FormatError: If the file is not a TIFF file of EER frames, or its frames lie past its end.
+        FormatError: If the file is not a TIFF file of EER frames, its frames lie past its end, or
+            they claim more data than the file holds (frames that share their data).
     """
 
     def __init__(self, key: str, fd: int):
@@ -113,6 +114,7 @@ class _Layout:
                 open(os.dup(fd), "rb") as handle,
                 tifffile.TiffFile(handle, name=os.path.basename(key)) as tif,
             ):
+                len(tif.pages)  # indexes every page, which cuts a loop of pages before tifffile follows it
                 pages = list(tif.pages)
                 if not pages:
                     raise FormatError(f"{key}: the TIFF file has no pages")
@@ -138,14 +140,20 @@ class _Layout:
         self.frame_bytes = np.concatenate(
             ([0], np.cumsum(np.add.reduceat(byte_counts, self.frame_starts[:-1])))
         )
-        ends = self.strips[:, 0] + byte_counts
-        self.file_end = int(ends.max())
-        beyond = np.flatnonzero(ends > size)
+        offsets = self.strips[:, 0]
+        # compared without adding, which could overflow int64 for an offset near 2**63
+        beyond = np.flatnonzero((offsets < 0) | (byte_counts < 0) | (offsets > size - byte_counts))
         if len(beyond):
             strip = int(beyond[0])
             raise FormatError(
-                f"{key}: frame {self.strip_frames[strip]}: its data (bytes {self.strips[strip, 0]} to "
-                f"{ends[strip]}) lie past the end of the file ({size} bytes); the file is truncated"
+                f"{key}: frame {self.strip_frames[strip]}: its data ({byte_counts[strip]} bytes at "
+                f"{offsets[strip]}) lie past the end of the file ({size} bytes); the file is truncated"
+            )
+        self.file_end = int((offsets + byte_counts).max())
+        if int(self.frame_bytes[-1]) > size:  # frames that share their data would render more than it holds
+            raise FormatError(
+                f"{key}: its frames claim {int(self.frame_bytes[-1])} bytes of data, more than the file's "
+                f"{size}: frames share their data"
             )
         # a stream of n bits codes at most n // rlebits runs, each of fewer than 2**rlebits pixels
         codable = (byte_counts * 8 // self.rlebits) * ((1 << self.rlebits) - 1)
@@ -353,7 +361,11 @@ class EerReader(ImageReader):
             raise ValueError(f"{self.key}: the reader is closed")
         begin, end = int(self._bounds[index]), int(self._bounds[index + 1])
         data = _scratch_bytes("data", int(layout.frame_bytes[end] - layout.frame_bytes[begin]))
-        strips = layout.read(self._fd, begin, end, data)
+        try:
+            strips = layout.read(self._fd, begin, end, data)
+        except FormatError:  # the file ends before a frame does: it was truncated while open
+            self.stale = True
+            raise
         shape = self.core_extents
         direct = (
             out.dtype in self._direct
@@ -394,6 +406,7 @@ class EerReader(ImageReader):
         """Raise `OSError` if the file has become shorter than its frames need."""
         size = os.fstat(self._fd).st_size
         if size < self._layout.file_end:
+            self.stale = True
             raise OSError(
                 f"{self.key}: the file shrank to {size} bytes; its frames need {self._layout.file_end}"
             )

@@ -3,9 +3,20 @@
 The first series of the file is what it holds, as tifffile reads its shape
 and axes: the axes before the last `YX` (or `ZYX`, a volume) stack the
 images. A series stored uncompressed in one block, as tifffile and most
-acquisition programs write it, is read like a raw array (runs with one
-`preadv`, patches from a memory map); any other series is decoded by
-tifffile, a page at a time.
+acquisition programs write it, is read like a raw array (out of a memory
+map, see `_raw`); any other series is decoded by tifffile, a page at a
+time.
+
+Before a page is decoded, its data must lie in the file, and what it
+decodes to (the page, and the tile or strip tifffile decodes it by) must
+not be more than its compression can make of them: 8 times as many bytes
+for uncompressed pages (of 1-bit samples), 128 for PackBits, 2048 for
+Deflate, 4096 for LZW, 65536 for any other compression (plus 64 KiB), so
+that a malformed header cannot make the reader allocate what the file does
+not hold. The segments of an LZW page are checked for the codes that crash
+imagecodecs' LZW decoder (see `_eer_decode.lzw_check`). Opening a file
+indexes all its pages first, which cuts a loop of pages that tifffile
+would otherwise follow forever.
 
 Written files are uncompressed, one page per image (per section for
 volumes), with tifffile's shape metadata: axes `YX` for an image, `IYX` for a
@@ -17,6 +28,7 @@ page holds at least one pixel.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Sequence
@@ -26,12 +38,72 @@ import tifffile
 
 from .._types import ImageDescriptor, NumericalType, numpy_dtype
 from ._base import Format, FormatError, ImageReader, ImageWriter, register_format
+from ._eer_decode import lzw_check
 from ._raw import RawArrayReader, RawArrayWriter
 
 __all__ = ["TiffFormat"]
 
 _MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
 _BIGTIFF_BYTES = 2**32 - 2**25
+_EXPANSION = {1: 8, 5: 4096, 8: 2048, 32946: 2048, 32773: 128}
+_ANY_EXPANSION = 1 << 16
+_EXPANSION_SLACK = 1 << 16
+_LZW = 5
+_REVERSED_BITS = bytes(int(f"{value:08b}"[::-1], 2) for value in range(256))
+
+
+def _check_page(key: str, page: tifffile.TiffPage, index: int, size: int) -> None:
+    """Raise `FormatError` if `page`'s data lie past the end of the file, or make less than it claims.
+
+    Only the parts with both an offset and a byte count count as data.
+
+    Args:
+        key: The file's key, for messages.
+        page: The page.
+        index: Its index, for messages.
+        size: The file's size.
+    """
+    segments = list(zip(page.dataoffsets, page.databytecounts))
+    for segment, (offset, count) in enumerate(segments):
+        if offset + count > size:
+            raise FormatError(
+                f"{key}: page {index}: its data (part {segment}, bytes {offset} to {offset + count}) lie "
+                f"past the end of the file ({size} bytes); the file is truncated"
+            )
+    held = sum(count for _, count in segments)
+    geometry = page.keyframe
+    itemsize = np.dtype(geometry.dtype).itemsize if geometry.dtype is not None else 1
+    decoded = max(math.prod(geometry.shape), math.prod(geometry.chunks)) * itemsize
+    compression = int(geometry.compression)
+    if decoded > _EXPANSION.get(compression, _ANY_EXPANSION) * held + _EXPANSION_SLACK:
+        raise FormatError(
+            f"{key}: page {index} of shape {geometry.shape} (in parts of {geometry.chunks}) would decode to "
+            f"{decoded} bytes, more than its {held} bytes of data can make with compression {compression}"
+        )
+
+
+def _check_lzw(key: str, fd: int, page: tifffile.TiffPage, index: int) -> None:
+    """Raise `FormatError` if a segment of LZW `page` holds a code that would crash the decoder.
+
+    Each segment is checked for as many bytes as the largest segment of the page decodes to; the
+    segments must lie in the file (`_check_page`).
+    """
+    geometry = page.keyframe
+    samples = geometry.samplesperpixel if geometry.planarconfig == 1 else 1
+    if geometry.is_tiled:
+        values = geometry.tiledepth * geometry.tilelength * geometry.tilewidth
+    else:
+        values = min(geometry.rowsperstrip, geometry.imagelength) * geometry.imagewidth
+    decoded = values * samples * (np.dtype(geometry.dtype).itemsize if geometry.dtype is not None else 1)
+    for segment, (offset, count) in enumerate(zip(page.dataoffsets, page.databytecounts)):
+        data = os.pread(fd, count, offset)
+        if geometry.fillorder == 2:
+            data = data.translate(_REVERSED_BITS)
+        bad = lzw_check(data, decoded)
+        if bad is not None:
+            raise FormatError(
+                f"{key}: page {index}: its LZW segment {segment} is corrupt at byte {offset + bad}"
+            )
 
 
 def _descriptor(key: str, series: tifffile.TiffPageSeries) -> ImageDescriptor:
@@ -62,43 +134,61 @@ class _TiffPagesReader(ImageReader):
         super().__init__(key, descriptor)
         self._tiff = tiff
         self._fd = fd
+        self._size = os.fstat(fd).st_size
         self._pages = tiff.series[0].pages
-        self._pages_per_image = len(self._pages) // max(self.image_count, 1)
+        pages, images = len(self._pages), max(self.image_count, 1)
+        # A page holds whole images (tifffile writes a stack of 1-pixel-wide images as one page),
+        # or an image spans whole pages (the sections of a volume).
+        self._images_per_page = images // pages if pages and images % pages == 0 and images > pages else 1
+        self._pages_per_image = pages // images
         leading = self.core_extents[0] if self.core_extents else 0
-        if (
-            self._pages_per_image < 1
-            or len(self._pages) % max(self.image_count, 1)
-            or (leading % self._pages_per_image)
+        if self._images_per_page == 1 and (
+            self._pages_per_image < 1 or pages % images or (leading % self._pages_per_image)
         ):
             raise FormatError(
-                f"{key}: TIFF of {len(self._pages)} pages does not split into {self.image_count} "
+                f"{key}: TIFF of {pages} pages does not split into {self.image_count} "
                 f"images of shape {self.core_extents}"
             )
         self._lock = threading.Lock()
 
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         self.check_run(start, len(outs))
+        if self._images_per_page > 1:
+            for i, out in enumerate(outs):
+                page, within = divmod(start + i, self._images_per_page)
+                values = self._page(page).reshape((self._images_per_page, *self.core_extents))
+                np.copyto(out, values[within], casting="unsafe")
+            return
         per_image = self._pages_per_image
         for i, out in enumerate(outs):
             first = (start + i) * per_image
             step = out.shape[0] // per_image
             for z in range(per_image):
-                try:
-                    with self._lock:  # tifffile loads pages lazily, seeking the shared file
-                        page = self._pages[first + z]
-                        if page is None:
-                            raise IndexError("it is missing")
-                        values = page.asarray()
-                except Exception as error:
-                    raise FormatError(
-                        f"{self.key}: page {first + z} cannot be read (is the file truncated?): {error}"
-                    ) from error
+                values = self._page(first + z)
                 part = out[z * step : (z + 1) * step]
                 if values.size != part.size:
                     raise FormatError(
                         f"{self.key}: page {first + z} holds {values.shape}, not a part of shape {part.shape}"
                     )
                 np.copyto(part, values.reshape(part.shape), casting="unsafe")
+
+    def _page(self, number: int) -> np.ndarray:
+        """The values of page `number`, decoded after checking it fits the file."""
+        try:
+            with self._lock:  # tifffile loads pages lazily, seeking the shared file
+                page = self._pages[number]
+                if page is None:
+                    raise IndexError("it is missing")
+                _check_page(self.key, page, number, self._size)
+                if int(page.keyframe.compression) == _LZW:
+                    _check_lzw(self.key, self._fd, page, number)
+                return page.asarray()
+        except (FormatError, MemoryError):
+            raise
+        except Exception as error:
+            raise FormatError(
+                f"{self.key}: page {number} cannot be read (is the file truncated?): {error}"
+            ) from error
 
     def close(self) -> None:
         self._tiff.close()
@@ -124,18 +214,22 @@ class TiffFormat(Format):
         file = open(fd, "rb", closefd=False)  # noqa: SIM115 - the reader owns it
         try:
             tiff = tifffile.TiffFile(file, name=os.path.basename(key))
+            len(tiff.pages)  # indexes every page, which cuts a loop of pages before tifffile follows it
             if not tiff.series:
                 raise FormatError(f"{key}: TIFF holds no image")
             series = tiff.series[0]
             descriptor = _descriptor(key, series)
             offset = series.dataoffset
-        except FormatError:
+            raw = offset is not None and series.dtype != np.dtype(bool)
+            if not raw:
+                _check_page(key, series.pages[0], 0, os.fstat(fd).st_size)
+        except (FormatError, MemoryError):
             file.close()
             raise
         except Exception as error:
             file.close()
             raise FormatError(f"{key}: not a readable TIFF file: {error}") from error
-        if offset is not None and series.dtype != np.dtype(bool):
+        if raw:
             stored = np.dtype(series.dtype).newbyteorder(tiff.byteorder)
             tiff.close()
             file.close()

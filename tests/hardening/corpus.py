@@ -1,0 +1,178 @@
+"""The seeds of the fuzzer: small valid files of every format, a few KiB each, and their field offsets.
+
+MRC files are made with the hand-made headers of `tests/core/helpers.py`
+and vitrio's writer, TIFF files with tifffile, EER movies with the encoder
+of `tests/formats/test_eer.py`, DM files with the tag trees of
+`tests/formats/test_dm.py` (and the smallest real DM samples, where the
+shared test data is there).
+
+A seed's fields are the offsets of what mutations most likely break: the
+words of an MRC header, the count and value of every TIFF tag, and, in any
+format, every 4 or 8 bytes that read as a small positive integer (counts,
+sizes, offsets, dimensions).
+"""
+
+from __future__ import annotations
+
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import tifffile
+
+import vitrio as vio
+
+from .fuzzing import Seed
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "formats"))
+from test_dm import ARCHIVE, _dm_file, _image_entry, _thumbnail  # noqa: E402
+from test_eer import make_movie  # noqa: E402
+
+from core.helpers import write_mrc_by_hand  # noqa: E402
+
+FORMATS = ("mrc", "tiff", "eer", "dm")
+REGRESSIONS = Path(__file__).resolve().parent / "regressions"
+_EXTENSIONS = {
+    ".mrc": "mrc",
+    ".mrcs": "mrc",
+    ".tif": "tiff",
+    ".tiff": "tiff",
+    ".eer": "eer",
+    ".dm3": "dm",
+    ".dm4": "dm",
+}
+_REAL_DM = ("2D-float32.dm4", "3D-uint16.dm4", "2D-int16.dm3")
+
+
+def _small_integers(content: bytes, limit: int = 4096) -> list[int]:
+    """Offsets in the first `limit` bytes where 4 or 8 bytes read as an integer from 1 to the file's size."""
+    found = set()
+    size = len(content)
+    for width in (4, 8):
+        for order in ("little", "big"):
+            for at in range(0, min(limit, size - width + 1)):
+                if 0 < int.from_bytes(content[at : at + width], order) <= size:
+                    found.add(at)
+    return sorted(found)
+
+
+def _tiff_fields(path: Path) -> list[int]:
+    with tifffile.TiffFile(path) as tif:
+        return sorted(
+            {place for page in tif.pages for tag in page.tags for place in (tag.offset + 4, tag.valueoffset)}
+        )
+
+
+def _mrc_seeds(directory: Path) -> list[Path]:
+    rng = np.random.default_rng(1)
+    image = directory / "image.mrc"
+    vio.write_single(rng.normal(size=(12, 16)).astype(np.float32), image)
+    stack = directory / "stack.mrcs"
+    write_mrc_by_hand(stack, rng.integers(-99, 99, (5, 8, 8)), 1)
+    volume = directory / "volume-big-endian.map"
+    write_mrc_by_hand(volume, rng.normal(size=(4, 6, 5)), 2, order=">", ispg=1, axes=(3, 1, 2))
+    extended = directory / "extended.mrc"
+    write_mrc_by_hand(extended, rng.integers(0, 999, (1, 10, 10)), 6, extended=bytes(256))
+    complex_int = directory / "complex-int16.mrc"
+    write_mrc_by_hand(complex_int, rng.integers(-9, 9, (2, 4, 6, 2)), 3)
+    volumes = directory / "volume-stack.mrc"
+    write_mrc_by_hand(volumes, rng.normal(size=(4, 4, 4)), 12, ispg=401, mz=2)
+    return [image, stack, volume, extended, complex_int, volumes]
+
+
+def _tiff_seeds(directory: Path) -> list[Path]:
+    rng = np.random.default_rng(2)
+    plain = {"photometric": "minisblack"}
+    files = {
+        "image.tif": (rng.integers(0, 999, (16, 16)).astype(np.uint16), plain),
+        "stack.tif": (rng.normal(size=(4, 8, 8)).astype(np.float32), plain),
+        "zlib.tif": (rng.integers(-99, 99, (3, 16, 16)).astype(np.int16), {**plain, "compression": "zlib"}),
+        "big.tiff": (rng.integers(0, 9, (2, 8, 8)).astype(np.uint8), {**plain, "bigtiff": True}),
+        "tiled-lzw.tif": (
+            rng.integers(0, 9, (32, 32)).astype(np.uint8),
+            {**plain, "tile": (16, 16), "compression": "lzw"},
+        ),
+        "lzw-predictor.tif": (
+            rng.integers(0, 99, (2, 24, 16)).astype(np.uint16),
+            {**plain, "compression": "lzw", "predictor": True, "rowsperstrip": 8},
+        ),
+        "packbits.tif": (rng.integers(0, 3, (24, 24)).astype(np.uint8), {**plain, "compression": "packbits"}),
+    }
+    paths = []
+    for name, (values, options) in files.items():
+        tifffile.imwrite(directory / name, values, **options)
+        paths.append(directory / name)
+    volume = directory / "volume.tif"
+    vio.write_single(rng.normal(size=(3, 6, 5)).astype(np.float32), volume)
+    return [*paths, volume]
+
+
+def _eer_seeds(directory: Path) -> list[Path]:
+    shape = (32, 32)
+    options = [
+        ("65000.eer", 65000, None, None),
+        ("65001-strips.eer", 65001, None, 8),
+        ("65002.eer", 65002, (7, 2, 2), None),
+        ("65002-5-1-3.tif", 65002, (5, 1, 3), 16),
+    ]
+    return [
+        make_movie(directory, compression, code, rows, frames=4, shape=shape, seed=n, name=name).path
+        for n, (name, compression, code, rows) in enumerate(options)
+    ]
+
+
+def _dm_seeds(directory: Path) -> list[Path]:
+    values = (np.arange(6 * 5) - 7).reshape(6, 5)
+    made = {
+        "image.dm3": _dm_file(3, [_thumbnail(), _image_entry(values.astype(np.float32), 2, [6])], [0]),
+        "stack-big-endian.dm4": _dm_file(
+            4, [_image_entry(values.reshape(2, 3, 5).astype(np.uint16), 10, [4], little=False)], little=False
+        ),
+        "complex.dm4": _dm_file(
+            4,
+            [_image_entry(values.astype(np.complex64), 3, [15, 0, 2, 0, 6, 0, 6], units=["nm", "nm"])],
+        ),
+    }
+    paths = []
+    for name, content in made.items():
+        (directory / name).write_bytes(content)
+        paths.append(directory / name)
+    if ARCHIVE.is_file():
+        with tarfile.open(ARCHIVE) as tar:
+            for name in _REAL_DM:
+                (directory / name).write_bytes(tar.extractfile(name).read())
+                paths.append(directory / name)
+    return paths
+
+
+_MAKERS = {"mrc": _mrc_seeds, "tiff": _tiff_seeds, "eer": _eer_seeds, "dm": _dm_seeds}
+
+
+def regression_seeds(formats: tuple[str, ...] = FORMATS) -> list[Seed]:
+    """The files of `regressions/` of `formats`: files the fuzzer found that once crashed, hung or
+    allocated what they do not hold, each named after what is wrong with it."""
+    seeds = []
+    for path in sorted(REGRESSIONS.iterdir()):
+        kind = _EXTENSIONS[path.suffix]
+        if kind in formats:
+            fields = tuple(_small_integers(path.read_bytes()))
+            seeds.append(Seed(f"regression-{path.name}", kind, str(path), fields))
+    return seeds
+
+
+def make_seeds(directory: Path, formats: tuple[str, ...] = FORMATS) -> list[Seed]:
+    """Write the valid seeds of `formats` into `directory`."""
+    seeds = []
+    for name in formats:
+        folder = directory / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in _MAKERS[name](folder):
+            content = path.read_bytes()
+            fields = set(_small_integers(content))
+            if name == "mrc":
+                fields.update(range(0, 224, 4))
+            elif name in ("tiff", "eer"):
+                fields.update(_tiff_fields(path))
+            seeds.append(Seed(f"{name}-{path.name}", name, str(path), tuple(sorted(fields))))
+    return seeds
