@@ -16,8 +16,8 @@ import tifffile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vitrio import _native as decoder
 from vitrio.formats import FormatError, open_reader
-from vitrio.formats import _eer_decode as decoder
 from vitrio.formats.eer import (
     DetectorEventTimeline,
     EerFormat,

@@ -8,7 +8,7 @@ file bound for consecutive slots is one `numpy.take`. Copies release the
 GIL, and after the first touch of a page there is no system call at all.
 Before each copy the reader checks the file has not shrunk under the map.
 A page that cannot be read during a copy (the file shrank meanwhile, or an
-I/O error) would kill the process with SIGBUS: the map of `_eer_decode.map_file`
+I/O error) would kill the process with SIGBUS: the map of `vitrio._native.map_file`
 reads it as zeros instead and counts it, and the read raises `OSError`; the
 reader raises it from then on.
 
@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from .._native import map_file
 from .._types import ImageDescriptor
 from ._base import FormatError, ImageReader, ImageWriter, temporary_path
-from ._eer_decode import map_file
 
 __all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics", "gather"]
 

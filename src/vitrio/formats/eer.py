@@ -15,7 +15,7 @@ frame (0 or 1 event per pixel) at the detector's resolution.
 fractions (sums of consecutive frames), binned or on a finer grid, optionally
 weighted by a gain reference. `read_events` reads the events themselves.
 
-Frames are decoded by the C extension `_eer_decode`, without the GIL.
+Frames are decoded by the C extension `vitrio._native`, without the GIL.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any, ClassVar
 import numpy as np
 import tifffile
 
+from .. import _native
 from .._types import ImageDescriptor, as_key
-from . import _eer_decode
 from ._base import Format, FormatError, ImageReader, register_format
 
 __all__ = ["DetectorEventTimeline", "EerFormat", "detector_event_image_reader_provider", "read_events"]
@@ -380,7 +380,7 @@ class EerReader(ImageReader):
             target = _scratch_bytes("image", self._dtype.itemsize * shape[0] * shape[1]).view(self._dtype)
             target = target.reshape(shape)
         gain = self._gain
-        status = _eer_decode.render(
+        status = _native.render(
             data,
             strips,
             target,
@@ -734,7 +734,7 @@ def read_events(
             data = np.empty(int(layout.frame_bytes[stop] - layout.frame_bytes[frame]), dtype=np.uint8)
             strips = layout.read(fd, frame, stop, data)
             strip_counts = np.empty(len(strips), dtype=np.int64)
-            status = _eer_decode.events(
+            status = _native.events(
                 data,
                 strips,
                 timeline._positions[timeline.event_count :],

@@ -14,7 +14,7 @@ for uncompressed pages (of 1-bit samples), 128 for PackBits, 2048 for
 Deflate, 4096 for LZW, 65536 for any other compression (plus 64 KiB), so
 that a malformed header cannot make the reader allocate what the file does
 not hold. The segments of an LZW page are checked for the codes that crash
-imagecodecs' LZW decoder (see `_eer_decode.lzw_check`). Opening a file
+imagecodecs' LZW decoder (see `vitrio._native.lzw_check`). Opening a file
 indexes all its pages first, which cuts a loop of pages that tifffile
 would otherwise follow forever.
 
@@ -36,9 +36,9 @@ from collections.abc import Sequence
 import numpy as np
 import tifffile
 
+from .._native import lzw_check
 from .._types import ImageDescriptor, NumericalType, numpy_dtype
 from ._base import Format, FormatError, ImageReader, ImageWriter, register_format
-from ._eer_decode import lzw_check
 from ._raw import RawArrayReader, RawArrayWriter
 
 __all__ = ["TiffFormat"]

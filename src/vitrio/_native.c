@@ -1,4 +1,10 @@
-/* Decoding of EER frames: run lengths of electron events and their sub-pixel positions.
+/* vitrio._native: what has to run without the GIL or outside Python's reach.
+ *
+ * - EER decoding (render, events), below;
+ * - a check of LZW streams before imagecodecs decodes them (lzw_check);
+ * - file maps whose pages read as zeros instead of raising SIGBUS (map_file).
+ *
+ * Decoding of EER frames: run lengths of electron events and their sub-pixel positions.
  *
  * A frame (or one strip of it) is a stream of codes read least significant
  * bit first. A code starts with `rlebits` bits, a run of pixels without an
@@ -481,7 +487,7 @@ static PyBufferProcs filemap_buffer = {filemap_getbuffer, NULL};
 
 static PyTypeObject FileMapType = {
     PyVarObject_HEAD_INIT(NULL, 0) /* ends with a comma */
-    .tp_name = "vitrio.formats._eer_decode.FileMap",
+    .tp_name = "vitrio._native.FileMap",
     .tp_basicsize = sizeof(FileMap),
     .tp_dealloc = filemap_dealloc,
     .tp_as_buffer = &filemap_buffer,
@@ -545,13 +551,13 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "_eer_decode",
+    .m_name = "_native",
     .m_doc = "Decoding of EER electron event streams, a check of TIFF LZW segments, and guarded file maps.",
     .m_size = -1,
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__eer_decode(void) {
+PyMODINIT_FUNC PyInit__native(void) {
     page_size = (size_t)sysconf(_SC_PAGESIZE);
     if (PyType_Ready(&FileMapType) < 0) return NULL;
     return PyModule_Create(&module);
