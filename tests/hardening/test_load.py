@@ -174,3 +174,40 @@ def test_loaders_abandoned_with_work_pending_leave_nothing_behind(many_files: Pa
     assert result["dropped"] == [0, 0], result  # threads and open files left behind
     assert result["right"] == 20, result
     assert result["kept"] == [0, 0], result
+
+
+def test_data_loaders_abandoned_mid_epoch_leave_nothing_behind(many_files: Path):
+    """100 times: a DataLoader with a loader of its own, two batches taken, the epoch abandoned."""
+    result = run_script(
+        f"""
+        import gc, json, os, threading, time
+        import numpy as np, vitrio as vio
+        from vitrio.data import DataLoader, Dataset, ImageSource
+
+        directory = {str(many_files)!r}
+        paths = [os.path.join(directory, f"{{n:04d}}.mrcs") for n in range(100)]
+        locations = [vio.ImageLocation(p, i) for p in paths for i in range({IMAGES})]
+        dataset = Dataset({{"image": ImageSource(locations)}})
+        threads, files = threading.active_count(), len(os.listdir("/proc/self/fd"))
+        right = 0
+        for epoch in range(100):
+            loader = DataLoader(dataset, 32, shuffle=True, seed=epoch, loader=vio.loader(workers=2, cache=8))
+            for taken, batch in enumerate(loader):
+                expected = np.stack([vio.read(dataset.fields["image"].locations[i]) for i in batch["index"]])
+                right += bool(np.array_equal(batch["image"], expected))
+                if taken == 1:
+                    break
+            del loader, batch
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            gc.collect()
+            if threading.active_count() == threads and len(os.listdir("/proc/self/fd")) == files:
+                break
+            time.sleep(0.01)
+        left = [threading.active_count() - threads, len(os.listdir("/proc/self/fd")) - files]
+        print(json.dumps({{"left": left, "right": right}}))
+        """,
+        timeout=280,
+    )
+    assert result["left"] == [0, 0], result  # threads and open files left behind
+    assert result["right"] == 200, result
