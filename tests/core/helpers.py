@@ -12,6 +12,23 @@ from pathlib import Path
 
 import numpy as np
 
+NUMPY_TYPES = (
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
+"""Every numeric numpy type, by name: what TIFF holds and vitrio reads into."""
+
 MODE_DTYPES = {
     0: np.dtype(np.int8),
     1: np.dtype(np.int16),

@@ -7,23 +7,10 @@ import numpy as np
 import tifffile
 
 from .conformance import FormatConformance
+from .helpers import NUMPY_TYPES
 
 MRC_TYPES = ("float32", "int8", "int16", "uint16", "float16", "complex64")
-TIFF_TYPES = (
-    "float32",
-    "int8",
-    "uint8",
-    "int16",
-    "uint16",
-    "int32",
-    "uint32",
-    "int64",
-    "uint64",
-    "float16",
-    "float64",
-    "complex64",
-    "complex128",
-)
+TIFF_TYPES = NUMPY_TYPES
 
 
 class TestMrc(FormatConformance):

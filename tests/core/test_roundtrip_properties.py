@@ -13,6 +13,8 @@ from hypothesis.extra import numpy as hnp
 
 import vitrio as vio
 
+from .helpers import NUMPY_TYPES
+
 # The type each file holds for the type written (MRC widens or narrows to its modes).
 MRC_TYPES = {
     "int8": "int8",
@@ -25,24 +27,7 @@ MRC_TYPES = {
     "bool": "uint16",
     "float64": "float32",
 }
-TIFF_TYPES = {
-    t: t
-    for t in [
-        "int8",
-        "uint8",
-        "int16",
-        "uint16",
-        "int32",
-        "uint32",
-        "int64",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-        "complex64",
-        "complex128",
-    ]
-} | {"bool": "uint8"}
+TIFF_TYPES = {t: t for t in NUMPY_TYPES} | {"bool": "uint8"}
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -8,21 +8,9 @@ import tifffile
 
 import vitrio as vio
 
-DTYPES = [
-    "int8",
-    "uint8",
-    "int16",
-    "uint16",
-    "int32",
-    "uint32",
-    "int64",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
+from .helpers import NUMPY_TYPES
+
+DTYPES = list(NUMPY_TYPES)
 
 
 def _values(rng, shape, dtype):
