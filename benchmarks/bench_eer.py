@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import struct
 import tempfile
 import threading
 import time
@@ -30,60 +29,18 @@ import tifffile
 
 from vitrio.formats import open_reader
 from vitrio.formats.eer import EerFormat
+from vitrio.testing.eer import encode_frame, random_events, write_eer
 
 CODE = (7, 2, 2)  # compression 65001: 7 bits of run, 2 + 2 sub-pixel bits
-COMPRESSION = 65001
-
-
-def encode_frame(rng: np.random.Generator, shape: tuple[int, int], density: float) -> tuple[bytes, int]:
-    """The code stream of a frame of random events, and how many events it holds."""
-    rlebits, hbits, vbits = CODE
-    skip = (1 << rlebits) - 1
-    npix = shape[0] * shape[1]
-    pixels = np.flatnonzero(rng.random(npix, dtype=np.float32) < density)
-    gaps = np.diff(np.concatenate(([-1], pixels, [npix]))) - 1
-    values = (gaps % skip).astype(np.uint64)
-    values[:-1] |= rng.integers(0, 1 << (hbits + vbits), len(pixels), dtype=np.uint64) << np.uint64(rlebits)
-    per_gap = gaps // skip + 1
-    lasts = np.cumsum(per_gap) - 1
-    codes = np.full(int(per_gap.sum()), skip, dtype=np.uint64)
-    lengths = np.full(len(codes), rlebits, dtype=np.int64)
-    codes[lasts] = values
-    lengths[lasts] = rlebits + hbits + vbits
-    offsets = np.cumsum(lengths) - lengths
-    nbytes = -(-int(offsets[-1] + lengths[-1]) // 8)
-    nbytes += nbytes % 2  # imagecodecs only decodes streams of an even number of bytes
-    shifted = codes << (offsets & 7).astype(np.uint64)
-    stream = np.zeros(nbytes + 8, dtype=np.int64)
-    for byte in range(3):  # a code of 11 bits shifted by up to 7 spans 3 bytes
-        parts = ((shifted >> np.uint64(8 * byte)) & np.uint64(255)).astype(np.int64)
-        stream += np.bincount((offsets >> 3) + byte, weights=parts, minlength=len(stream)).astype(np.int64)
-    return stream[:nbytes].astype(np.uint8).tobytes(), len(pixels)
 
 
 def write_movie(path: Path, shape: tuple[int, int], frames: int, distinct: int, density: float) -> int:
     """Write an EER movie of `frames` frames cycling through `distinct` random ones; return its events."""
     rng = np.random.default_rng(0)
-    encoded = [encode_frame(rng, shape, density) for _ in range(distinct)]
-    with tifffile.TiffWriter(path, bigtiff=True) as tiff:
-        for frame in range(frames):
-            # tifffile writes encoded strips only for a compression it knows: patched below
-            tiff.write(
-                iter([encoded[frame % distinct][0]]),
-                shape=shape,
-                dtype=np.uint8,
-                compression="zlib",
-                photometric="minisblack",
-                rowsperstrip=shape[0],
-                contiguous=False,
-            )
-    with tifffile.TiffFile(path) as tif:
-        offsets = [page.tags[259].valueoffset for page in tif.pages]
-    with open(path, "r+b") as handle:
-        for offset in offsets:
-            handle.seek(offset)
-            handle.write(struct.pack("<H", COMPRESSION))
-    return sum(encoded[frame % distinct][1] for frame in range(frames))
+    events = [random_events(rng, shape, CODE, density) for _ in range(distinct)]
+    encoded = [encode_frame(e, shape, CODE, shape[0]) for e in events]
+    write_eer(path, [encoded[frame % distinct] for frame in range(frames)], shape, 65001)
+    return sum(len(events[frame % distinct]) for frame in range(frames))
 
 
 def run_fractions(task, fractions: int, threads: int) -> None:
