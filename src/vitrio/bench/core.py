@@ -169,22 +169,18 @@ def main() -> None:
         print(format_row(*rows[-1]), flush=True)
 
     print(f"{'workload':<22}{'vitrio img/s':>14}{'(a) torch':>12}{'x (a)':>8}{'(b) mmap':>12}{'x (b)':>8}")
-    if "W1" in args.only:
-        locations = work.w1()
-        loader = vio.loader(workers=2, cache=8)
+    stacks = (("W1", "W1 one stack", work.w1, 8), ("W2", "W2 1000 stacks", work.w2, 1024))
+    for key, name, files, cache in stacks:
+        if key not in args.only:
+            continue
+        locations = files()
+        loader = vio.loader(workers=2, cache=cache)
         measure(
-            "W1 one stack",
-            lambda: vitrio_images(loader, locations, batches_of(len(locations), batches, rng), shape),
-            lambda: mmap_images(locations, batches_of(len(locations), batches, rng)),
-            MrcfileImages(locations),
-        )
-    if "W2" in args.only:
-        locations = work.w2()
-        loader = vio.loader(workers=2, cache=1024)
-        measure(
-            "W2 1000 stacks",
-            lambda: vitrio_images(loader, locations, batches_of(len(locations), batches, rng), shape),
-            lambda: mmap_images(locations, batches_of(len(locations), batches, rng)),
+            name,
+            lambda loader=loader, locations=locations: vitrio_images(
+                loader, locations, batches_of(len(locations), batches, rng), shape
+            ),
+            lambda locations=locations: mmap_images(locations, batches_of(len(locations), batches, rng)),
             MrcfileImages(locations),
         )
     if "W3" in args.only:
