@@ -18,12 +18,19 @@ from ._functions import (
     write_stack,
     writer_provider,
 )
-from ._loading import ImageLoader, read_batch_async, read_patches_async
+from ._loading import (
+    ImageLoader,
+    read_batch_async,
+    read_indexed_async,
+    read_patches_async,
+    read_patches_indexed_async,
+)
 from ._providers import (
     CachingImageReaderProvider,
     FileImageReaderProvider,
     FileImageWriterProvider,
     ImageReaderProvider,
+    detector_event_image_reader_provider,
 )
 from ._saving import ImageSaver, write_batch_async
 from ._scratch import (
@@ -43,7 +50,7 @@ from ._types import (
     get_core_extents,
 )
 from .formats import Format, FormatError, FormatWarning, register_format
-from .formats.eer import DetectorEventTimeline, detector_event_image_reader_provider, read_events
+from .formats.eer import DetectorEventTimeline, read_events
 
 __version__ = "0.1.0"
 
@@ -81,7 +88,9 @@ __all__ = [
     "read",
     "read_batch_async",
     "read_events",
+    "read_indexed_async",
     "read_patches_async",
+    "read_patches_indexed_async",
     "reader_provider",
     "register_format",
     "saver",

@@ -2,12 +2,21 @@
 
 This layer knows nothing of files. A `Completion` counts down the tasks of
 one piece of work and keeps the arrays they write alive until they are done.
+
+At exit, work still under way is waited for before the interpreter shuts
+down (an `atexit` hook, while the pool's threads still run): a program that
+ends, or raises, with reads in flight exits once they are done, and no
+thread writes into memory that has been freed. A completion dropped while
+the interpreter is finalizing (its threads frozen) does not wait, and keeps
+its arrays for good rather than free memory a frozen thread may write.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -41,6 +50,21 @@ class _Work:
         if last:
             self.keep = None
             self.done.set()
+            _under_way.discard(self)
+
+
+_under_way: set[_Work] = set()
+"""The work submitted to a thread pool and not yet done, waited for at exit.
+
+A child process made by `fork` has none of its parent's threads: it forgets their work.
+"""
+os.register_at_fork(after_in_child=_under_way.clear)
+
+
+@atexit.register
+def _wait_at_exit() -> None:
+    for work in list(_under_way):
+        work.done.wait()
 
 
 class Completion:
@@ -85,11 +109,20 @@ class Completion:
         return next((work.error for work in self._works if work.error is not None), None)
 
     def __del__(self) -> None:
+        if sys.is_finalizing():
+            for work in getattr(self, "_works", ()):
+                if not work.done.is_set():
+                    _abandoned.append(work)
+            return
         for work in getattr(self, "_works", ()):
             work.done.wait()
 
     def __repr__(self) -> str:
         return f"<Completion {'ready' if self.is_ready else 'pending'}>"
+
+
+_abandoned: list[_Work] = []
+"""Work dropped while the interpreter finalizes, kept with its arrays: no thread writes freed memory."""
 
 
 def _run(work: _Work, task: Task) -> None:
@@ -106,6 +139,8 @@ def run_tasks(
 ) -> Completion:
     """Submit `tasks` to `executor`; the completion keeps `keep` alive until they are done."""
     work = _Work(len(tasks), keep)
+    if tasks and not isinstance(executor, SynchronousExecutor):
+        _under_way.add(work)
     for task in tasks:
         executor.submit(_run, work, task)
     return Completion([work])

@@ -1,4 +1,4 @@
-"""Reader providers (which reader serves a key, how many stay open) and the writer provider.
+"""Reader providers (which reader serves a key, how many stay open), the EER one, and the writer provider.
 
 A reader provider hands out a reader for a key with `acquire(key)` and takes
 it back with `release(reader)`; between the two the reader is in use and is
@@ -10,16 +10,19 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ._types import ImageDescriptor, as_key
 from .formats import Format, ImageReader, ImageWriter, create_writer, open_reader, resolve_formats
+from .formats.eer import EerFormat
 
 __all__ = [
     "ImageReaderProvider",
     "FileImageReaderProvider",
     "CachingImageReaderProvider",
     "FileImageWriterProvider",
+    "detector_event_image_reader_provider",
 ]
 
 
@@ -334,3 +337,30 @@ class FileImageWriterProvider:
 
     def __repr__(self) -> str:
         return f"<FileImageWriterProvider of {self.file_count} files>"
+
+
+def detector_event_image_reader_provider(
+    fractions: int,
+    binning: int = 1,
+    cache: Any = None,
+    formats: Sequence[type[Format]] | None = None,
+    *,
+    superres: int = 1,
+    gain: Any = None,
+) -> ImageReaderProvider:
+    """A reader provider that reads EER files as `fractions` rendered images, other files with `formats`.
+
+    Args:
+        fractions, binning, superres, gain: As `EerFormat.configured` takes them.
+        cache: How many files to keep open, as `vitrio.reader_provider` takes it.
+        formats: The formats of the other files; None for every registered one.
+
+    Returns:
+        A provider like `vitrio.reader_provider`'s.
+
+    Raises:
+        ValueError, TypeError: As `EerFormat.configured` raises them.
+    """
+    configured = EerFormat.configured(fractions, binning, superres, gain)
+    provider: ImageReaderProvider = FileImageReaderProvider([configured, *resolve_formats(formats)])
+    return provider if cache is None else CachingImageReaderProvider(provider, cache)

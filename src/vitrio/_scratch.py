@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
+from ._fs import PartialFile
 from ._providers import FileImageReaderProvider, ImageReaderProvider
 from ._types import ImageDescriptor, ImageLocation, as_key, numpy_dtype
 from .formats import ImageReader
-from .formats._base import temporary_path
 from .formats._raw import gather
 
 __all__ = [
@@ -455,8 +455,8 @@ def _build_mapped(path: str, digest: bytes, held: list[_HeldFile]) -> tuple[np.n
     header = _HEADER.pack(_MAGIC, digest, *fields, 0)
     header = header[:-4] + struct.pack("<I", zlib.crc32(header[:-4]))
     stats = np.array([_source_stat(file.key) or (-1, -1) for file in held], dtype=np.int64)
-    partial = temporary_path(path)
-    fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    partial = PartialFile(path)
+    fd = partial.fd
     try:
         try:
             os.posix_fallocate(fd, 0, layout.size)
@@ -469,13 +469,10 @@ def _build_mapped(path: str, digest: bytes, held: list[_HeldFile]) -> tuple[np.n
         os.pwrite(fd, stats.tobytes(), layout.stats)
         os.pwrite(fd, header, 0)
         mapping = mmap.mmap(fd, layout.size)
-        os.replace(partial, path)
+        partial.publish(0o600)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(partial)
+        partial.discard()
         raise
-    finally:
-        os.close(fd)
     return np.frombuffer(mapping, dtype=np.uint8), mapping
 
 

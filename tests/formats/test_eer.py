@@ -16,12 +16,12 @@ import tifffile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import vitrio as vio
 from vitrio import _native as decoder
 from vitrio.formats import FormatError, open_reader
 from vitrio.formats.eer import (
     DetectorEventTimeline,
     EerFormat,
-    detector_event_image_reader_provider,
     read_events,
 )
 from vitrio.testing import eer as encoding
@@ -551,7 +551,7 @@ def test_provider_reads_eer_files_as_fractions(movie, tmp_path):
     other = tmp_path / "other.mrc"
     with mrcfile.new(other) as mrc:
         mrc.set_data(np.ones((4, 4), np.float32))
-    provider = detector_event_image_reader_provider(4, binning=2)
+    provider = vio.detector_event_image_reader_provider(4, binning=2)
     reader = provider.acquire(str(movie.path))
     try:
         assert reader.descriptor.extents == (4, SHAPE[0] // 2, SHAPE[1] // 2)
@@ -570,7 +570,7 @@ def test_provider_reads_eer_files_as_fractions(movie, tmp_path):
 def test_eer_movies_read_through_the_batched_path_like_any_format(movie, tmp_path):
     import vitrio as vio
 
-    provider = detector_event_image_reader_provider(4, binning=2, cache=2)
+    provider = vio.detector_event_image_reader_provider(4, binning=2, cache=2)
     assert vio.query_descriptor(movie.path, readers=provider).extents == (4, SHAPE[0] // 2, SHAPE[1] // 2)
     loader = vio.ImageLoader(vio.SynchronousExecutor(), provider)
     out = np.zeros((3, SHAPE[0] // 2, SHAPE[1] // 2), np.float32)

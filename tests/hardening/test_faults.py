@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import vitrio as vio
-from vitrio.formats import Format, ImageReader, _base
+from vitrio.formats import Format, ImageReader, _registry
 
 from .helpers import open_files, run_script
 
@@ -216,7 +216,7 @@ class _FlakyFormat(Format):
 
 
 def test_a_reader_that_raises_fails_its_batches_only(stacks: list[Path], monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(_base, "_REGISTRY", list(_base._REGISTRY))
+    monkeypatch.setattr(_registry, "_REGISTRY", list(_registry._REGISTRY))
     vio.register_format(_FlakyFormat)
     flaky = stacks[0].parent / "images.flaky"
     flaky.write_bytes(b"flaky")

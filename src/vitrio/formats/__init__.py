@@ -1,26 +1,17 @@
-"""File formats: a registry that a format joins by registering its class.
+"""File formats: the contract a format fulfils, the registry it joins, and the built-in formats.
 
-`open_reader(key, formats)` opens a file with the first format that claims
-it: by its contents where the format can tell, by its extension otherwise.
-`create_writer(key, descriptor, formats)` picks the format by extension.
+A format is a `Format` subclass registered with `register_format`; see
+`_contract` for what a reader and a writer do and `_registry` for how a
+file finds its format. Importing this package registers MRC, TIFF, DM and
+EER (EER after TIFF, so that an EER file, a TIFF container, is tried as EER
+first).
 """
 
-from __future__ import annotations
-
-import os
-from collections.abc import Iterable
-
-from .._types import ImageDescriptor, as_key
-from ._base import (
-    Format,
-    FormatError,
-    FormatWarning,
-    ImageReader,
-    ImageWriter,
-    register_format,
-    registered_formats,
-)
+from . import dm, mrc, tiff  # noqa: F401, I001
+from . import eer  # noqa: F401, I001
+from ._contract import Format, FormatError, FormatWarning, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
+from ._registry import create_writer, open_reader, register_format, registered_formats, resolve_formats
 
 __all__ = [
     "Format",
@@ -37,79 +28,3 @@ __all__ = [
     "open_reader",
     "create_writer",
 ]
-
-_HEAD_BYTES = 4096
-
-
-def resolve_formats(formats: Iterable[type[Format]] | None) -> tuple[type[Format], ...]:
-    """The formats to try: those given, in order, or every registered one.
-
-    Raises:
-        TypeError: If an element is not a `Format` subclass.
-        ValueError: If `formats` is empty.
-    """
-    if formats is None:
-        return registered_formats()
-    resolved = tuple(formats)
-    for candidate in resolved:
-        if not (isinstance(candidate, type) and issubclass(candidate, Format)):
-            raise TypeError(f"a format is a subclass of vitrio.formats.Format, not {candidate!r}")
-    if not resolved:
-        raise ValueError("formats is empty: no format to read or write with")
-    return resolved
-
-
-def _extension(key: str) -> str:
-    return os.path.splitext(key)[1].lower()
-
-
-def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageReader:
-    """Open the file at `key` with the first of `formats` that claims it.
-
-    Raises:
-        FileNotFoundError: If there is no file at `key`.
-        FormatError: If no format claims the file, or the one that does finds it malformed.
-    """
-    key = as_key(key)
-    candidates = resolve_formats(formats)
-    try:
-        fd = os.open(key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{key}: no such file") from None
-    except IsADirectoryError:
-        raise IsADirectoryError(f"{key}: is a directory, not an image file") from None
-    try:
-        if os.path.isdir(key):
-            raise IsADirectoryError(f"{key}: is a directory, not an image file")
-        head = os.pread(fd, _HEAD_BYTES, 0)
-        extension = _extension(key)
-        for candidate in candidates:
-            if candidate.recognizes(head, extension):
-                return candidate.open(key, fd, head)
-        names = ", ".join(c.name for c in candidates)
-        raise FormatError(f"{key}: not a file of any known format ({names})")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def create_writer(
-    key, descriptor: ImageDescriptor, formats: Iterable[type[Format]] | None = None
-) -> ImageWriter:
-    """Start writing a new file at `key` in the format its extension names.
-
-    Raises:
-        ValueError: If no format writes files with that extension.
-    """
-    key = as_key(key)
-    extension = _extension(key)
-    for candidate in resolve_formats(formats):
-        if extension in candidate.write_extensions:
-            return candidate.create(key, descriptor)
-    raise ValueError(f"{key}: no format writes files ending {extension or 'without an extension'!r}")
-
-
-# The built-in formats register themselves when imported: EER after TIFF, so
-# that an EER file, a TIFF container, is tried as EER first.
-from . import dm, mrc, tiff  # noqa: E402, F401, I001
-from . import eer  # noqa: E402, F401, I001

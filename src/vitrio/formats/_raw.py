@@ -12,9 +12,10 @@ I/O error) would kill the process with SIGBUS: the map of `vitrio._native.map_fi
 reads it as zeros instead and counts it, and the read raises `OSError`; the
 reader raises it from then on.
 
-Writers write with `os.pwrite` into a file made beside the destination and
-renamed onto it when finished. An `OSError` of the system (a full disk, a
-file too large) is raised again with the same errno and the file's key.
+Writers write with `os.pwrite` into a private file made beside the
+destination (`vitrio._fs.PartialFile`) and renamed onto it when finished.
+An `OSError` of the system (a full disk, a file too large) is raised again
+with the same errno and the file's key.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
+from .._fs import PartialFile
 from .._native import map_file
 from .._types import ImageDescriptor
-from ._base import FormatError, ImageReader, ImageWriter, temporary_path
+from ._contract import FormatError, ImageReader, ImageWriter
 
 __all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics", "gather"]
 
@@ -261,7 +264,8 @@ class RawArrayWriter(ImageWriter):
         key: The path of the file to make.
         descriptor: What the file holds.
         file_dtype: The type and byte order of the values in the file.
-        prepare: Makes the file at a temporary path and returns where image 0 starts.
+        prepare: Given the new file (a binary file object at its start), writes its
+            header and size and returns where image 0 starts.
         complete: Given the open file and the statistics, finishes its header;
             None when the format keeps no statistics.
     """
@@ -271,7 +275,7 @@ class RawArrayWriter(ImageWriter):
         key: str,
         descriptor: ImageDescriptor,
         file_dtype: np.dtype,
-        prepare: Callable[[str], int],
+        prepare: Callable[[BinaryIO], int],
         complete: Callable[[int, Statistics], None] | None = None,
     ):
         super().__init__(key, descriptor)
@@ -280,16 +284,14 @@ class RawArrayWriter(ImageWriter):
         self._image_bytes = self._image_values * self._dtype.itemsize
         self._complete = complete
         self._statistics = Statistics(self.image_count, self._image_values) if complete else None
-        directory = os.path.dirname(os.path.abspath(key))
-        if not os.path.isdir(directory):
-            raise FileNotFoundError(f"{key}: no directory {directory} to write the file in")
-        self._partial = temporary_path(key)
+        with _naming(key):
+            self._partial = PartialFile(key)
+        self._fd = self._partial.fd
         try:
-            with _naming(key):
-                self._offset = prepare(self._partial)
-                self._fd = os.open(self._partial, os.O_RDWR)
+            with _naming(key), self._partial.file() as file:
+                self._offset = prepare(file)
         except BaseException:
-            _remove(self._partial)
+            self._partial.discard()
             raise
 
     def write_run(self, start: int, sources: Sequence[np.ndarray]) -> None:
@@ -326,18 +328,15 @@ class RawArrayWriter(ImageWriter):
             with _naming(self.key):
                 if self._complete is not None:
                     self._complete(self._fd, self._statistics)
-                os.close(self._fd)
                 self._fd = -1
-                os.replace(self._partial, self.key)
+                self._partial.publish()
         except BaseException:
             self.discard()
             raise
 
     def discard(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        _remove(self._partial)
+        self._fd = -1
+        self._partial.discard()
 
 
 @contextlib.contextmanager
@@ -351,8 +350,3 @@ def _naming(key: str) -> Iterator[None]:
         if error.errno is None:
             raise type(error)(f"{key}: {error}") from error
         raise type(error)(error.errno, f"{key}: {error.strerror}") from error
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)

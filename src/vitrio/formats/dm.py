@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._types import ImageDescriptor, NumericalType, numpy_dtype
-from ._base import Format, FormatError, register_format
+from ._contract import Format, FormatError
 from ._raw import Decoder, RawArrayReader
+from ._registry import register_format
 
 __all__ = ["DigitalMicrographFormat", "DigitalMicrographReader"]
 

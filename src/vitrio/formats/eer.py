@@ -33,9 +33,10 @@ import tifffile
 
 from .. import _native
 from .._types import ImageDescriptor, as_key
-from ._base import Format, FormatError, ImageReader, register_format
+from ._contract import Format, FormatError, ImageReader
+from ._registry import open_reader, register_format
 
-__all__ = ["DetectorEventTimeline", "EerFormat", "detector_event_image_reader_provider", "read_events"]
+__all__ = ["DetectorEventTimeline", "EerFormat", "EerReader", "read_events"]
 
 _TIFF_MAGICS = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+")
 _FIXED_CODES = {65000: (8, 2, 2), 65001: (7, 2, 2)}
@@ -250,8 +251,6 @@ def _power_of_two(value: Any, what: str) -> int:
 def _load_gain(gain: Any) -> np.ndarray:
     """A gain reference as a read-only float32 image: an array, or the key of an image file."""
     if isinstance(gain, (str, os.PathLike)):
-        from . import open_reader
-
         with open_reader(gain) as reader:
             if reader.image_count != 1 or len(reader.core_extents) != 2:
                 raise ValueError(
@@ -495,35 +494,6 @@ class EerFormat(Format):
             "gain": None if gain is None else _load_gain(gain),
         }
         return type(cls)("ConfiguredEerFormat", (cls,), namespace)
-
-
-def detector_event_image_reader_provider(
-    fractions: int,
-    binning: int = 1,
-    cache: Any = None,
-    formats: Sequence[type[Format]] | None = None,
-    *,
-    superres: int = 1,
-    gain: Any = None,
-) -> Any:
-    """A reader provider that reads EER files as `fractions` rendered images, other files with `formats`.
-
-    Args:
-        fractions, binning, superres, gain: As `EerFormat.configured` takes them.
-        cache: As `vitrio.reader_provider` takes it.
-        formats: The formats of the other files; None for every registered one.
-
-    Returns:
-        The provider of `vitrio.reader_provider`.
-
-    Raises:
-        ValueError, TypeError: As `EerFormat.configured` raises them.
-    """
-    from .._functions import reader_provider
-    from . import resolve_formats
-
-    configured = EerFormat.configured(fractions, binning, superres, gain)
-    return reader_provider(cache=cache, formats=[configured, *resolve_formats(formats)])
 
 
 class _ViewOwner:

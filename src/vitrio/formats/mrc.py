@@ -33,12 +33,14 @@ import os
 import struct
 import time
 import warnings
+from typing import BinaryIO
 
 import numpy as np
 
 from .._types import ImageDescriptor, NumericalType
-from ._base import Format, FormatError, FormatWarning, ImageReader, ImageWriter, register_format
+from ._contract import Format, FormatError, FormatWarning, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
+from ._registry import register_format
 
 __all__ = ["MrcFormat"]
 
@@ -227,11 +229,9 @@ class MrcFormat(Format):
         fields += (1, 2, 3)
         data_bytes = nx * ny * nz * dtype.itemsize
 
-        def prepare(path: str) -> int:
-            header = _header_bytes(fields, ispg, (0.0, -1.0, -2.0, -1.0))
-            with open(path, "xb") as file:
-                file.write(header)
-                file.truncate(HEADER_BYTES + data_bytes)
+        def prepare(file: BinaryIO) -> int:
+            file.write(_header_bytes(fields, ispg, (0.0, -1.0, -2.0, -1.0)))
+            file.truncate(HEADER_BYTES + data_bytes)
             return HEADER_BYTES
 
         def complete(fd: int, statistics: Statistics) -> None:

@@ -32,14 +32,16 @@ import math
 import os
 import threading
 from collections.abc import Sequence
+from typing import BinaryIO
 
 import numpy as np
 import tifffile
 
 from .._native import lzw_check
 from .._types import ImageDescriptor, NumericalType, numpy_dtype
-from ._base import Format, FormatError, ImageReader, ImageWriter, register_format
+from ._contract import Format, FormatError, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter
+from ._registry import register_format
 
 __all__ = ["TiffFormat"]
 
@@ -260,9 +262,9 @@ class TiffFormat(Format):
         axes = "I" * stack + core
         nbytes = int(np.prod(extents, dtype=np.int64)) * dtype.itemsize
 
-        def prepare(path: str) -> int:
+        def prepare(file: BinaryIO) -> int:
             offset, _ = tifffile.imwrite(
-                path,
+                file,
                 shape=extents,
                 dtype=dtype,
                 photometric="minisblack",

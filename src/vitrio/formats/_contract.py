@@ -14,8 +14,6 @@ slots of one array; by default it reads runs of consecutive indices with
 
 from __future__ import annotations
 
-import os
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -24,15 +22,7 @@ import numpy as np
 
 from .._types import ImageDescriptor, numpy_dtype
 
-__all__ = [
-    "Format",
-    "FormatError",
-    "FormatWarning",
-    "ImageReader",
-    "ImageWriter",
-    "register_format",
-    "registered_formats",
-]
+__all__ = ["Format", "FormatError", "FormatWarning", "ImageReader", "ImageWriter"]
 
 
 class FormatError(ValueError):
@@ -43,32 +33,8 @@ class FormatWarning(UserWarning):
     """A header that breaks its format's rules in a way common writers do, read anyway."""
 
 
-_REGISTRY: list[type[Format]] = []
-_REGISTRY_LOCK = threading.Lock()
-
-
-def register_format(cls: type[Format]) -> type[Format]:
-    """Make a format known to every provider made without `formats`; usable as a decorator.
-
-    Formats registered later are tried first, so a plug-in can claim a file
-    before the built-in formats do.
-    """
-    if not (isinstance(cls, type) and issubclass(cls, Format)):
-        raise TypeError(f"a format is a subclass of vitrio.formats.Format, not {cls!r}")
-    with _REGISTRY_LOCK:
-        if cls not in _REGISTRY:
-            _REGISTRY.insert(0, cls)
-    return cls
-
-
-def registered_formats() -> tuple[type[Format], ...]:
-    """The registered formats, in the order they are tried."""
-    with _REGISTRY_LOCK:
-        return tuple(_REGISTRY)
-
-
 class Format(ABC):
-    """A file format. Subclass it and register the class with `register_format`.
+    """A file format. Subclass it and register the class with `vitrio.register_format`.
 
     Class attributes:
         name: A short name, such as "mrc".
@@ -217,9 +183,3 @@ class ImageWriter(ABC):
     @abstractmethod
     def discard(self) -> None:
         """Remove the unfinished file."""
-
-
-def temporary_path(path: str) -> str:
-    """A unique path beside `path` to write to before renaming onto it."""
-    head, tail = os.path.split(path)
-    return os.path.join(head, f".{tail}.{os.getpid()}.{threading.get_ident()}.{id(path):x}.partial")
