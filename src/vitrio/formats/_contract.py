@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._types import ImageDescriptor, numpy_dtype
+from .._types import ImageDescriptor, numpy_dtype, past_the_end
 
 __all__ = ["Format", "FormatError", "FormatWarning", "ImageReader", "ImageWriter"]
 
@@ -92,7 +92,7 @@ class ImageReader(ABC):
         """Raise `IndexError` naming the file if images `start..start+count` are not all in it."""
         if start < 0 or start + count > self.image_count:
             bad = start if start < 0 or start >= self.image_count else self.image_count
-            raise IndexError(f"{self.key}: index {bad} is past the end of a stack of {self.image_count}")
+            raise past_the_end(self.key, bad, self.image_count)
 
     def check_indices(self, indices: np.ndarray) -> None:
         """Raise `IndexError` naming the file and the index if one of `indices` is not in it."""
@@ -100,8 +100,7 @@ class ImageReader(ABC):
             return
         low, high = (int(indices[0]),) * 2 if len(indices) == 1 else (indices.min(), indices.max())
         if low < 0 or high >= self.image_count:
-            bad = int(low) if low < 0 else int(high)
-            raise IndexError(f"{self.key}: index {bad} is past the end of a stack of {self.image_count}")
+            raise past_the_end(self.key, int(low) if low < 0 else int(high), self.image_count)
 
     @abstractmethod
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 
 from .._fs import PartialFile
 from .._native import map_file
-from .._types import ImageDescriptor
+from .._types import ImageDescriptor, past_the_end
 from ._contract import FormatError, ImageReader, ImageWriter
 
 __all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics", "gather"]
@@ -296,8 +296,7 @@ class RawArrayWriter(ImageWriter):
 
     def write_run(self, start: int, sources: Sequence[np.ndarray]) -> None:
         if start < 0 or start + len(sources) > self.image_count:
-            last = start + len(sources) - 1
-            raise IndexError(f"{self.key}: index {last} is past the end of a stack of {self.image_count}")
+            raise past_the_end(self.key, start + len(sources) - 1, self.image_count)
         for i, source in enumerate(sources):
             if source.shape != self.core_extents:
                 raise ValueError(
