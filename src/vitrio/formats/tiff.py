@@ -18,6 +18,9 @@ imagecodecs' LZW decoder (see `vitrio._native.lzw_check`). Opening a file
 indexes all its pages first, which cuts a loop of pages that tifffile
 would otherwise follow forever.
 
+A reader's `voxel_size` comes from the resolution tags (pixels per inch or
+centimetre) or, in ImageJ files, from their unit and section spacing.
+
 Written files are uncompressed, one page per image (per section for
 volumes), with tifffile's shape metadata: axes `YX` for an image, `IYX` for a
 stack of images, `ZYX` for a volume, `IZYX` for a stack of volumes. They
@@ -52,6 +55,22 @@ _ANY_EXPANSION = 1 << 16
 _EXPANSION_SLACK = 1 << 16
 _LZW = 5
 _REVERSED_BITS = bytes(int(f"{value:08b}"[::-1], 2) for value in range(256))
+# Ångströms in a ResolutionUnit (2: inch, 3: centimetre) and in a unit ImageJ names.
+_RESOLUTION_UNITS = {2: 2.54e8, 3: 1e8}
+_IMAGEJ_UNITS = {
+    "Å": 1.0,
+    "\u212b": 1.0,
+    "A": 1.0,
+    "angstrom": 1.0,
+    "nm": 10.0,
+    "nanometer": 10.0,
+    "micron": 1e4,
+    "µm": 1e4,
+    "\u03bcm": 1e4,
+    "um": 1e4,
+    "mm": 1e7,
+    "cm": 1e8,
+}
 
 
 def _check_page(key: str, page: tifffile.TiffPage, index: int, size: int) -> None:
@@ -108,6 +127,33 @@ def _check_lzw(key: str, fd: int, page: tifffile.TiffPage, index: int) -> None:
             )
 
 
+def _voxel_size(tiff: tifffile.TiffFile, page: tifffile.TiffPage, core_rank: int) -> tuple[float, ...] | None:
+    """The pixel size in Å, slowest axis first, from the resolution tags and ImageJ's unit and spacing.
+
+    ImageJ files give the resolution in pixels per their `unit`, and the
+    distance between sections as `spacing`; others in pixels per inch or
+    centimetre. None where a size is not given as a length.
+    """
+    imagej = tiff.imagej_metadata or {}
+    if "unit" in imagej:
+        scale = _IMAGEJ_UNITS.get(str(imagej["unit"]).strip())
+    else:
+        scale = _RESOLUTION_UNITS.get(int(page.resolutionunit))
+    if scale is None or 282 not in page.tags or 283 not in page.tags:
+        return None
+    try:
+        x, y = (float(value) for value in page.resolution)
+    except (ArithmeticError, ValueError, TypeError):  # a malformed tag gives no size, and no error
+        return None
+    sizes = [scale / y, scale / x] if x > 0 and y > 0 else []
+    if core_rank == 3:
+        spacing = imagej.get("spacing") if "unit" in imagej else None
+        sizes = [scale * spacing, *sizes] if isinstance(spacing, (int, float)) and spacing > 0 else []
+    if len(sizes) != core_rank or not all(math.isfinite(size) for size in sizes):
+        return None
+    return tuple(float(size) for size in sizes)
+
+
 def _descriptor(key: str, series: tifffile.TiffPageSeries) -> ImageDescriptor:
     axes, shape = series.axes, tuple(series.shape)
     if "S" in axes:
@@ -132,8 +178,16 @@ class _TiffPagesReader(ImageReader):
         FormatError: If the pages do not split evenly into the series' images.
     """
 
-    def __init__(self, key: str, tiff: tifffile.TiffFile, descriptor: ImageDescriptor, fd: int):
+    def __init__(
+        self,
+        key: str,
+        tiff: tifffile.TiffFile,
+        descriptor: ImageDescriptor,
+        fd: int,
+        voxel_size: tuple[float, ...] | None = None,
+    ):
         super().__init__(key, descriptor)
+        self.voxel_size = voxel_size
         self._tiff = tiff
         self._fd = fd
         self._size = os.fstat(fd).st_size
@@ -221,6 +275,7 @@ class TiffFormat(Format):
                 raise FormatError(f"{key}: TIFF holds no image")
             series = tiff.series[0]
             descriptor = _descriptor(key, series)
+            voxel_size = _voxel_size(tiff, series.pages[0], descriptor.core_rank)
             offset = series.dataoffset
             raw = offset is not None and series.dtype != np.dtype(bool)
             if not raw:
@@ -235,9 +290,9 @@ class TiffFormat(Format):
             stored = np.dtype(series.dtype).newbyteorder(tiff.byteorder)
             tiff.close()
             file.close()
-            return RawArrayReader(key, fd, descriptor, stored, offset)
+            return RawArrayReader(key, fd, descriptor, stored, offset, voxel_size=voxel_size)
         try:
-            return _TiffPagesReader(key, tiff, descriptor, fd)
+            return _TiffPagesReader(key, tiff, descriptor, fd, voxel_size)
         except BaseException:
             tiff.close()
             file.close()
