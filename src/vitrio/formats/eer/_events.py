@@ -216,10 +216,7 @@ def read_events(
         end = layout.frame_count if end is None else operator.index(end)
         if not 0 <= begin <= end <= layout.frame_count:
             raise IndexError(f"{key}: frames {begin} to {end} are not within its {layout.frame_count} frames")
-        # an event takes a whole code: a strip of n bits holds at most n // code_bits
-        code_bits = layout.rlebits + layout.hbits + layout.vbits
-        strip_bytes = layout.strips[layout.frame_starts[begin] : layout.frame_starts[end], 1]
-        timeline._grow(end - begin, int((strip_bytes * 8 // code_bits).sum()))
+        timeline._grow(end - begin, layout.most_events(begin, end))
         frame = begin
         while frame < end:
             batch_end = np.searchsorted(layout.frame_bytes, layout.frame_bytes[frame] + _BATCH_BYTES, "right")

@@ -142,6 +142,17 @@ class Layout:
         )
         return (height, width, rlebits, hbits, vbits), strips
 
+    def most_events(self, begin: int, end: int) -> int:
+        """The most events frames `begin..end` can hold, by their strips' bits and pixels.
+
+        An event takes a whole code, so a strip of n bits holds at most
+        `n // (rlebits + hbits + vbits)`; and each pixel takes one event at
+        most, so a strip holds no more events than its rows have pixels.
+        """
+        strips = self.strips[self.frame_starts[begin] : self.frame_starts[end]]
+        coded = strips[:, 1] * 8 // (self.rlebits + self.hbits + self.vbits)
+        return int(np.minimum(coded, strips[:, 3] * self.width).sum())
+
     def read(self, fd: int, begin: int, end: int, buffer: np.ndarray) -> np.ndarray:
         """Read the strips of frames `begin..end` one after another into `buffer`.
 
