@@ -425,7 +425,7 @@ class ImageLocationGrouping:
         ranks = np.asarray([rank[key] for key in keys], dtype=np.int64)
         self._groups = [
             _LocationGroup(by_rank[number], indices[positions], positions)
-            for number, positions in group_ids(ranks[key_ids] if len(keys) else key_ids, within=indices)
+            for number, positions in group_ids(ranks[key_ids], within=indices)
         ]
 
     def __len__(self) -> int:
