@@ -18,7 +18,7 @@ import numpy as np
 from ._arrays import as_destination
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
 from ._providers import ImageReaderProvider
-from ._types import ImageLocation, IndexTable, as_key
+from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations
 from .formats import ImageReader
 
 __all__ = [
@@ -59,23 +59,16 @@ class ImageLoader:
 def plan_locations(locations: Sequence[Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The distinct keys of `locations`, and for each location its key's number and its index.
 
+    As `vitrio._types.index_locations`, for locations that are all whole files or all images of stacks.
+
     Raises:
         ValueError: If whole files and images of stacks are mixed.
     """
-    keys: dict[str, int] = {}
-    key_ids = np.empty(len(locations), dtype=np.int64)
-    indices = np.empty(len(locations), dtype=np.int64)
-    for i, location in enumerate(locations):
-        if isinstance(location, ImageLocation):
-            key_ids[i] = keys.setdefault(location.key, len(keys))
-            indices[i] = location.index_in_stack
-        else:
-            key_ids[i] = keys.setdefault(as_key(location), len(keys))
-            indices[i] = -1
+    keys, key_ids, indices = index_locations(locations)
     whole = indices < 0
     if whole.any() and not whole.all():
         raise ValueError("locations mix whole files and images of stacks")
-    return list(keys), key_ids, indices
+    return keys, key_ids, indices
 
 
 def check_leading_extent(array: np.ndarray, count: int, what: str, of: str) -> None:
@@ -97,37 +90,98 @@ def _image_views(slot: np.ndarray, reader: ImageReader) -> list[np.ndarray]:
     return [slot[index] for index in np.ndindex(*stack)] if stack else [slot]
 
 
+def _integers(values: Any, name: str, count: int) -> np.ndarray:
+    """`values` as a 1-D int64 array of `count` elements, or a clear error naming `name`."""
+    array = np.asarray(values)
+    if array.dtype.kind not in "iu" and not (array.size == 0 and array.dtype.kind == "f"):
+        raise TypeError(f"{name} are integers, not {array.dtype}")
+    if array.ndim != 1 or len(array) != count:
+        raise ValueError(
+            f"{name} are one per slot of the destination, {count} in a 1-D array, not of shape {array.shape}"
+        )
+    return array.astype(np.int64, copy=False)
+
+
+def _check_ids(ids: np.ndarray, name: str, count: int, of: str) -> None:
+    """Raise `ValueError` unless every one of `ids` numbers one of the `count` elements of `of`."""
+    if len(ids) and (ids.min() < 0 or ids.max() >= count):
+        bad = int(np.flatnonzero((ids < 0) | (ids >= count))[0])
+        raise ValueError(f"{name}[{bad}] is {int(ids[bad])}, not the number of one of the {count} {of}")
+
+
+def _destination(out: Any) -> np.ndarray:
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out is a numpy array, not {type(out).__name__}")
+    if out.ndim == 0:
+        raise ValueError("out has a leading extent, a slot per read: it is a 0-d array")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    return out
+
+
+def _sequence(values: Any, name: str) -> Sequence[Any]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"{name} is a sequence, not {type(values).__name__}")
+    return values
+
+
 def read_indexed_async(
     loader: ImageLoader,
     out: np.ndarray,
     keys: Sequence[str],
-    key_ids: np.ndarray,
-    indices: np.ndarray,
+    key_ids: Any,
+    indices: Any,
     keep: Any = None,
 ) -> Completion:
-    """Read image `indices[i]` of file `keys[key_ids[i]]` into `out[i]` (a whole file where the index is -1).
+    """Read image `indices[i]` of file `keys[key_ids[i]]` into `out[i]`, on the loader's threads.
 
     The planned form of `read_batch_async`, for callers that hold their
-    locations as arrays already. Each task takes a stretch of the slots,
-    groups it by file, and hands each file's reader its indices and slots
-    in one call.
+    locations as arrays already (as `vitrio.data` does): no Python object per
+    image on the way. Each task takes a stretch of the slots, groups it by
+    file, and hands each file's reader its indices and slots in one call.
+
+    Args:
+        loader: What reads.
+        out: A writable numpy array with a slot per read: of the shape of one
+            image (or, where the indices are -1, of the whole file) after its
+            leading extent. Values are converted to its type.
+        keys: The files, each once.
+        key_ids: For each slot, the number of its file in `keys`: integers.
+        indices: For each slot, the index of its image in the file's stack:
+            integers, all -1 (whole files) or all non-negative.
+        keep: An object the completion holds on to until the reads end.
+
+    Returns:
+        A `Completion` of the reads. Failures (a missing file, an index past
+        the end of its stack (`IndexError`), a slot shape that does not fit)
+        surface from its `get()`.
+
+    Raises:
+        TypeError: If `out` is not a numpy array, `keys` not a sequence, or
+            `key_ids` or `indices` not integers.
+        ValueError: If `key_ids` or `indices` are not 1-D arrays of one
+            element per slot, a key id is not the number of one of `keys`,
+            an index is below -1, or whole files and images of stacks are mixed.
     """
-    count = len(key_ids)
+    out = _destination(out)
+    keys = _sequence(keys, "keys")
+    count = out.shape[0]
+    key_ids = _integers(key_ids, "key_ids", count)
+    indices = _integers(indices, "indices", count)
+    _check_ids(key_ids, "key_ids", len(keys), "keys")
     if count == 0:
         return Completion()
+    low = int(indices.min())
+    if low < -1:
+        raise ValueError(f"indices[{int(np.argmin(indices))}] is {low}: an index is -1 or more")
+    if low < 0 and indices.max() >= 0:
+        raise ValueError("indices mix -1 (whole files) and indices in stacks")
+    whole = low < 0
     readers = loader.readers
-    whole = bool(indices[0] < 0)
 
     def task(first: int, last: int) -> None:
-        ids = key_ids[first:last]
-        if ids.min() == ids.max():
-            groups = [(int(ids[0]), np.arange(first, last))]
-        else:
-            order = np.argsort(ids, kind="stable")
-            sorted_ids = ids[order]
-            bounds = [0, *(np.flatnonzero(np.diff(sorted_ids)) + 1).tolist(), len(order)]
-            groups = [(int(sorted_ids[a]), order[a:b] + first) for a, b in zip(bounds[:-1], bounds[1:])]
-        for key_id, slots in groups:
+        for key_id, positions in group_ids(key_ids[first:last]):
+            slots = positions + first
             reader = readers.acquire(keys[key_id])
             try:
                 _check_slot(reader, out.shape[1:], whole)
@@ -197,18 +251,51 @@ def read_patches_indexed_async(
     loader: ImageLoader,
     out: np.ndarray,
     images: Sequence[tuple[str, int]],
-    image_ids: np.ndarray,
-    centres: np.ndarray,
+    image_ids: Any,
+    centres: Any,
     fill: Any = None,
     keep: Any = None,
 ) -> Completion:
     """Crop the patch centred on `centres[i]` out of image `images[image_ids[i]]` into `out[i]`.
 
-    An image is `(key, index)`, the index -1 for a single image or volume.
-    The centre lands at `extent // 2` of its patch. What lies beyond the
-    image is set to `fill`, or left as `out` held it when `fill` is None.
+    The planned form of `read_patches_async`, for patches of many images at
+    once: the patches of one image are read through one reader, in one call.
+    The centre lands at `extent // 2` of its patch (RELION's convention).
+
+    Args:
+        loader: What reads.
+        out: A writable numpy array of shape `(len(image_ids), *patch_shape)`.
+        images: The images, each once: `(key, index)` pairs, the index -1 for
+            a file that holds one image or volume.
+        image_ids: For each patch, the number of its image in `images`: integers.
+        centres: For each patch, its centre, slowest axis first: a 2-D array of
+            non-negative integers, a row of the patches' rank per patch.
+        fill: The value of what lies beyond the image; None leaves it as `out` held it.
+        keep: An object the completion holds on to until the reads end.
+
+    Returns:
+        A `Completion` of the reads. Failures (a missing file, an index past
+        the end of its stack (`IndexError`), an image whose rank is not the
+        patches', a whole stack named by -1) surface from its `get()`.
+
+    Raises:
+        TypeError: If `out` is not a numpy array, `images` not a sequence, or
+            `image_ids` or `centres` not integers.
+        ValueError: If `image_ids` is not a 1-D array of one element per patch,
+            an id is not the number of one of `images`, or `centres` is not a
+            row of the patches' rank per patch, or holds a negative coordinate.
     """
-    count = len(image_ids)
+    out = _destination(out)
+    images = _sequence(images, "images")
+    count = out.shape[0]
+    image_ids = _integers(image_ids, "image_ids", count)
+    _check_ids(image_ids, "image_ids", len(images), "images")
+    centres = _centre_array(centres)
+    if len(centres) != count or (count and centres.shape[1] != out.ndim - 1):
+        raise ValueError(
+            f"centres are a row of {out.ndim - 1} coordinates for each of the {count} patches of shape "
+            f"{out.shape[1:]}: their shape is {centres.shape}"
+        )
     if count == 0:
         return Completion()
     shape = np.asarray(out.shape[1:], dtype=np.int64)
@@ -241,15 +328,11 @@ def read_patches_indexed_async(
         reader.read_regions(index, regions, targets)
 
     def task(first: int, last: int) -> None:
-        ids = image_ids[first:last]
-        order = np.argsort(ids, kind="stable")
-        sorted_ids = ids[order]
-        bounds = [0, *(np.flatnonzero(np.diff(sorted_ids)) + 1).tolist(), len(order)]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            key, index = images[int(sorted_ids[a])]
+        for image_id, positions in group_ids(image_ids[first:last]):
+            key, index = images[image_id]
             reader = readers.acquire(key)
             try:
-                crop(reader, _patch_index(reader, index, len(shape)), order[a:b] + first)
+                crop(reader, _patch_index(reader, index, len(shape)), positions + first)
             finally:
                 readers.release(reader)
 

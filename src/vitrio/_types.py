@@ -21,6 +21,9 @@ __all__ = [
     "ImageLocation",
     "ImageLocationGrouping",
     "IndexTable",
+    "index_locations",
+    "group_ids",
+    "past_the_end",
     "as_numerical_type",
     "numpy_dtype",
     "as_key",
@@ -330,6 +333,63 @@ class ImageLocation:
         return (ImageLocation, (self._key, self._index))
 
 
+def past_the_end(key: str, index: int, count: int) -> IndexError:
+    """The error for image `index` of the file at `key`, which holds a stack of `count`."""
+    return IndexError(f"{key}: index {index} is past the end of a stack of {count}")
+
+
+def index_locations(locations: Iterable[Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The distinct keys of `locations`, and for each location the number of its key and its index.
+
+    Args:
+        locations: `ImageLocation` objects, or keys of whole files.
+
+    Returns:
+        The keys in the order they first appear; an int64 array of the
+        number of each location's key in them; an int64 array of each
+        location's index in its stack (`no_stack_index` for a whole file).
+
+    Raises:
+        TypeError: If a location is neither an `ImageLocation` nor a key.
+    """
+    keys: dict[str, int] = {}
+    key_ids: list[int] = []
+    indices: list[int] = []
+    for location in locations:
+        if isinstance(location, ImageLocation):
+            key_ids.append(keys.setdefault(location._key, len(keys)))
+            indices.append(location._index)
+        else:
+            key_ids.append(keys.setdefault(as_key(location), len(keys)))
+            indices.append(ImageLocation.no_stack_index)
+    return list(keys), np.asarray(key_ids, dtype=np.int64), np.asarray(indices, dtype=np.int64)
+
+
+def group_ids(ids: np.ndarray, within: np.ndarray | None = None) -> list[tuple[int, np.ndarray]]:
+    """The positions of `ids` grouped by id, in ascending order of id.
+
+    Args:
+        ids: Integers, such as the key numbers `index_locations` gives.
+        within: Integers as many as `ids`, the order of the positions of a
+            group (ties in ascending position); None for ascending position.
+
+    Returns:
+        `(id, positions)` for each distinct id, `positions` an int64 array.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if not len(ids):
+        return []
+    if within is None:
+        if ids.min() == ids.max():
+            return [(int(ids[0]), np.arange(len(ids), dtype=np.int64))]
+        order = np.argsort(ids, kind="stable")
+    else:
+        order = np.lexsort((within, ids))
+    ordered = ids[order]
+    bounds = [0, *(np.flatnonzero(np.diff(ordered)) + 1).tolist(), len(order)]
+    return [(int(ordered[a]), order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 class _LocationGroup:
     """The locations of one file: its key, the indices, where they were."""
 
@@ -359,25 +419,13 @@ class ImageLocationGrouping:
     """
 
     def __init__(self, locations: Iterable[ImageLocation | str | os.PathLike]):
-        keys: dict[str, int] = {}
-        key_ids = []
-        indices = []
-        for location in locations:
-            if not isinstance(location, ImageLocation):
-                location = ImageLocation(location)
-            key_ids.append(keys.setdefault(location._key, len(keys)))
-            indices.append(location._index)
-        names = list(keys)
-        rank = np.argsort(np.argsort(np.array(names, dtype=object))) if names else np.zeros(0)
-        key_rank = rank[np.asarray(key_ids, dtype=np.int64)] if key_ids else np.zeros(0, np.int64)
-        index_array = np.asarray(indices, dtype=np.int64)
-        order = np.lexsort((index_array, key_rank))
-        sorted_ranks = key_rank[order]
-        bounds = np.flatnonzero(np.diff(sorted_ranks)) + 1 if len(order) else np.zeros(0, np.int64)
-        by_rank = sorted(names)
+        keys, key_ids, indices = index_locations(locations)
+        by_rank = sorted(keys)
+        rank = {key: number for number, key in enumerate(by_rank)}
+        ranks = np.asarray([rank[key] for key in keys], dtype=np.int64)
         self._groups = [
-            _LocationGroup(by_rank[int(key_rank[chunk[0]])], index_array[chunk], chunk)
-            for chunk in (order[a:b] for a, b in _spans(bounds, len(order)))
+            _LocationGroup(by_rank[number], indices[positions], positions)
+            for number, positions in group_ids(ranks[key_ids], within=indices)
         ]
 
     def __len__(self) -> int:
@@ -388,12 +436,6 @@ class ImageLocationGrouping:
 
     def __iter__(self):
         return iter(self._groups)
-
-
-def _spans(bounds: np.ndarray, total: int):
-    starts = [0, *bounds.tolist()]
-    ends = [*bounds.tolist(), total]
-    return [(a, b) for a, b in zip(starts, ends) if b > a]
 
 
 class IndexTable:

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import struct
-import warnings
 from pathlib import Path
 from typing import Any
 
 import vitrio as vio
-from vitrio.formats.dm import DigitalMicrographReader
-from vitrio.formats.mrc import HEADER_BYTES, _Header
 
 from ._common import describe_briefly
 
 __all__ = ["describe", "run"]
-
-# Units DM files give sizes in, as multiples of an ångström.
-_ANGSTROMS = {"Å": 1.0, "A": 1.0, "pm": 0.01, "nm": 10.0, "µm": 1e4, "um": 1e4}
 
 
 def describe(path: Path) -> dict[str, Any]:
@@ -27,29 +20,23 @@ def describe(path: Path) -> dict[str, Any]:
     Keys: `file`, `format`, `holds` (in words), `kind` ("image", "volume",
     "image stack" or "volume stack"), `count` (images or volumes), `shape`
     (of the whole file, slowest first), `data_type`, `voxel_size` (slowest
-    first, or None), `voxel_unit`, and `statistics` (MRC only: the header's
-    min, max, mean and rms, or None). The voxel size of an MRC file is its
-    cell divided by its sampling, in Å, as the MRC format's own header parser
-    reads them; that of a DM file its calibration, in Å where its unit is one
-    of length. The format is the first registered one that claims the file,
-    as `vitrio.formats.open_reader` chooses it.
+    first, or None), `voxel_unit` ("Å", or None), and `statistics` (the
+    header's min, max, mean and rms, or None), as the reader of the file
+    gives them: the format is the one `vitrio.formats.open_reader` chooses,
+    the voxel size the reader's `voxel_size` (an MRC file's cell divided by
+    its sampling, a DM file's calibration where its units are lengths, a
+    TIFF file's resolution tags), the statistics its `header_statistics`.
 
     Raises:
         FileNotFoundError: If there is no file at `path`.
         FormatError: If the file is of no known format, or malformed.
     """
     key = str(path)
-    with vio.formats.open_reader(key) as reader, open(key, "rb") as file:
-        head = file.read(4096)
+    with vio.formats.open_reader(key) as reader:
         descriptor = reader.descriptor
-        calibration = (
-            (reader.pixel_size, reader.pixel_units) if isinstance(reader, DigitalMicrographReader) else None
-        )
-    extension = path.suffix.lower()
-    format_name = next(f.name for f in vio.formats.registered_formats() if f.recognizes(head, extension))
-    rank = descriptor.core_rank
-    noun = "image" if rank == 2 else "volume"
-    result: dict[str, Any] = {
+        format_name, voxel_size, statistics = reader.format_name, reader.voxel_size, reader.header_statistics
+    noun = "image" if descriptor.core_rank == 2 else "volume"
+    return {
         "file": key,
         "format": format_name,
         "holds": describe_briefly(descriptor),
@@ -57,30 +44,10 @@ def describe(path: Path) -> dict[str, Any]:
         "count": descriptor.image_count if descriptor.is_stack else 1,
         "shape": list(descriptor.extents),
         "data_type": descriptor.data_type.name,
-        "voxel_size": None,
-        "voxel_unit": None,
-        "statistics": None,
+        "voxel_size": None if voxel_size is None else list(voxel_size),
+        "voxel_unit": None if voxel_size is None else "Å",
+        "statistics": None if statistics is None else statistics._asdict(),
     }
-    if calibration is not None:
-        sizes, units = calibration[0][-rank:], calibration[1][-rank:]
-        if all(unit in _ANGSTROMS for unit in units):
-            result["voxel_size"] = [size * _ANGSTROMS[unit] for size, unit in zip(sizes, units)]
-            result["voxel_unit"] = "Å"
-        else:
-            result["voxel_size"], result["voxel_unit"] = list(sizes), units[-1]
-    elif format_name == "mrc":
-        with warnings.catch_warnings():  # opening the reader warned already
-            warnings.simplefilter("ignore", vio.FormatWarning)
-            header = _Header(key, head[:HEADER_BYTES])
-        samples = (header.mz, header.my, header.mx)[3 - rank :]
-        cell = tuple(reversed(header.cell))[3 - rank :]
-        if min(samples) > 0 and min(cell) > 0:
-            result["voxel_size"] = [c / m for c, m in zip(cell, samples)]
-            result["voxel_unit"] = "Å"
-        low, high, mean = struct.unpack_from(header.order + "3f", head, 76)
-        (rms,) = struct.unpack_from(header.order + "f", head, 216)
-        result["statistics"] = {"min": low, "max": high, "mean": mean, "rms": rms}
-    return result
 
 
 def _text(info: dict[str, Any]) -> str:

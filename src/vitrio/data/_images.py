@@ -18,7 +18,7 @@ from .._concurrency import Completion
 from .._functions import reader_provider
 from .._loading import ImageLoader, plan_locations, read_indexed_async
 from .._providers import ImageReaderProvider
-from .._types import ImageDescriptor, ImageLocation, numpy_dtype
+from .._types import ImageDescriptor, ImageLocation, numpy_dtype, past_the_end
 from ._source import Explained, Source, describe_failure
 
 __all__ = ["ImageSource"]
@@ -70,8 +70,9 @@ class ImageSource(Source):
             first file is asked.
 
     Raises:
-        ValueError: If two locations name images of different shapes, an
-            index is past the end of its stack, or there are no locations.
+        ValueError: If two locations name images of different shapes, or
+            there are no locations.
+        IndexError: If an index is past the end of its stack.
     """
 
     def __init__(
@@ -203,4 +204,4 @@ def _check_files(
             raise ValueError(f"{key}: {what} shape {found}, while {keys[0]} {what} shape {shape}")
         count = descriptor.image_count if descriptor.is_stack else 1
         if index >= count:
-            raise ValueError(f"{key}: index {index} is past the end of a stack of {count}")
+            raise past_the_end(key, index, count)

@@ -17,23 +17,26 @@ import numpy as np
 from .._functions import reader_provider
 from .._loading import ImageLoader, read_patches_indexed_async
 from .._providers import ImageReaderProvider
-from .._types import ImageDescriptor, ImageLocation, as_key, numpy_dtype
+from .._types import ImageDescriptor, ImageLocation, index_locations, numpy_dtype, past_the_end
 from ._source import Explained, Source, describe_failure
 
 __all__ = ["PatchSource"]
 
 
 def _gather_images(images: Iterable[Any]) -> tuple[list[tuple[str, int]], np.ndarray]:
-    """The distinct images, as (key, index) with -1 for a whole file, and which one each row names."""
-    distinct: dict[tuple[str, int], int] = {}
-    ids = []
-    for image in images:
-        if isinstance(image, ImageLocation):
-            pair = (image.key, image.index_in_stack)
-        else:
-            pair = (as_key(image), -1)
-        ids.append(distinct.setdefault(pair, len(distinct)))
-    return list(distinct), np.asarray(ids, dtype=np.int64)
+    """The distinct images, as (key, index) with -1 for a whole file, and which one each row names.
+
+    The images are in the order they first appear.
+    """
+    keys, key_ids, indices = index_locations(images)
+    pairs, first, ids = np.unique(
+        np.stack((key_ids, indices), axis=1).reshape(-1, 2), axis=0, return_index=True, return_inverse=True
+    )
+    order = np.argsort(first)
+    number = np.empty_like(order)
+    number[order] = np.arange(len(order))
+    distinct = [(keys[key_id], index) for key_id, index in pairs[order].tolist()]
+    return distinct, number[ids.reshape(-1)].astype(np.int64)
 
 
 def _centre_rows(centres: Any) -> np.ndarray:
@@ -75,7 +78,8 @@ class PatchSource(Source):
         ValueError: If the images, centres and patches are not of one rank,
             there are not as many centres as images, a centre is negative, or
             there are no rows; also if an image is a whole stack rather than
-            one image of it, or an index is past the end of its stack.
+            one image of it.
+        IndexError: If an index is past the end of its stack.
         TypeError: If the centres are not integers.
     """
 
@@ -117,9 +121,7 @@ class PatchSource(Source):
             if index < 0 and descriptor.is_stack:
                 raise ValueError(f"{key}: is a stack of {descriptor.image_count}; name one of its images")
             if index >= (descriptor.image_count if descriptor.is_stack else 1):
-                raise ValueError(
-                    f"{key}: index {index} is past the end of a stack of {descriptor.image_count}"
-                )
+                raise past_the_end(key, index, descriptor.image_count)
         self._images = distinct
         self._image_ids = image_ids
         self._centres = values

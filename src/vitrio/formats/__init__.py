@@ -9,7 +9,7 @@ first).
 
 from . import dm, mrc, tiff  # noqa: F401, I001
 from . import eer  # noqa: F401, I001
-from ._contract import Format, FormatError, FormatWarning, ImageReader, ImageWriter
+from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
 from ._registry import create_writer, open_reader, register_format, registered_formats, resolve_formats
 
@@ -17,6 +17,7 @@ __all__ = [
     "Format",
     "FormatError",
     "FormatWarning",
+    "HeaderStatistics",
     "ImageReader",
     "ImageWriter",
     "RawArrayReader",

@@ -10,19 +10,23 @@ array of the file's core shape and of any numeric type (the reader converts).
 slots of one array; by default it reads runs of consecutive indices with
 `read_run`. A file that is not a stack is a stack of one image.
 `read_region` crops one box out of one image, for patches.
+
+A reader also says what its file's header tells of the images, for tools
+that describe files: `format_name`, `voxel_size` and `header_statistics`,
+None where the file does not say.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from .._types import ImageDescriptor, numpy_dtype
+from .._types import ImageDescriptor, numpy_dtype, past_the_end
 
-__all__ = ["Format", "FormatError", "FormatWarning", "ImageReader", "ImageWriter"]
+__all__ = ["Format", "FormatError", "FormatWarning", "HeaderStatistics", "ImageReader", "ImageWriter"]
 
 
 class FormatError(ValueError):
@@ -31,6 +35,15 @@ class FormatError(ValueError):
 
 class FormatWarning(UserWarning):
     """A header that breaks its format's rules in a way common writers do, read anyway."""
+
+
+class HeaderStatistics(NamedTuple):
+    """The statistics of a file's values as its header states them (not computed from the values)."""
+
+    min: float
+    max: float
+    mean: float
+    rms: float
 
 
 class Format(ABC):
@@ -78,9 +91,20 @@ class ImageReader(ABC):
         stale: Whether the reader found its file changed under it so that it
             cannot read it any more (truncated, or unreadable): a cache closes
             a stale reader when it is handed back, rather than keep it.
+        format_name: The `name` of the format that opened the file; set by
+            `open_reader`, None for a reader made otherwise.
+        voxel_size: The size of a pixel (or voxel) of an image along each of
+            its axes, in ångströms, slowest axis first as `core_extents`
+            lists them; None where the file does not give it as a length.
+        header_statistics: The minimum, maximum, mean and RMS deviation of
+            the values, as the file's header states them; None where the
+            format stores none.
     """
 
     stale: bool = False
+    format_name: str | None = None
+    voxel_size: tuple[float, ...] | None = None
+    header_statistics: HeaderStatistics | None = None
 
     def __init__(self, key: str, descriptor: ImageDescriptor):
         self.key = key
@@ -92,7 +116,7 @@ class ImageReader(ABC):
         """Raise `IndexError` naming the file if images `start..start+count` are not all in it."""
         if start < 0 or start + count > self.image_count:
             bad = start if start < 0 or start >= self.image_count else self.image_count
-            raise IndexError(f"{self.key}: index {bad} is past the end of a stack of {self.image_count}")
+            raise past_the_end(self.key, bad, self.image_count)
 
     def check_indices(self, indices: np.ndarray) -> None:
         """Raise `IndexError` naming the file and the index if one of `indices` is not in it."""
@@ -100,8 +124,7 @@ class ImageReader(ABC):
             return
         low, high = (int(indices[0]),) * 2 if len(indices) == 1 else (indices.min(), indices.max())
         if low < 0 or high >= self.image_count:
-            bad = int(low) if low < 0 else int(high)
-            raise IndexError(f"{self.key}: index {bad} is past the end of a stack of {self.image_count}")
+            raise past_the_end(self.key, int(low) if low < 0 else int(high), self.image_count)
 
     @abstractmethod
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:

@@ -32,8 +32,8 @@ import numpy as np
 
 from .._fs import PartialFile
 from .._native import map_file
-from .._types import ImageDescriptor
-from ._contract import FormatError, ImageReader, ImageWriter
+from .._types import ImageDescriptor, past_the_end
+from ._contract import FormatError, HeaderStatistics, ImageReader, ImageWriter
 
 __all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics", "gather"]
 
@@ -89,6 +89,7 @@ class RawArrayReader(ImageReader):
             read (slowest first); None when stored as read.
         decoder: Turns stored values into another type, for stored types
             numpy cannot cast (such as pairs of integers that make a complex).
+        voxel_size, header_statistics: What the header says, as `ImageReader` has them.
 
     Raises:
         FormatError: If the file is shorter than its images need.
@@ -103,8 +104,12 @@ class RawArrayReader(ImageReader):
         offset: int,
         axes: tuple[int, ...] | None = None,
         decoder: Decoder | None = None,
+        voxel_size: tuple[float, ...] | None = None,
+        header_statistics: HeaderStatistics | None = None,
     ):
         super().__init__(key, descriptor)
+        self.voxel_size = voxel_size
+        self.header_statistics = header_statistics
         self._fd = fd
         self._dtype = np.dtype(file_dtype)
         self._offset = int(offset)
@@ -296,8 +301,7 @@ class RawArrayWriter(ImageWriter):
 
     def write_run(self, start: int, sources: Sequence[np.ndarray]) -> None:
         if start < 0 or start + len(sources) > self.image_count:
-            last = start + len(sources) - 1
-            raise IndexError(f"{self.key}: index {last} is past the end of a stack of {self.image_count}")
+            raise past_the_end(self.key, start + len(sources) - 1, self.image_count)
         for i, source in enumerate(sources):
             if source.shape != self.core_extents:
                 raise ValueError(

@@ -69,6 +69,8 @@ def _extension(key: str) -> str:
 def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageReader:
     """Open the file at `key` with the first of `formats` that claims it.
 
+    The reader's `format_name` is that format's `name`.
+
     Raises:
         FileNotFoundError: If there is no file at `key`.
         FormatError: If no format claims the file, or the one that does finds it malformed.
@@ -88,7 +90,9 @@ def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageRead
         extension = _extension(key)
         for candidate in candidates:
             if candidate.recognizes(head, extension):
-                return candidate.open(key, fd, head)
+                reader = candidate.open(key, fd, head)
+                reader.format_name = candidate.name
+                return reader
         names = ", ".join(c.name for c in candidates)
         raise FormatError(f"{key}: not a file of any known format ({names})")
     except BaseException:

@@ -17,7 +17,8 @@ Read:
   float64, complex64, complex128 and binary (read as bool: zero or not).
 - 2-D data as one image (y, x); 3-D and higher as a stack of 2-D images
   (z, y, x), DM's dimensions (x, y, z) turned slowest first.
-- The spatial calibration, as the reader's `pixel_size` and `pixel_units`.
+- The spatial calibration, as the reader's `pixel_size` and `pixel_units`,
+  and as its `voxel_size` in Å where the units are lengths (Å, pm, nm, µm).
 
 Not read: RGB and RGBA images, packed complex (half-plane FFT) images,
 64-bit integer images, 1-D data (spectra, profiles), and every other tag:
@@ -74,6 +75,8 @@ _IMAGE_TYPES = {
     14: NumericalType.boolean,
 }
 _RGB_TYPES = {8, 23}
+# Units of length DM gives sizes in, as multiples of an ångström.
+_ANGSTROMS = {"Å": 1.0, "\u212b": 1.0, "A": 1.0, "pm": 0.01, "nm": 10.0, "µm": 1e4, "\u03bcm": 1e4, "um": 1e4}
 _PACKED_COMPLEX = 5
 
 
@@ -327,6 +330,8 @@ class DigitalMicrographReader(RawArrayReader):
             gives none.
         pixel_units: The unit of each size, such as "nm" or "µm"; "" where
             the file gives none.
+        voxel_size: The sizes of the image's axes in Å, where their units are
+            lengths; None otherwise.
         image_path: The tag group of the image read, such as "ImageList/1".
     """
 
@@ -343,7 +348,17 @@ class DigitalMicrographReader(RawArrayReader):
         pixel_units: tuple[str, ...],
         image_path: str,
     ):
-        super().__init__(key, fd, descriptor, file_dtype, offset, decoder=decoder)
+        sizes, units = pixel_size[-descriptor.core_rank :], pixel_units[-descriptor.core_rank :]
+        lengths = all(unit in _ANGSTROMS for unit in units)
+        super().__init__(
+            key,
+            fd,
+            descriptor,
+            file_dtype,
+            offset,
+            decoder=decoder,
+            voxel_size=tuple(s * _ANGSTROMS[u] for s, u in zip(sizes, units)) if lengths else None,
+        )
         self.pixel_size = pixel_size
         self.pixel_units = pixel_units
         self.image_path = image_path

@@ -10,6 +10,9 @@ extension `.mrcs`, is a stack of images (`nz` 0: an empty one);
 `ispg` 401..630 is a stack of `nz / mz` volumes; otherwise `nz > 1` is a
 volume and `nz == 1` one image.
 
+A reader's `voxel_size` is the cell divided by its sampling (`mx my mz`),
+in Å, slowest axis first; its `header_statistics` are `dmin dmax dmean rms`.
+
 Headers as common writers produce them read with a `FormatWarning` where
 the data is unambiguous (as mrcfile's permissive mode does): a zero or
 unknown machine stamp (the byte order is then inferred), a missing `MAP `
@@ -38,7 +41,7 @@ from typing import BinaryIO
 import numpy as np
 
 from .._types import ImageDescriptor, NumericalType
-from ._contract import Format, FormatError, FormatWarning, ImageReader, ImageWriter
+from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
 from ._registry import register_format
 
@@ -73,6 +76,7 @@ _WRITE_MODES = {
 }
 _STAMPS = {0x44: "<", 0x11: ">"}
 _FIELDS = "10i6f3i3f3i"  # nx..mz, cella, cellb, mapc..maps, dmin dmax dmean, ispg nsymbt
+_RMS_AT = 216
 
 
 def _plausible(head: bytes, order: str) -> bool:
@@ -111,6 +115,8 @@ class _Header:
         self.cell = values[10:13]
         self.axes = values[16:19]
         self.ispg, self.nsymbt = values[22], values[23]
+        (rms,) = struct.unpack_from(order + "f", head, _RMS_AT)
+        self.statistics = HeaderStatistics(*values[19:22], rms)
         self.exttyp = head[104:108]
         self.has_map = head[208:212] == b"MAP "
         if self.nsymbt < 0:
@@ -158,6 +164,15 @@ def _layout(key: str, header: _Header) -> tuple[tuple[int, ...], int, tuple[int,
     return core, 3, axes
 
 
+def _voxel_size(header: _Header, core_rank: int) -> tuple[float, ...] | None:
+    """The cell over its sampling along z, y, x (the last `core_rank`); None unless all are positive."""
+    samples = (header.mz, header.my, header.mx)[3 - core_rank :]
+    cell = tuple(reversed(header.cell))[3 - core_rank :]
+    if min(samples) <= 0 or min(cell) <= 0:
+        return None
+    return tuple(float(c) / m for c, m in zip(cell, samples))
+
+
 def _decode_complex_int16(stored: np.ndarray, out: np.ndarray) -> None:
     values = stored["real"].astype(np.float32) + 1j * stored["imag"].astype(np.float32)
     np.copyto(out, values, casting="unsafe")
@@ -198,7 +213,17 @@ class MrcFormat(Format):
             )
             offset = HEADER_BYTES
         decoder = _decode_complex_int16 if header.mode == 3 else None
-        return RawArrayReader(key, fd, descriptor, stored, offset, axes=axes, decoder=decoder)
+        return RawArrayReader(
+            key,
+            fd,
+            descriptor,
+            stored,
+            offset,
+            axes=axes,
+            decoder=decoder,
+            voxel_size=_voxel_size(header, core_rank),
+            header_statistics=header.statistics,
+        )
 
     @classmethod
     def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:

@@ -7,16 +7,25 @@ acquisition programs write it, is read like a raw array (out of a memory
 map, see `_raw`); any other series is decoded by tifffile, a page at a
 time.
 
-Before a page is decoded, its data must lie in the file, and what it
-decodes to (the page, and the tile or strip tifffile decodes it by) must
-not be more than its compression can make of them: 8 times as many bytes
-for uncompressed pages (of 1-bit samples), 128 for PackBits, 2048 for
-Deflate, 4096 for LZW, 65536 for any other compression (plus 64 KiB), so
-that a malformed header cannot make the reader allocate what the file does
-not hold. The segments of an LZW page are checked for the codes that crash
+Before a page is decoded, its data must lie in the file; a strip or tile
+must not decode to more than the page needs (plus 1 MiB); and what the
+page decodes to must not be more than its compression can make of its
+bytes: 8 times as many bytes for uncompressed pages (of 1-bit samples), 128
+for PackBits, 2048 for Deflate, 4096 for LZW, and `TiffFormat.max_expansion`
+(1024) for any other compression, plus 1 MiB. So a malformed header, or a
+small file of highly compressed data (a decompression bomb), cannot make
+the reader allocate or decode what the file does not justify: it raises
+`FormatError` naming the file and the page. A file that compresses better
+than 1024 to 1 is read by a subclass of `TiffFormat` with a larger
+`max_expansion`, registered or handed to the provider. A patch of a page
+that is one 2-D image decodes only the strips or tiles it touches. The
+segments of an LZW page are checked for the codes that crash
 imagecodecs' LZW decoder (see `vitrio._native.lzw_check`). Opening a file
 indexes all its pages first, which cuts a loop of pages that tifffile
 would otherwise follow forever.
+
+A reader's `voxel_size` comes from the resolution tags (pixels per inch or
+centimetre) or, in ImageJ files, from their unit and section spacing.
 
 Written files are uncompressed, one page per image (per section for
 volumes), with tifffile's shape metadata: axes `YX` for an image, `IYX` for a
@@ -28,11 +37,12 @@ page holds at least one pixel.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
-from collections.abc import Sequence
-from typing import BinaryIO
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, BinaryIO, ClassVar
 
 import numpy as np
 import tifffile
@@ -48,14 +58,29 @@ __all__ = ["TiffFormat"]
 _MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
 _BIGTIFF_BYTES = 2**32 - 2**25
 _EXPANSION = {1: 8, 5: 4096, 8: 2048, 32946: 2048, 32773: 128}
-_ANY_EXPANSION = 1 << 16
-_EXPANSION_SLACK = 1 << 16
+_EXPANSION_SLACK = 1 << 20
 _LZW = 5
 _REVERSED_BITS = bytes(int(f"{value:08b}"[::-1], 2) for value in range(256))
+# Ångströms in a ResolutionUnit (2: inch, 3: centimetre) and in a unit ImageJ names.
+_RESOLUTION_UNITS = {2: 2.54e8, 3: 1e8}
+_IMAGEJ_UNITS = {
+    "Å": 1.0,
+    "\u212b": 1.0,
+    "A": 1.0,
+    "angstrom": 1.0,
+    "nm": 10.0,
+    "nanometer": 10.0,
+    "micron": 1e4,
+    "µm": 1e4,
+    "\u03bcm": 1e4,
+    "um": 1e4,
+    "mm": 1e7,
+    "cm": 1e8,
+}
 
 
-def _check_page(key: str, page: tifffile.TiffPage, index: int, size: int) -> None:
-    """Raise `FormatError` if `page`'s data lie past the end of the file, or make less than it claims.
+def _check_page(key: str, page: tifffile.TiffPage, index: int, size: int, max_expansion: int) -> None:
+    """Raise `FormatError` if `page`'s data lie past the end of the file, or would decode to too much.
 
     Only the parts with both an offset and a byte count count as data.
 
@@ -64,6 +89,8 @@ def _check_page(key: str, page: tifffile.TiffPage, index: int, size: int) -> Non
         page: The page.
         index: Its index, for messages.
         size: The file's size.
+        max_expansion: The most a page of a compression without a known bound
+            may decode to, as a multiple of its bytes of data.
     """
     segments = list(zip(page.dataoffsets, page.databytecounts))
     for segment, (offset, count) in enumerate(segments):
@@ -75,37 +102,76 @@ def _check_page(key: str, page: tifffile.TiffPage, index: int, size: int) -> Non
     held = sum(count for _, count in segments)
     geometry = page.keyframe
     itemsize = np.dtype(geometry.dtype).itemsize if geometry.dtype is not None else 1
-    decoded = max(math.prod(geometry.shape), math.prod(geometry.chunks)) * itemsize
-    compression = int(geometry.compression)
-    if decoded > _EXPANSION.get(compression, _ANY_EXPANSION) * held + _EXPANSION_SLACK:
+    needed, part = math.prod(geometry.shape) * itemsize, math.prod(geometry.chunks) * itemsize
+    if part > needed + _EXPANSION_SLACK:
         raise FormatError(
-            f"{key}: page {index} of shape {geometry.shape} (in parts of {geometry.chunks}) would decode to "
-            f"{decoded} bytes, more than its {held} bytes of data can make with compression {compression}"
+            f"{key}: page {index} of shape {geometry.shape} needs {needed} bytes, but its parts of shape "
+            f"{geometry.chunks} would each decode to {part}"
+        )
+    compression = int(geometry.compression)
+    expansion = _EXPANSION.get(compression, max_expansion)
+    decoded = max(needed, part)
+    if decoded > expansion * held + _EXPANSION_SLACK:
+        raise FormatError(
+            f"{key}: page {index} of shape {geometry.shape} would decode to {decoded} bytes, more than "
+            f"{expansion} times its {held} bytes of data (compression {compression}): refused as a "
+            "decompression bomb"
         )
 
 
-def _check_lzw(key: str, fd: int, page: tifffile.TiffPage, index: int) -> None:
-    """Raise `FormatError` if a segment of LZW `page` holds a code that would crash the decoder.
+def _check_lzw(
+    key: str, data: bytes, geometry: tifffile.TiffPage, index: int, segment: int, offset: int
+) -> None:
+    """Raise `FormatError` if `data`, a segment of LZW page `index`, holds a code that crashes the decoder.
 
-    Each segment is checked for as many bytes as the largest segment of the page decodes to; the
-    segments must lie in the file (`_check_page`).
+    The segment is checked for as many bytes as the largest segment of the page decodes to.
+
+    Args:
+        key: The file's key, for messages.
+        data: The segment's bytes.
+        geometry: The page's key frame.
+        index: The page's index, for messages.
+        segment: The segment's index, for messages.
+        offset: Where the segment lies in the file, for messages.
     """
-    geometry = page.keyframe
     samples = geometry.samplesperpixel if geometry.planarconfig == 1 else 1
     if geometry.is_tiled:
         values = geometry.tiledepth * geometry.tilelength * geometry.tilewidth
     else:
         values = min(geometry.rowsperstrip, geometry.imagelength) * geometry.imagewidth
     decoded = values * samples * (np.dtype(geometry.dtype).itemsize if geometry.dtype is not None else 1)
-    for segment, (offset, count) in enumerate(zip(page.dataoffsets, page.databytecounts)):
-        data = os.pread(fd, count, offset)
-        if geometry.fillorder == 2:
-            data = data.translate(_REVERSED_BITS)
-        bad = lzw_check(data, decoded)
-        if bad is not None:
-            raise FormatError(
-                f"{key}: page {index}: its LZW segment {segment} is corrupt at byte {offset + bad}"
-            )
+    if geometry.fillorder == 2:
+        data = data.translate(_REVERSED_BITS)
+    bad = lzw_check(data, decoded)
+    if bad is not None:
+        raise FormatError(f"{key}: page {index}: its LZW segment {segment} is corrupt at byte {offset + bad}")
+
+
+def _voxel_size(tiff: tifffile.TiffFile, page: tifffile.TiffPage, core_rank: int) -> tuple[float, ...] | None:
+    """The pixel size in Å, slowest axis first, from the resolution tags and ImageJ's unit and spacing.
+
+    ImageJ files give the resolution in pixels per their `unit`, and the
+    distance between sections as `spacing`; others in pixels per inch or
+    centimetre. None where a size is not given as a length.
+    """
+    imagej = tiff.imagej_metadata or {}
+    if "unit" in imagej:
+        scale = _IMAGEJ_UNITS.get(str(imagej["unit"]).strip())
+    else:
+        scale = _RESOLUTION_UNITS.get(int(page.resolutionunit))
+    if scale is None or 282 not in page.tags or 283 not in page.tags:
+        return None
+    try:
+        x, y = (float(value) for value in page.resolution)
+    except (ArithmeticError, ValueError, TypeError):  # a malformed tag gives no size, and no error
+        return None
+    sizes = [scale / y, scale / x] if x > 0 and y > 0 else []
+    if core_rank == 3:
+        spacing = imagej.get("spacing") if "unit" in imagej else None
+        sizes = [scale * spacing, *sizes] if isinstance(spacing, (int, float)) and spacing > 0 else []
+    if len(sizes) != core_rank or not all(math.isfinite(size) for size in sizes):
+        return None
+    return tuple(float(size) for size in sizes)
 
 
 def _descriptor(key: str, series: tifffile.TiffPageSeries) -> ImageDescriptor:
@@ -132,8 +198,18 @@ class _TiffPagesReader(ImageReader):
         FormatError: If the pages do not split evenly into the series' images.
     """
 
-    def __init__(self, key: str, tiff: tifffile.TiffFile, descriptor: ImageDescriptor, fd: int):
+    def __init__(
+        self,
+        key: str,
+        tiff: tifffile.TiffFile,
+        descriptor: ImageDescriptor,
+        fd: int,
+        max_expansion: int,
+        voxel_size: tuple[float, ...] | None = None,
+    ):
         super().__init__(key, descriptor)
+        self.voxel_size = voxel_size
+        self._max_expansion = max_expansion
         self._tiff = tiff
         self._fd = fd
         self._size = os.fstat(fd).st_size
@@ -151,6 +227,10 @@ class _TiffPagesReader(ImageReader):
                 f"{key}: TIFF of {pages} pages does not split into {self.image_count} "
                 f"images of shape {self.core_extents}"
             )
+        # a patch of a page that is one 2-D image is cut out of the strips or tiles it touches
+        self._by_segment = (
+            self._images_per_page == 1 and self._pages_per_image == 1 and len(self.core_extents) == 2
+        )
         self._lock = threading.Lock()
 
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
@@ -174,23 +254,121 @@ class _TiffPagesReader(ImageReader):
                     )
                 np.copyto(part, values.reshape(part.shape), casting="unsafe")
 
-    def _page(self, number: int) -> np.ndarray:
-        """The values of page `number`, decoded after checking it fits the file."""
+    def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
+        self.read_regions(index, [region], [out])
+
+    def read_regions(
+        self, index: int, regions: Sequence[tuple[slice, ...]], outs: Sequence[np.ndarray]
+    ) -> None:
+        """Copy each of `regions` of image `index` into its out, decoding only the parts they touch.
+
+        Where an image is one 2-D page, only the strips or tiles that the
+        regions touch are decoded, each once; otherwise the image is.
+        """
+        self.check_run(index, 1)
+        if self._by_segment:
+            self._read_segments(index, regions, outs)
+            return
+        image = np.empty(self.core_extents, dtype=numpy_dtype(self.descriptor.data_type))
+        self.read_run(index, [image])
+        for region, out in zip(regions, outs):
+            np.copyto(out, image[region], casting="unsafe")
+
+    def _read_segments(
+        self, number: int, regions: Sequence[tuple[slice, ...]], outs: Sequence[np.ndarray]
+    ) -> None:
+        """Copy `regions` of 2-D page `number` into `outs`, decoding the strips or tiles they touch."""
+        with self._reading(number):
+            with self._lock:
+                page = self._checked(number)
+                geometry = page.keyframe
+                if tuple(geometry.shape) != self.core_extents:
+                    raise FormatError(
+                        f"{self.key}: page {number} holds {geometry.shape}, not {self.core_extents}"
+                    )
+                decode, tables = geometry.decode, geometry.jpegtables
+                segments = list(zip(page.dataoffsets, page.databytecounts))
+            rows, columns = geometry.chunks[:2]
+            per_row = geometry.chunked[1] if len(geometry.chunked) > 1 else 1
+            decoded: dict[int, tuple[np.ndarray, int, int]] = {}
+            for region, out in zip(regions, outs):
+                (y0, y1, _), (x0, x1, _) = (
+                    part.indices(extent) for part, extent in zip(region, self.core_extents)
+                )
+                if y1 <= y0 or x1 <= x0:
+                    continue
+                for row in range(y0 // rows, (y1 - 1) // rows + 1):
+                    for column in range(x0 // columns, (x1 - 1) // columns + 1):
+                        segment = row * per_row + column
+                        if segment not in decoded:
+                            decoded[segment] = self._segment(
+                                number, geometry, decode, tables, segments, segment
+                            )
+                        values, top, left = decoded[segment]
+                        a, b = max(y0, top), min(y1, top + values.shape[0])
+                        c, d = max(x0, left), min(x1, left + values.shape[1])
+                        if a < b and c < d:
+                            np.copyto(
+                                out[a - y0 : b - y0, c - x0 : d - x0],
+                                values[a - top : b - top, c - left : d - left],
+                                casting="unsafe",
+                            )
+
+    def _segment(
+        self,
+        number: int,
+        geometry: tifffile.TiffPage,
+        decode: Callable[..., Any],
+        tables: bytes | None,
+        segments: list[tuple[int, int]],
+        segment: int,
+    ) -> tuple[np.ndarray, int, int]:
+        """Strip or tile `segment` of 2-D page `number`, decoded, and where its first row and column lie."""
+        if segment >= len(segments):
+            raise FormatError(f"{self.key}: page {number} has {len(segments)} parts, not part {segment}")
+        offset, count = segments[segment]
+        data = os.pread(self._fd, count, offset) if count else None
+        if data is not None and len(data) < count:
+            raise FormatError(
+                f"{self.key}: page {number}: the file is truncated at byte {offset + len(data)}"
+            )
+        if data is not None and int(geometry.compression) == _LZW:
+            _check_lzw(self.key, data, geometry, number, segment, offset)
+        values, position, shape = decode(data, segment, jpegtables=tables)
+        if values is None:
+            values = np.zeros(shape, dtype=geometry.dtype)
+        return values.reshape(shape[1], shape[2]), int(position[2]), int(position[3])
+
+    def _checked(self, number: int) -> tifffile.TiffPage:
+        """Page `number`, checked to lie in the file and not to decode to too much; hold the lock."""
+        page = self._pages[number]
+        if page is None:
+            raise IndexError("it is missing")
+        _check_page(self.key, page, number, self._size, self._max_expansion)
+        return page
+
+    @contextlib.contextmanager
+    def _reading(self, number: int) -> Iterator[None]:
+        """Raise what reading page `number` raises as `FormatError` naming the file and the page."""
         try:
-            with self._lock:  # tifffile loads pages lazily, seeking the shared file
-                page = self._pages[number]
-                if page is None:
-                    raise IndexError("it is missing")
-                _check_page(self.key, page, number, self._size)
-                if int(page.keyframe.compression) == _LZW:
-                    _check_lzw(self.key, self._fd, page, number)
-                return page.asarray()
+            yield
         except (FormatError, MemoryError):
             raise
         except Exception as error:
             raise FormatError(
                 f"{self.key}: page {number} cannot be read (is the file truncated?): {error}"
             ) from error
+
+    def _page(self, number: int) -> np.ndarray:
+        """The values of page `number`, decoded after checking it fits the file."""
+        with self._reading(number), self._lock:  # tifffile loads pages lazily, seeking the shared file
+            page = self._checked(number)
+            if int(page.keyframe.compression) == _LZW:
+                for segment, (offset, count) in enumerate(zip(page.dataoffsets, page.databytecounts)):
+                    _check_lzw(
+                        self.key, os.pread(self._fd, count, offset), page.keyframe, number, segment, offset
+                    )
+            return page.asarray()
 
     def close(self) -> None:
         self._tiff.close()
@@ -201,11 +379,19 @@ class _TiffPagesReader(ImageReader):
 
 @register_format
 class TiffFormat(Format):
-    """TIFF and BigTIFF files: `.tif .tiff`."""
+    """TIFF and BigTIFF files: `.tif .tiff`.
+
+    Class attributes:
+        max_expansion: The most a page of a compression without a known bound
+            (zstd, LZMA, JPEG, ...) may decode to, as a multiple of its bytes
+            of data (plus 1 MiB); a page that would decode to more is refused
+            as a decompression bomb. A subclass may raise it.
+    """
 
     name = "tiff"
     read_extensions = (".tif", ".tiff")
     write_extensions = (".tif", ".tiff")
+    max_expansion: ClassVar[int] = 1024
 
     @classmethod
     def recognizes(cls, head: bytes, extension: str) -> bool:
@@ -221,10 +407,11 @@ class TiffFormat(Format):
                 raise FormatError(f"{key}: TIFF holds no image")
             series = tiff.series[0]
             descriptor = _descriptor(key, series)
+            voxel_size = _voxel_size(tiff, series.pages[0], descriptor.core_rank)
             offset = series.dataoffset
             raw = offset is not None and series.dtype != np.dtype(bool)
             if not raw:
-                _check_page(key, series.pages[0], 0, os.fstat(fd).st_size)
+                _check_page(key, series.pages[0], 0, os.fstat(fd).st_size, cls.max_expansion)
         except (FormatError, MemoryError):
             file.close()
             raise
@@ -235,9 +422,9 @@ class TiffFormat(Format):
             stored = np.dtype(series.dtype).newbyteorder(tiff.byteorder)
             tiff.close()
             file.close()
-            return RawArrayReader(key, fd, descriptor, stored, offset)
+            return RawArrayReader(key, fd, descriptor, stored, offset, voxel_size=voxel_size)
         try:
-            return _TiffPagesReader(key, tiff, descriptor, fd)
+            return _TiffPagesReader(key, tiff, descriptor, fd, cls.max_expansion, voxel_size)
         except BaseException:
             tiff.close()
             file.close()

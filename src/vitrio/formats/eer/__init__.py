@@ -1,0 +1,28 @@
+"""EER files: Thermo Fisher's electron event representation of movies.
+
+An EER file is a TIFF file whose pages are the frames of a movie. A page
+holds, instead of pixel values, a stream of codes (TIFF compressions 65000,
+65001 and 65002): runs of pixels without an event, each followed by the
+sub-pixel position of an electron that hit the pixel after the run.
+Compression 65000 codes runs in 8 bits and 65001 in 7, both with 2 + 2
+sub-pixel bits (a 4 x 4 grid in each pixel); 65002 takes the three numbers
+from tags 65007, 65008 and 65009. The sub-pixel grid is the finest one: 4
+times the detector's resolution on each axis for 2 sub-pixel bits.
+
+Opened as a plain format, an EER file is a movie of one uint8 image per
+frame (0 or 1 event per pixel) at the detector's resolution.
+`EerFormat.configured` makes a format that renders the frames into a few
+fractions (sums of consecutive frames), binned or on a finer grid, optionally
+weighted by a gain reference. `read_events` reads the events themselves.
+
+Frames are decoded by the C extension `vitrio._native`, without the GIL.
+
+Modules: `_sniff` tells an EER file by its first bytes, `_layout` finds its
+strips, `_gain` loads gain references, `_reader` holds the format and its
+reader, `_events` the event timeline and `read_events`.
+"""
+
+from ._events import DetectorEventTimeline, read_events
+from ._reader import EerFormat, EerReader
+
+__all__ = ["DetectorEventTimeline", "EerFormat", "EerReader", "read_events"]

@@ -1,0 +1,248 @@
+"""Detector events: the timeline of groups of positions, and `read_events`, the events of an EER file."""
+
+from __future__ import annotations
+
+import operator
+import os
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ... import _native
+from ..._fs import open_readonly
+from ..._types import as_key
+from ._layout import Layout
+
+__all__ = ["DetectorEventTimeline", "read_events"]
+
+_BATCH_BYTES = 64 << 20
+
+
+class _ViewOwner:
+    """The owner of the memory of one read-only view of a timeline, so that the timeline can count views."""
+
+    __slots__ = ("__array_interface__", "_array", "__weakref__")
+
+    def __init__(self, array: np.ndarray):
+        self._array = array
+        interface = dict(array.__array_interface__)
+        interface["data"] = (interface["data"][0], True)
+        self.__array_interface__ = interface
+
+
+class DetectorEventTimeline:
+    """Detector events in groups, each group with a timestamp: the events of the frames of a movie.
+
+    A position is a row of uint32 coordinates, slowest axis first: (y, x) on
+    the sub-pixel grid for EER files. The arrays handed out (`timestamps`,
+    `get_positions`) are read-only views of the timeline's memory; while any
+    of them, or an array made from one, is alive, the timeline cannot change:
+    `add_group`, `clear` and `reserve` raise `BufferError`. Not safe to change
+    from several threads at once.
+    """
+
+    def __init__(self) -> None:
+        self._timestamps = np.empty(0, dtype=np.int64)
+        self._ends = np.empty(0, dtype=np.int64)
+        self._positions = np.empty((0, 2), dtype=np.uint32)
+        self._groups = 0
+        self._events = 0
+        self._views: weakref.WeakSet[_ViewOwner] = weakref.WeakSet()
+
+    @property
+    def group_count(self) -> int:
+        """How many groups the timeline holds."""
+        return self._groups
+
+    @property
+    def event_count(self) -> int:
+        """How many events the timeline holds, in all groups."""
+        return self._events
+
+    @property
+    def view_count(self) -> int:
+        """How many views handed out are alive."""
+        return len(self._views)
+
+    @property
+    def timestamps(self) -> np.ndarray:
+        """The timestamp of each group (for EER files, the frame index): a read-only int64 view."""
+        return self._view(self._timestamps[: self._groups])
+
+    def get_positions(self, group: int | None = None) -> np.ndarray:
+        """The positions of the events of one group, or of all: a read-only uint32 view, a row each.
+
+        Raises:
+            IndexError: If there is no group `group`.
+        """
+        if group is None:
+            return self._view(self._positions[: self._events])
+        index = operator.index(group)
+        if not -self._groups <= index < self._groups:
+            raise IndexError(f"group {group} of a timeline of {self._groups}")
+        index %= self._groups
+        start = int(self._ends[index - 1]) if index else 0
+        return self._view(self._positions[start : self._ends[index]])
+
+    def add_group(self, timestamp: int, positions: Any) -> None:
+        """Append a group of events.
+
+        Args:
+            timestamp: The group's timestamp, an integer.
+            positions: The events' positions, rows of 2 non-negative integers below 2**32.
+
+        Raises:
+            BufferError: If a view is alive.
+            TypeError: If a timestamp or position is not an integer.
+            ValueError: If the positions are not rows of 2 or one is out of range.
+        """
+        timestamp = operator.index(timestamp)
+        rows = np.asarray(positions)
+        if rows.size == 0:
+            rows = rows.reshape(0, 2)
+        if rows.ndim != 2 or rows.shape[1] != 2:
+            raise ValueError(f"positions are rows of 2 coordinates, not of shape {rows.shape}")
+        if rows.size and rows.dtype.kind not in "iu":
+            raise TypeError(f"positions are integers, not {rows.dtype}")
+        if rows.size and (rows.min() < 0 or rows.max() > 0xFFFFFFFF):
+            raise ValueError("positions must be within 0 and 2**32 - 1")
+        self._grow(1, len(rows))
+        self._positions[self._events : self._events + len(rows)] = rows
+        self._events += len(rows)
+        self._timestamps[self._groups] = timestamp
+        self._ends[self._groups] = self._events
+        self._groups += 1
+
+    def clear(self) -> None:
+        """Remove every group, keeping the memory.
+
+        Raises:
+            BufferError: If a view is alive.
+        """
+        self._check_unshared()
+        self._groups = self._events = 0
+
+    def reserve(self, groups: int, events: int) -> None:
+        """Make room for `groups` groups and `events` events in all.
+
+        Raises:
+            BufferError: If a view is alive.
+        """
+        self._check_unshared()
+        groups, events = operator.index(groups), operator.index(events)
+        if groups > len(self._timestamps):
+            self._timestamps = self._resized(self._timestamps, groups, self._groups)
+            self._ends = self._resized(self._ends, groups, self._groups)
+        if events > len(self._positions):
+            self._positions = self._resized(self._positions, events, self._events)
+
+    def __repr__(self) -> str:
+        return f"<DetectorEventTimeline: {self._groups} groups, {self._events} events>"
+
+    @staticmethod
+    def _resized(array: np.ndarray, length: int, used: int) -> np.ndarray:
+        grown = np.empty((length, *array.shape[1:]), dtype=array.dtype)
+        grown[:used] = array[:used]
+        return grown
+
+    def _check_unshared(self) -> None:
+        if len(self._views):
+            raise BufferError(
+                f"the timeline has {len(self._views)} live views; delete them before changing it"
+            )
+
+    def _grow(self, groups: int, events: int) -> None:
+        """Make room for `groups` and `events` more, growing geometrically."""
+        groups += self._groups
+        events += self._events
+        self.reserve(
+            max(groups, 2 * len(self._ends)) if groups > len(self._ends) else 0,
+            max(events, 2 * len(self._positions)) if events > len(self._positions) else 0,
+        )
+
+    def _view(self, array: np.ndarray) -> np.ndarray:
+        owner = _ViewOwner(array)
+        self._views.add(owner)
+        return np.asarray(owner)
+
+    def _commit(self, timestamps: np.ndarray, counts: np.ndarray) -> None:
+        """Append groups whose positions were written past the last event already."""
+        groups = len(timestamps)
+        self._timestamps[self._groups : self._groups + groups] = timestamps
+        self._ends[self._groups : self._groups + groups] = self._events + np.cumsum(counts)
+        self._groups += groups
+        self._events += int(counts.sum())
+
+    def _truncate(self, groups: int, events: int) -> None:
+        self._groups, self._events = groups, events
+
+
+def read_events(
+    key: Any, begin: int | None = None, end: int | None = None, events: DetectorEventTimeline | None = None
+) -> DetectorEventTimeline:
+    """The events of frames `begin..end` of the EER file at `key`, a group per frame.
+
+    Each group's timestamp is its frame's index; positions are (y, x) on the
+    sub-pixel grid (4 times the detector's resolution per axis for 2
+    sub-pixel bits, as in files of compression 65000 and 65001).
+
+    Args:
+        key: The file.
+        begin, end: The frames to read; None for the first and past the last.
+        events: A timeline to append to (reusing its memory); None for a new one.
+
+    Returns:
+        The timeline, `events` if given.
+
+    Raises:
+        FileNotFoundError: If there is no file at `key`.
+        IndexError: If the frames are not within the file's.
+        FormatError: If the file is not an EER file or a frame is malformed; the timeline is
+            then as it was.
+        BufferError: If `events` has a live view.
+    """
+    key = as_key(key)
+    timeline = DetectorEventTimeline() if events is None else events
+    timeline._check_unshared()
+    try:
+        fd = open_readonly(key)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{key}: no such file") from None
+    groups, count = timeline.group_count, timeline.event_count
+    try:
+        layout = Layout(key, fd)
+        begin = 0 if begin is None else operator.index(begin)
+        end = layout.frame_count if end is None else operator.index(end)
+        if not 0 <= begin <= end <= layout.frame_count:
+            raise IndexError(f"{key}: frames {begin} to {end} are not within its {layout.frame_count} frames")
+        timeline._grow(end - begin, layout.most_events(begin, end))
+        frame = begin
+        while frame < end:
+            batch_end = np.searchsorted(layout.frame_bytes, layout.frame_bytes[frame] + _BATCH_BYTES, "right")
+            stop = min(max(frame + 1, int(batch_end) - 1), end)
+            data = np.empty(int(layout.frame_bytes[stop] - layout.frame_bytes[frame]), dtype=np.uint8)
+            strips = layout.read(fd, frame, stop, data)
+            strip_counts = np.empty(len(strips), dtype=np.int64)
+            status = _native.events(
+                data,
+                strips,
+                timeline._positions[timeline.event_count :],
+                strip_counts,
+                layout.height,
+                layout.width,
+                layout.rlebits,
+                layout.hbits,
+                layout.vbits,
+            )
+            if status is not None:
+                raise layout.failure(frame, status)
+            starts = layout.frame_starts[frame:stop] - layout.frame_starts[frame]
+            timeline._commit(np.arange(frame, stop, dtype=np.int64), np.add.reduceat(strip_counts, starts))
+            frame = stop
+    except BaseException:
+        timeline._truncate(groups, count)
+        raise
+    finally:
+        os.close(fd)
+    return timeline
