@@ -266,6 +266,7 @@ def _crop(
 
 
 def _check_output(path: Path, force: bool) -> None:
+    """Refuse a directory at `path`, and anything at all there unless `force`."""
     if path.is_dir():
         raise IsADirectoryError(f"{path}: is a directory; name the file to write")
     if os.path.lexists(path) and not force:
@@ -322,6 +323,7 @@ def extract_particles(
             the pixel size is nowhere to be found.
         FileExistsError: If an output exists and `force` is false.
         IsADirectoryError: If an output is a directory.
+        NotADirectoryError: If the folder of an output is a file.
         FileNotFoundError, FormatError: If a STAR file or a micrograph is
             missing, or a micrograph is malformed.
     """
@@ -334,6 +336,9 @@ def extract_particles(
     found = _match(micrographs, mics, coordinates, picks, root, box)
     stack_dir = output.parent if stack_dir is None else Path(stack_dir)
     stacks = [stack_dir / name for name in _stack_names(found.names)]
+    for folder in (output.parent, stack_dir):
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(f"{folder}: is not a folder to write in")
     for path in (output, *stacks):
         _check_output(path, force)
     if blocks.get("optics") is None and pixel_size is None:

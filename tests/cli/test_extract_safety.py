@@ -101,6 +101,8 @@ def test_outputs_that_exist_are_kept_unless_forced(picked: Picked):
     assert mrcfile.read("b.mrcs").shape == (10, 16, 16)
     with pytest.raises(IsADirectoryError, match="Micrographs: is a directory"):
         extract_particles(picked.micrographs, picked.coordinates, 16, "Micrographs", force=True)
+    with pytest.raises(NotADirectoryError, match="b.mrcs: is not a folder"):
+        extract_particles(picked.micrographs, picked.coordinates, 16, "b.mrcs/particles.star", force=True)
 
 
 def test_without_a_pixel_size_anywhere(picked: Picked):
