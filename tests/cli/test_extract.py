@@ -11,7 +11,7 @@ import pytest
 import starfile
 
 import vitrio as vio
-from vitrio.cli import _extract
+from vitrio import extract as _extract
 
 from .conftest import Picked
 from .helpers import assert_fails, leftovers
@@ -183,7 +183,7 @@ def test_outputs_that_exist(vitrio, picked: Picked):
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
 def test_an_interrupted_extraction_leaves_nothing(vitrio, picked: Picked, monkeypatch, failure):
     monkeypatch.setattr(_extract, "BATCH_BYTES", 4 * 16 * 16 * 4)  # batches of 4: a stack is 10
-    real = vio.write_batch_async
+    real = _extract.write_batch_async
     calls = []
 
     def write_batch_async(*args):
@@ -193,7 +193,7 @@ def test_an_interrupted_extraction_leaves_nothing(vitrio, picked: Picked, monkey
             raise failure("no space left on device")
         return real(*args)
 
-    monkeypatch.setattr(vio, "write_batch_async", write_batch_async)
+    monkeypatch.setattr(_extract, "write_batch_async", write_batch_async)
     before = leftovers(Path())
     result = extract(vitrio, picked, "--stack-dir", "Stacks/new", output="Out/particles.star")
     if failure is KeyboardInterrupt:

@@ -28,7 +28,7 @@ import vitrio as vio
 from .workloads import (
     MrcfileImages,
     Workloads,
-    default_data_dir,
+    data_folder,
     median_rate,
     timed_rate,
     torch_baseline_rate,
@@ -144,18 +144,27 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="small files and few batches")
     parser.add_argument(
-        "--data", type=Path, default=default_data_dir(), help="where the synthetic files are kept"
+        "--data",
+        type=Path,
+        help="a folder of yours where the synthetic files are kept between runs (default: a fresh private "
+        "one, removed at the end)",
     )
     parser.add_argument(
         "--repeats", type=int, default=5, help="runs of each measurement; the median is reported"
     )
     parser.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4"], help="workloads to run")
     args = parser.parse_args()
+    with data_folder(args.data) as folder:
+        _run(args, folder)
+
+
+def _run(args: argparse.Namespace, folder: Path) -> None:
+    """Measure what `args` asks for, on synthetic files kept in `folder`."""
     if args.quick:
-        work = Workloads(args.data, images=4000, micrographs=4, micrograph_side=2048, picks=300)
+        work = Workloads(folder, images=4000, micrographs=4, micrograph_side=2048, picks=300)
         batches, repeats = 12, min(args.repeats, 3)
     else:
-        work = Workloads(args.data)
+        work = Workloads(folder)
         batches, repeats = 40, args.repeats
     rng = np.random.default_rng(0)
     shape = (work.side, work.side)

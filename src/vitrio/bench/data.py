@@ -17,7 +17,8 @@ Each epoch counts `--batches` batches after its first one; the medians over
 `--epochs` epochs are reported: images per second, their ratio, the time to
 the first batch of an epoch, and, for vitrio, the time one batch takes to
 read alone. `--quick` uses small files (4,000 images; 4 micrographs of
-2048x2048) and fewer batches. The files are written once under `--data`.
+2048x2048) and fewer batches. The files are written once under `--data`
+(a folder of the user's), or each run into a fresh private one.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import vitrio as vio
 from vitrio.data import DataLoader, Dataset, ImageSource, PatchSource
 
 from .core import MrcfilePatches
-from .workloads import MrcfileImages, Workloads, default_data_dir
+from .workloads import MrcfileImages, Workloads, data_folder
 
 BATCH = 256
 
@@ -98,17 +99,26 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="small files and few batches")
     parser.add_argument(
-        "--data", type=Path, default=default_data_dir(), help="where the synthetic files are kept"
+        "--data",
+        type=Path,
+        help="a folder of yours where the synthetic files are kept between runs (default: a fresh private "
+        "one, removed at the end)",
     )
     parser.add_argument("--epochs", type=int, default=5, help="epochs of each loader; medians are reported")
     parser.add_argument("--batches", type=int, help="batches counted per epoch after the first")
     parser.add_argument("--only", nargs="*", default=["W1", "W2", "W3"], help="workloads to run")
     arguments = parser.parse_args()
+    with data_folder(arguments.data) as folder:
+        _run(arguments, folder)
+
+
+def _run(arguments: argparse.Namespace, folder: Path) -> None:
+    """Measure what `arguments` asks for, on synthetic files kept in `folder`."""
     if arguments.quick:
-        work = Workloads(arguments.data, images=4000, micrographs=4, micrograph_side=2048, picks=800)
+        work = Workloads(folder, images=4000, micrographs=4, micrograph_side=2048, picks=800)
         batches, epochs = arguments.batches or 10, min(arguments.epochs, 3)
     else:
-        work = Workloads(arguments.data)
+        work = Workloads(folder)
         batches, epochs = arguments.batches or 40, arguments.epochs
     print(
         f"{batches} batches of {BATCH} per epoch after the first, medians of {epochs} epochs; "

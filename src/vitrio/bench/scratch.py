@@ -21,7 +21,7 @@ import numpy as np
 
 import vitrio as vio
 
-from .workloads import Workloads, default_data_dir
+from .workloads import Workloads, data_folder
 
 BATCH = 256
 IN_FLIGHT = 4
@@ -64,13 +64,22 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="small files")
     parser.add_argument(
-        "--data", type=Path, default=default_data_dir(), help="where the synthetic files are kept"
+        "--data",
+        type=Path,
+        help="a folder of yours where the synthetic files are kept between runs (default: a fresh private "
+        "one, removed at the end)",
     )
     parser.add_argument(
         "--repeats", type=int, default=3, help="epochs after the first; the median is reported"
     )
     args = parser.parse_args()
-    work = Workloads(args.data, images=4000 if args.quick else 20_000)
+    with data_folder(args.data) as folder:
+        _run(args, folder)
+
+
+def _run(args: argparse.Namespace, folder: Path) -> None:
+    """Measure what `args` asks for, on synthetic files kept in `folder`."""
+    work = Workloads(folder, images=4000 if args.quick else 20_000)
     shape = (work.side, work.side)
     rng = np.random.default_rng(0)
     print(
@@ -83,7 +92,7 @@ def main() -> None:
         memory = statistics.median(
             in_memory(values, rng.permutation(len(locations))) for _ in range(args.repeats)
         )
-        with tempfile.TemporaryDirectory(dir=args.data) as directory:
+        with tempfile.TemporaryDirectory(dir=folder) as directory:
             for kind in ("host", "mapped", "directory"):
                 loader = vio.loader(workers=2, cache=cache, scratch=make(kind, locations, Path(directory)))
                 first = epoch(loader, locations, rng.permutation(len(locations)), shape)

@@ -1,12 +1,22 @@
-"""What the benchmarks share: synthetic data made once, timing by medians, the mrcfile baselines."""
+"""What the benchmarks share: synthetic data made once, timing by medians, the mrcfile baselines.
+
+The data goes into a fresh private folder, removed at the end, unless the
+user names one (`--data`), which must be theirs: a fixed folder in the
+shared temporary directory would let another user plant a link there and
+have the benchmark write gigabytes wherever it points. Scripts that keep
+their data between runs by default (`default_data_dir`) keep it in a folder
+of the user's, checked as `--data` is.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,15 +27,70 @@ __all__ = [
     "Workloads",
     "median_rate",
     "timed_rate",
+    "data_folder",
     "default_data_dir",
+    "own_folder",
     "MrcfileImages",
     "torch_baseline_rate",
 ]
 
 
 def default_data_dir() -> Path:
-    """Where benchmark data is kept between runs unless `--data` says otherwise."""
-    return Path(tempfile.gettempdir()) / "vitrio-bench"
+    """A folder of the user's own in the temporary directory, its name holding their uid, kept between runs.
+
+    Raises:
+        PermissionError: If a link, or a folder of another user, is there (`own_folder`).
+    """
+    return own_folder(Path(tempfile.gettempdir()) / f"vitrio-bench-{os.geteuid()}")
+
+
+def own_folder(path: Path) -> Path:
+    """Make `path` a private folder if nothing is there, or check that the folder there is the user's own.
+
+    Args:
+        path: The folder; its parents are made as needed.
+
+    Returns:
+        `path`.
+
+    Raises:
+        PermissionError: If `path`, or the symbolic link it is, belongs to another user.
+        NotADirectoryError: If `path` is not a folder.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    me, link, target = os.geteuid(), os.lstat(path), os.stat(path)
+    owned = [(link, "the symbolic link")] if stat.S_ISLNK(link.st_mode) else []
+    for status, what in [*owned, (target, "the folder")]:
+        if status.st_uid != me:
+            raise PermissionError(
+                f"{path}: {what} belongs to uid {status.st_uid}, not to you (uid {me}); "
+                "name a folder of your own"
+            )
+    if not stat.S_ISDIR(target.st_mode):
+        raise NotADirectoryError(f"{path}: is not a folder")
+    return path
+
+
+@contextlib.contextmanager
+def data_folder(given: Path | None) -> Iterator[Path]:
+    """The folder benchmark data goes in while the block runs.
+
+    Args:
+        given: A folder of the user's, where the data is kept between runs
+            (made if missing), or None for a fresh private folder in the
+            temporary directory, removed when the block ends.
+
+    Raises:
+        PermissionError, NotADirectoryError: As `own_folder`, for `given`.
+    """
+    if given is not None:
+        yield own_folder(given)
+        return
+    with tempfile.TemporaryDirectory(prefix="vitrio-bench-") as folder:
+        yield Path(folder)
 
 
 class Workloads:
@@ -47,11 +112,10 @@ class Workloads:
         picks: int = 300,
         seed: int = 0,
     ):
-        self.root = Path(root) / f"{images}x{side}-{micrographs}x{micrograph_side}"
+        self.root = own_folder(own_folder(Path(root)) / f"{images}x{side}-{micrographs}x{micrograph_side}")
         self.images, self.side = images, side
         self.micrographs, self.micrograph_side, self.picks = micrographs, micrograph_side, picks
         self.rng = np.random.default_rng(seed)
-        self.root.mkdir(parents=True, exist_ok=True)
 
     def _stack(self, name: str, dtype: str) -> Path:
         path = self.root / name
@@ -76,7 +140,7 @@ class Workloads:
         per_stack = 20
         paths = [self.root / "w2" / f"stack{i:05d}.mrcs" for i in range(self.images // per_stack)]
         if not paths[-1].exists():
-            paths[0].parent.mkdir(exist_ok=True)
+            own_folder(paths[0].parent)
             for path in paths:
                 values = self.rng.standard_normal((per_stack, self.side, self.side), dtype=np.float32)
                 vio.write_stack(values, path)
@@ -86,7 +150,7 @@ class Workloads:
         """The micrographs, and a row (micrograph, y, x) per pick."""
         paths = [self.root / "w3" / f"micrograph{i:03d}.mrc" for i in range(self.micrographs)]
         if not paths[-1].exists():
-            paths[0].parent.mkdir(exist_ok=True)
+            own_folder(paths[0].parent)
             side = self.micrograph_side
             for path in paths:
                 vio.write_single(self.rng.standard_normal((side, side), dtype=np.float32), path)

@@ -159,7 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     size = bench.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small files and few batches")
     size.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
-    bench.add_argument("--data", type=Path, help="where the synthetic files are kept (default: a temp dir)")
+    bench.add_argument(
+        "--data",
+        type=Path,
+        help="a folder of yours where the synthetic files are kept between runs "
+        "(default: a fresh private one, removed at the end)",
+    )
     bench.add_argument(
         "--plot", type=Path, default=Path("vitrio-bench.png"), help="the bar chart to save (a PNG)"
     )

@@ -24,7 +24,7 @@ from vitrio.data import Dataset, ImageSource, PatchSource
 
 from ..bench import core, data
 from ..bench import workloads as common
-from ._common import pyplot
+from ._common import pyplot, save_figure
 
 __all__ = ["Preset", "PRESETS", "run"]
 
@@ -65,15 +65,26 @@ def _plot(rows: list[tuple[str, float, float, float | None]], path: Path) -> Non
     axes.set_title("vitrio against its baselines, same files, same run")
     axes.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path, 120)
     plt.close(figure)
 
 
 def run(args: argparse.Namespace) -> None:
-    """Measure the workloads at the size `args` asks for, print the table and save the chart."""
+    """Measure the workloads at the size `args` asks for, print the table and save the chart.
+
+    The files go under `args.data`, which must be the user's, or into a
+    fresh private folder removed at the end.
+    """
     preset = PRESETS["tiny" if args.tiny else "quick" if args.quick else "full"]
-    work = common.Workloads(args.data or common.default_data_dir(), **preset.workloads)
-    print(f"files under {work.root} (written on the first run); medians of {preset.repeats} runs")
+    with common.data_folder(args.data) as folder:
+        work = common.Workloads(folder, **preset.workloads)
+        kept = "written on the first run" if args.data else "removed at the end"
+        print(f"files under {work.root} ({kept}); medians of {preset.repeats} runs")
+        _measure(work, preset, args.plot)
+
+
+def _measure(work: common.Workloads, preset: Preset, plot: Path) -> None:
+    """Measure the workloads of `work`, print the table and save the chart to `plot`."""
     print("vitrio: 2 threads; (a) torch DataLoader, 2 workers, mrcfile; (b) mrcfile memory map + numpy")
     print(f"{'workload':<22}{'vitrio img/s':>14}{'(a) torch':>12}{'x (a)':>8}{'(b) mmap':>12}{'x (b)':>8}")
     rng = np.random.default_rng(0)
@@ -125,5 +136,5 @@ def run(args: argparse.Namespace) -> None:
     source = PatchSource([paths[m] for m in picks[:, 0]], picks[:, 1:], (side, side))
     result = data.measure("W3", Dataset({"image": source}), baseline, 64, preset.repeats, preset.batches)
     add(f"W3 patches {side}, data", result["ours"], result["theirs"], None)
-    _plot(rows, args.plot)
-    print(f"rows marked data: vitrio.data's DataLoader against (a); saved the chart to {args.plot}")
+    _plot(rows, plot)
+    print(f"rows marked data: vitrio.data's DataLoader against (a); saved the chart to {plot}")

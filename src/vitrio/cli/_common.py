@@ -1,17 +1,18 @@
-"""What the subcommands share: the error of a user's mistake, the check of outputs, progress bars."""
+"""What the subcommands share: the error of a user's mistake, the check of outputs, progress bars, charts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import vitrio as vio
+from vitrio._fs import new_file
 
 if TYPE_CHECKING:
     import tqdm
 
-__all__ = ["CliError", "check_output", "describe_briefly", "progress", "pyplot"]
+__all__ = ["CliError", "check_output", "describe_briefly", "progress", "pyplot", "save_figure"]
 
 
 class CliError(Exception):
@@ -30,8 +31,8 @@ def check_output(path: Path, force: bool) -> None:
         raise CliError(f"{path}: exists already; give --force to replace it")
 
 
-def progress(total: int, description: str, unit: str) -> tqdm.tqdm:
-    """A progress bar on standard error, shown only on a terminal."""
+def progress(total: int | None, description: str, unit: str) -> tqdm.tqdm:
+    """A progress bar on standard error, shown only on a terminal; of no known end if `total` is None."""
     import tqdm
 
     return tqdm.tqdm(total=total, desc=description, unit=unit, unit_scale=True, disable=None, leave=False)
@@ -53,3 +54,13 @@ def pyplot() -> ModuleType:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(figure: Any, path: Path, dpi: int) -> None:
+    """Save a matplotlib figure as a PNG at `path`, created as vitrio creates files (`vitrio._fs.new_file`).
+
+    Raises:
+        FileNotFoundError: If the folder of `path` does not exist.
+    """
+    with new_file(path) as partial, partial.file() as file:
+        figure.savefig(file, format="png", dpi=dpi)

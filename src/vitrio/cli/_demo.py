@@ -5,8 +5,8 @@
    noise, as MRC files; a micrographs STAR file (with data_optics and a
    defocus per micrograph) and a coordinates STAR file (with the kind of
    each particle as rlnClassNumber), as RELION writes them.
-2. `vitrio extract` crops the particles into a stack per micrograph and
-   writes particles.star.
+2. `vitrio.extract.extract_particles`, what `vitrio extract` runs, crops
+   the particles into a stack per micrograph and writes particles.star.
 3. A small convolutional network learns to tell the kinds apart, fed by
    vitrio.data: a `Dataset` of `ImageSource(parse_locations(rlnImageName))`
    and the class column, read by a `DataLoader(output="torch", shuffle=True)`
@@ -29,15 +29,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import starfile
 import torch
 from torch import nn
 
 import vitrio as vio
-from vitrio.data import DataLoader, Dataset, ImageSource, parse_locations
+from vitrio.data import DataLoader, Dataset, ImageSource, parse_locations, read_star, write_star
+from vitrio.extract import extract_particles
 
-from ._common import progress, pyplot
-from ._extract import extract_particles
+from ._common import progress, pyplot, save_figure
 
 __all__ = ["KINDS", "make_micrographs", "train", "run"]
 
@@ -110,11 +109,11 @@ def make_micrographs(out: Path, count: int, size: int, seed: int = 0) -> tuple[P
     )
     columns = ["rlnMicrographName", "rlnOpticsGroup", "rlnDefocusU", "rlnDefocusV", "rlnDefocusAngle"]
     micrographs_star, coordinates_star = out / "micrographs.star", out / "coordinates.star"
-    starfile.write(
+    write_star(
         {"optics": optics, "micrographs": pd.DataFrame(micrographs, columns=columns)}, micrographs_star
     )
     columns = ["rlnMicrographName", "rlnCoordinateX", "rlnCoordinateY", "rlnClassNumber", "rlnAnglePsi"]
-    starfile.write({"particles": pd.DataFrame(picks, columns=columns)}, coordinates_star)
+    write_star({"particles": pd.DataFrame(picks, columns=columns)}, coordinates_star)
     return micrographs_star, coordinates_star, len(picks)
 
 
@@ -218,7 +217,7 @@ def _montage(dataset: Dataset, labels: np.ndarray, model: nn.Module, path: Path)
         axes[kind, 0].text(-0.15, 0.5, name, transform=axes[kind, 0].transAxes, ha="right", va="center")
     figure.suptitle("extracted particles by kind, titled with the network's guess")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    save_figure(figure, path, 100)
     plt.close(figure)
 
 
@@ -237,7 +236,7 @@ def _curve(losses: list[float], accuracies: list[float], path: Path) -> None:
     accuracy_axis.set_ylabel("held-out accuracy", color="tab:orange")
     accuracy_axis.legend(loc="center right", fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    save_figure(figure, path, 100)
     plt.close(figure)
 
 
@@ -263,7 +262,7 @@ def run(args: argparse.Namespace) -> None:
         f"({count / result.seconds:,.0f} particles/s)"
     )
 
-    particles = starfile.read(output, always_dict=True)["particles"]
+    particles = read_star(output)["particles"]
     labels = particles["rlnClassNumber"].to_numpy(dtype=np.int64) - 1
     dataset = Dataset(
         {

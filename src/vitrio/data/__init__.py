@@ -21,6 +21,8 @@ in batches, reading the next ones on a thread pool meanwhile, and hands them
 out as numpy arrays, tensors of PyTorch or arrays of JAX. The metadata is
 parsed by whoever reads it: vitrio takes what it was parsed into, and
 as_columns, parse_locations and make_locations turn that into fields.
+read_star, star_table, write_star and particle_optics read and write the
+STAR files of RELION (through starfile, with pandas).
 
 Needs numpy. PyTorch and JAX are imported only to hand batches to them.
 """
@@ -31,6 +33,7 @@ from ._loader import DataLoader
 from ._patches import PatchSource
 from ._sampler import BatchSampler
 from ._source import ArraySource, Source
+from ._star import particle_optics, read_star, star_table, write_star
 from ._tables import as_columns, make_locations, parse_locations
 
 __all__ = [
@@ -45,4 +48,8 @@ __all__ = [
     "as_columns",
     "make_locations",
     "parse_locations",
+    "particle_optics",
+    "read_star",
+    "star_table",
+    "write_star",
 ]

@@ -1,7 +1,7 @@
 """Turning parsed metadata into fields: tables into columns, keys and indices or texts into locations.
 
-vitrio parses no metadata file: whoever reads a STAR file or a cryoSPARC
-table hands over what it was parsed into.
+These parse no metadata file: whoever reads a STAR file (`read_star`, say)
+or a cryoSPARC table hands over what it was parsed into.
 """
 
 from __future__ import annotations

@@ -1,0 +1,168 @@
+"""STAR files as RELION writes them: their blocks read as tables, written whole, and the optics of particles.
+
+Reading and rendering are starfile's (a `cli` extra, imported only when
+used, with pandas); what is added here is errors that name the file, the
+choice of a block by the columns it has, and a write that cannot be
+redirected: the text goes into a new private file beside the path
+(`vitrio._fs.new_file`), moved onto it only once complete.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._fs import new_file
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["read_star", "star_table", "write_star", "particle_optics"]
+
+
+def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
+    """Read the data blocks of a STAR file.
+
+    Args:
+        path: The STAR file.
+
+    Returns:
+        Each block by its name (without `data_`), as a table; a block of
+        single values is a table of one row.
+
+    Raises:
+        FileNotFoundError: If there is no file at `path`.
+        IsADirectoryError: If `path` is a directory.
+        ValueError: If the file cannot be parsed as a STAR file.
+    """
+    import pandas as pd
+    import starfile
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory, not a STAR file")
+    try:
+        blocks = starfile.read(path, always_dict=True)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a readable STAR file: {error}") from error
+    return {
+        name: block if isinstance(block, pd.DataFrame) else pd.DataFrame([block])
+        for name, block in blocks.items()
+    }
+
+
+def star_table(
+    path: str | os.PathLike[str],
+    blocks: Mapping[str, pd.DataFrame],
+    columns: Sequence[str],
+    prefer: str = "",
+) -> pd.DataFrame:
+    """Choose the block of a STAR file that has some columns.
+
+    Args:
+        path: The STAR file the blocks were read from, to name in errors.
+        blocks: Its blocks, as `read_star` returns them.
+        columns: The columns the block must have.
+        prefer: The block to take if it has them (such as "particles"); else
+            the first block that has them is taken.
+
+    Returns:
+        The block, its rows numbered from zero.
+
+    Raises:
+        ValueError: If no block has all of `columns`, naming those the
+            preferred block (or the first) lacks.
+    """
+    if prefer in blocks and set(columns) <= set(blocks[prefer].columns):
+        return blocks[prefer].reset_index(drop=True)
+    for block in blocks.values():
+        if set(columns) <= set(block.columns):
+            return block.reset_index(drop=True)
+    if not blocks:
+        raise ValueError(f"{path}: holds no data block (is it a STAR file?)")
+    name = prefer if prefer in blocks else next(iter(blocks))
+    missing = ", ".join(c for c in columns if c not in blocks[name].columns)
+    raise ValueError(f"{path}: no column {missing} in data_{name}")
+
+
+def write_star(blocks: Mapping[str, pd.DataFrame], path: str | os.PathLike[str]) -> None:
+    """Write tables as the data blocks of a STAR file, replacing any file at `path`.
+
+    The file is written beside `path` under a private, unguessable name,
+    without following symbolic links, and moved onto `path` once complete:
+    a failure leaves nothing, and a link planted where it is written cannot
+    redirect it.
+
+    Args:
+        blocks: Each block's table by its name (without `data_`), in the
+            order they are to be written.
+        path: The STAR file to write.
+
+    Raises:
+        FileNotFoundError: If the folder of `path` does not exist.
+    """
+    import starfile
+
+    text = starfile.to_string(dict(blocks)).encode()
+    with new_file(path) as partial, partial.file() as file:
+        file.write(text)
+
+
+def particle_optics(
+    path: str | os.PathLike[str],
+    micrographs: pd.DataFrame,
+    optics: pd.DataFrame | None,
+    box: int,
+    pixel_size: float | None = None,
+) -> pd.DataFrame:
+    """The data_optics block of particles cropped out of micrographs, as RELION writes it.
+
+    The optics groups are those of the micrographs, with rlnImagePixelSize
+    (the micrographs' rlnMicrographPixelSize), rlnImageSize and
+    rlnImageDimensionality. Without `optics`, there is a group for each
+    rlnOpticsGroup of `micrographs` (or group 1), of `pixel_size`.
+
+    Args:
+        path: The micrographs STAR file, to name in errors.
+        micrographs: Its table of micrographs.
+        optics: Its data_optics block, or None if it has none.
+        box: The side of the particles' boxes, in pixels.
+        pixel_size: The pixel size in Å when there is no `optics`.
+
+    Returns:
+        The table, one row per optics group.
+
+    Raises:
+        ValueError: If `optics` lacks rlnOpticsGroup or the pixel size, or
+            there is neither `optics` nor `pixel_size`.
+    """
+    import pandas as pd
+
+    if optics is not None:
+        if "rlnOpticsGroup" not in optics.columns:
+            raise ValueError(f"{path}: no column rlnOpticsGroup in data_optics")
+        size = next((c for c in ("rlnMicrographPixelSize", "rlnImagePixelSize") if c in optics.columns), None)
+        if size is None:
+            raise ValueError(f"{path}: no column rlnMicrographPixelSize in data_optics")
+        result = optics.drop(columns=["rlnMicrographPixelSize"], errors="ignore").reset_index(drop=True)
+        result["rlnImagePixelSize"] = optics[size].to_numpy(dtype=np.float64)
+    elif pixel_size is None:
+        raise ValueError(f"{path}: no data_optics block gives the pixel size, and none was given")
+    else:
+        groups: Any = [1]
+        if "rlnOpticsGroup" in micrographs.columns:
+            groups = np.unique(micrographs["rlnOpticsGroup"].to_numpy(dtype=np.int64))
+        result = pd.DataFrame(
+            {
+                "rlnOpticsGroup": groups,
+                "rlnOpticsGroupName": [f"opticsGroup{g}" for g in groups],
+                "rlnImagePixelSize": float(pixel_size),
+            }
+        )
+    result["rlnImageSize"] = box
+    result["rlnImageDimensionality"] = 2
+    return result

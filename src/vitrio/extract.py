@@ -1,0 +1,379 @@
+"""Particles picked on micrographs, cropped into MRC stacks, with the STAR file of them, as RELION has them.
+
+`extract_particles` sorts the picks by micrograph and crops them in batches
+that may span several micrographs (`read_patches_indexed_async`), a few
+batches under way at once, each written into the stacks it belongs to
+(`write_batch_async`) while the next ones are read. A stack is finished as
+soon as its last particle is written, so that only the stacks being written
+are open.
+
+Each file, stacks and STAR file alike, is written beside its path under a
+private, unguessable name and moved into place when complete (by vitrio's
+writers and by `vitrio.data.write_star`): a link planted where a file is
+written cannot redirect it, and a failure or an interruption removes what
+was written, stacks finished already included.
+
+For instance::
+
+    from vitrio.extract import extract_particles
+
+    done = extract_particles("micrographs.star", "coordinates.star", 256, "Extract/particles.star")
+    print(f"{len(done.particles)} particles into {len(done.stacks)} stacks")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._concurrency import Completion, ThreadPoolExecutor
+from ._functions import loader, query_descriptor, saver, writer_provider
+from ._loading import read_patches_indexed_async
+from ._saving import write_batch_async
+from ._types import ImageDescriptor, ImageLocation
+from .data import particle_optics, read_star, star_table, write_star
+from .formats import FormatWarning, open_reader
+from .formats.dm import DigitalMicrographReader
+from .formats.mrc import HEADER_BYTES, MrcFormat, _Header
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Extraction", "extract_particles"]
+
+COORDINATES = ("rlnMicrographName", "rlnCoordinateX", "rlnCoordinateY")
+# How many bytes of particles a batch holds, and how many batches are read (and written) at once.
+BATCH_BYTES = 16 << 20
+IN_FLIGHT = 2
+# Units DM files give sizes in, as multiples of an ångström.
+_ANGSTROMS = {"Å": 1.0, "A": 1.0, "pm": 0.01, "nm": 10.0, "µm": 1e4, "um": 1e4}
+
+
+@dataclass
+class Extraction:
+    """What `extract_particles` did.
+
+    Attributes:
+        particles: The table written as data_particles.
+        optics: The table written as data_optics.
+        stacks: The stacks written, one per micrograph with picks.
+        seconds: How long cropping and writing took.
+    """
+
+    particles: pd.DataFrame
+    optics: pd.DataFrame
+    stacks: list[Path]
+    seconds: float
+
+
+def _stack_names(micrographs: Sequence[str]) -> list[str]:
+    """A stack name for each micrograph: its stem, numbered where stems repeat."""
+    taken: set[str] = set()
+    names = []
+    for micrograph in micrographs:
+        stem = Path(micrograph).stem
+        name, number = f"{stem}.mrcs", 1
+        while name in taken:
+            number += 1
+            name = f"{stem}_{number}.mrcs"
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+def _star_path(path: Path, root: Path) -> str:
+    """How a STAR file names `path`: relative to `root` when inside it, absolute otherwise."""
+    relative = os.path.relpath(path, root)
+    return os.path.abspath(path) if relative.startswith("..") else relative
+
+
+def _column(path: Path, table: pd.DataFrame, name: str) -> np.ndarray:
+    """The numbers of column `name` of the table read from `path`, checked to be finite."""
+    try:
+        values = table[name].to_numpy(dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: {name} holds values that are not numbers ({error})") from error
+    if not np.isfinite(values).all():
+        raise ValueError(
+            f"{path}: {name} of row {int(np.flatnonzero(~np.isfinite(values))[0]) + 1} is not a number"
+        )
+    return values
+
+
+def _header_pixel_size(path: Path) -> float | None:
+    """The pixel size in Å that the header of the micrograph at `path` gives, or None if it gives none."""
+    key = str(path)
+    with warnings.catch_warnings():  # reading its descriptor warned already
+        warnings.simplefilter("ignore", FormatWarning)
+        with open_reader(key) as reader:
+            if isinstance(reader, DigitalMicrographReader):
+                size, unit = reader.pixel_size[-1], reader.pixel_units[-1]
+                return size * _ANGSTROMS[unit] if unit in _ANGSTROMS else None
+        with open(key, "rb") as file:
+            head = file.read(HEADER_BYTES)
+        if not MrcFormat.recognizes(head, path.suffix.lower()):
+            return None
+        header = _Header(key, head)
+    if header.mx > 0 and header.cell[0] > 0:
+        return header.cell[0] / header.mx
+    return None
+
+
+@dataclass
+class _Picks:
+    """The picks matched with the micrographs they were picked on.
+
+    Attributes:
+        names: The micrographs picked on, as the STAR files name them, in the order of the micrographs STAR.
+        paths: Where each of them is.
+        rows: The row of each pick's micrograph in the micrographs table.
+        images: The number of each pick's micrograph in `names`.
+        centres: The centre of each pick, (y, x), rounded.
+        order: The picks sorted by micrograph, in the order of the coordinates within each.
+        in_stack: The index of each pick in the stack of its micrograph, in the order of the coordinates.
+    """
+
+    names: np.ndarray
+    paths: list[Path]
+    rows: np.ndarray
+    images: np.ndarray
+    centres: np.ndarray
+    order: np.ndarray
+    in_stack: np.ndarray
+
+
+def _match(
+    micrographs: Path, mics: pd.DataFrame, coordinates: Path, picks: pd.DataFrame, root: Path, box: int
+) -> _Picks:
+    """Match each pick with its micrograph, and check that every box has its centre on its micrograph.
+
+    Raises:
+        ValueError: If a pick names a micrograph `micrographs` does not list, a micrograph is not one image
+            or is smaller than the box, or a centre lies outside its micrograph.
+    """
+    number = {name: i for i, name in enumerate(mics["rlnMicrographName"].astype(str))}
+    rows = np.array([number.get(name, -1) for name in picks["rlnMicrographName"].astype(str)], np.int64)
+    if (rows < 0).any():
+        row = int(np.flatnonzero(rows < 0)[0])
+        name = picks["rlnMicrographName"].iloc[row]
+        raise ValueError(f"{coordinates}: micrograph {name} of particle {row + 1} is not in {micrographs}")
+    used, images = np.unique(rows, return_inverse=True)
+    names = mics["rlnMicrographName"].astype(str).to_numpy()[used]
+    paths = [root / name for name in names]
+    extents = np.empty((len(paths), 2), dtype=np.int64)
+    for i, path in enumerate(paths):
+        descriptor = query_descriptor(path)
+        if descriptor.is_stack or descriptor.core_rank != 2:
+            kind = "a stack" if descriptor.is_stack else "a volume"
+            shape = " x ".join(map(str, descriptor.extents))
+            raise ValueError(f"{path}: holds {kind} of {shape}, not one micrograph")
+        if box > min(descriptor.extents):
+            height, width = descriptor.extents
+            raise ValueError(
+                f"{path}: a box of {box} pixels is larger than the micrograph, {height} x {width}"
+            )
+        extents[i] = descriptor.extents
+    y, x = _column(coordinates, picks, "rlnCoordinateY"), _column(coordinates, picks, "rlnCoordinateX")
+    centres = np.rint(np.column_stack([y, x])).astype(np.int64)
+    outside = ((centres < 0) | (centres >= extents[images])).any(axis=1)
+    if outside.any():
+        row = int(np.flatnonzero(outside)[0])
+        height, width = extents[images[row]]
+        raise ValueError(
+            f"{coordinates}: particle {row + 1} at x {centres[row, 1]}, y {centres[row, 0]} lies outside "
+            f"micrograph {names[images[row]]} of {height} x {width}"
+        )
+    order = np.argsort(images, kind="stable")
+    counts = np.bincount(images)
+    in_stack = np.empty(len(order), dtype=np.int64)
+    in_stack[order] = np.arange(len(order)) - (np.cumsum(counts) - counts)[images[order]]
+    return _Picks(names, paths, rows, images, centres, order, in_stack)
+
+
+def _crop(
+    found: _Picks,
+    stacks: list[Path],
+    box: int,
+    dtype: np.dtype,
+    threads: int,
+    finished: list[Path],
+    progress: Callable[[int], object],
+) -> None:
+    """Crop the particles into their stacks, a few batches under way; each stack done joins `finished`.
+
+    A failure or an interruption discards the stacks not finished; those
+    finished are for the caller to remove.
+    """
+    order = found.order
+    images, centres = found.images[order], found.centres[order]
+    targets = [ImageLocation(stacks[i], k) for i, k in zip(images.tolist(), found.in_stack[order].tolist())]
+    counts = np.bincount(images, minlength=len(stacks))
+    ends = np.cumsum(counts)
+    per_batch = max(1, BATCH_BYTES // (box * box * dtype.itemsize))
+    executor = ThreadPoolExecutor(threads)
+    reading = loader(executor=executor, cache=max(4, 2 * threads))
+    sources = [(str(path), -1) for path in found.paths]
+    reads: deque[tuple[int, int, np.ndarray, Completion]] = deque()
+    writes: deque[tuple[int, int, Completion]] = deque()
+    with writer_provider() as writers:
+        for stack, count in zip(stacks, counts.tolist()):
+            writers.declare(stack, ImageDescriptor((count, box, box), 2, dtype))
+        writing = saver(writers, executor=executor)
+
+        # A batch leaves its queue once its work is done, so that the `finally` below waits for all that runs.
+        def write_oldest_read() -> None:
+            first, last, values, completion = reads[0]
+            completion.get()
+            reads.popleft()
+            writes.append((first, last, write_batch_async(writing, values, targets[first:last])))
+
+        def finish_oldest_write() -> None:
+            first, last, completion = writes[0]
+            completion.get()
+            writes.popleft()
+            while len(finished) < len(stacks) and ends[len(finished)] <= last:
+                writers.close(stacks[len(finished)])
+                finished.append(stacks[len(finished)])
+            progress(last - first)
+
+        try:
+            for first in range(0, len(order), per_batch):
+                last = min(first + per_batch, len(order))
+                values = np.empty((last - first, box, box), dtype=dtype)
+                ids, where = images[first:last], centres[first:last]
+                completion = read_patches_indexed_async(reading, values, sources, ids, where, fill=0)
+                reads.append((first, last, values, completion))
+                if len(reads) > IN_FLIGHT:
+                    write_oldest_read()
+                if len(writes) > IN_FLIGHT:
+                    finish_oldest_write()
+            while reads:
+                write_oldest_read()
+            while writes:
+                finish_oldest_write()
+        finally:
+            for *_, completion in (*reads, *writes):
+                completion.wait()
+
+
+def _check_output(path: Path, force: bool) -> None:
+    """Refuse a directory at `path`, and anything at all there unless `force`."""
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a directory; name the file to write")
+    if os.path.lexists(path) and not force:
+        raise FileExistsError(f"{path}: exists already")
+
+
+def extract_particles(
+    micrographs: str | os.PathLike[str],
+    coordinates: str | os.PathLike[str],
+    box: int,
+    output: str | os.PathLike[str],
+    *,
+    stack_dir: str | os.PathLike[str] | None = None,
+    root: str | os.PathLike[str] = ".",
+    pixel_size: float | None = None,
+    data_type: np.dtype | str = "float32",
+    threads: int | None = None,
+    force: bool = False,
+    progress: Callable[[int], object] | None = None,
+) -> Extraction:
+    """Crop the particles of `coordinates` out of the micrographs of `micrographs` into MRC stacks.
+
+    Args:
+        micrographs: A STAR file listing rlnMicrographName (and, as RELION
+            writes it, data_optics with rlnMicrographPixelSize, and the CTF of
+            each micrograph, which the particles inherit), relative paths
+            relative to `root`.
+        coordinates: A STAR file listing rlnMicrographName, rlnCoordinateX
+            (the column) and rlnCoordinateY (the row) of each particle; its
+            other columns are carried over.
+        box: The side of a particle's box; its centre lands at `box // 2`.
+            What lies beyond the micrograph is zero.
+        output: The particles STAR file to write: data_optics and data_particles,
+            the particles in the order of `coordinates`, each rlnImageName
+            relative to `root` when its stack is inside it.
+        stack_dir: Where the stacks go, one per micrograph with picks, named
+            after it. Defaults to the directory of `output`. Folders are made
+            as needed.
+        root: What relative paths of the STAR files are relative to.
+        pixel_size: The pixel size in Å, when `micrographs` has no data_optics.
+            Defaults to the one the first micrograph's header gives.
+        data_type: The type of the stacks.
+        threads: How many threads read and write. Defaults to the machine's cores.
+        force: Whether to replace outputs that exist.
+        progress: Called with the number of particles written, after each batch.
+
+    Returns:
+        What was written.
+
+    Raises:
+        ValueError: If a STAR file is unreadable, lacks columns or lists no
+            particle, names a micrograph the other does not list, a box does
+            not fit a micrograph, a particle lies outside its micrograph, or
+            the pixel size is nowhere to be found.
+        FileExistsError: If an output exists and `force` is false.
+        IsADirectoryError: If an output is a directory.
+        NotADirectoryError: If the folder of an output is a file.
+        FileNotFoundError, FormatError: If a STAR file or a micrograph is
+            missing, or a micrograph is malformed.
+    """
+    micrographs, coordinates, output, root = Path(micrographs), Path(coordinates), Path(output), Path(root)
+    blocks = read_star(micrographs)
+    mics = star_table(micrographs, blocks, ["rlnMicrographName"], prefer="micrographs")
+    picks = star_table(coordinates, read_star(coordinates), COORDINATES, prefer="particles")
+    if picks.empty:
+        raise ValueError(f"{coordinates}: lists no particles")
+    found = _match(micrographs, mics, coordinates, picks, root, box)
+    stack_dir = output.parent if stack_dir is None else Path(stack_dir)
+    stacks = [stack_dir / name for name in _stack_names(found.names)]
+    for folder in (output.parent, stack_dir):
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(f"{folder}: is not a folder to write in")
+    for path in (output, *stacks):
+        _check_output(path, force)
+    if blocks.get("optics") is None and pixel_size is None:
+        pixel_size = _header_pixel_size(found.paths[0])
+    optics = particle_optics(micrographs, mics, blocks.get("optics"), box, pixel_size)
+
+    table = picks.copy()
+    for column in mics.columns:
+        if column not in table.columns:
+            table[column] = mics[column].to_numpy()[found.rows]
+    if "rlnOpticsGroup" not in table.columns:
+        table["rlnOpticsGroup"] = 1
+    names = [_star_path(stack, root) for stack in stacks]
+    indices, images = found.in_stack.tolist(), found.images.tolist()
+    table["rlnImageName"] = [f"{k + 1:06d}@{names[i]}" for k, i in zip(indices, images)]
+    first = ["rlnImageName", *COORDINATES, "rlnOpticsGroup"]
+    table = table[first + [c for c in table.columns if c not in first]]
+
+    created = [folder for folder in dict.fromkeys((output.parent, stack_dir)) if not folder.exists()]
+    finished: list[Path] = []
+    try:
+        for folder in created:
+            folder.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        dtype = np.dtype(data_type)
+        _crop(
+            found, stacks, box, dtype, threads or os.cpu_count() or 1, finished, progress or (lambda _: None)
+        )
+        seconds = time.perf_counter() - start
+        write_star({"optics": optics, "particles": table}, output)
+    except BaseException:
+        for path in finished:
+            path.unlink(missing_ok=True)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    return Extraction(table, optics, stacks, seconds)

@@ -1,0 +1,132 @@
+"""read_star, star_table, write_star and particle_optics, with starfile as the oracle."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import starfile
+
+import vitrio._fs
+from vitrio.data import particle_optics, read_star, star_table, write_star
+
+OPTICS = pd.DataFrame(
+    {
+        "rlnOpticsGroupName": ["opticsGroup1", "opticsGroup2"],
+        "rlnOpticsGroup": [1, 2],
+        "rlnVoltage": [300.0, 200.0],
+        "rlnMicrographPixelSize": [1.06, 0.83],
+    }
+)
+MICROGRAPHS = pd.DataFrame(
+    {
+        "rlnMicrographName": ["Movies/a b.mrc", "Movies/c.mrc", "Movies/d.mrc"],
+        "rlnOpticsGroup": [2, 1, 2],
+        "rlnDefocusU": [10000.5, 12000.25, 9000.0],
+    }
+)
+
+
+def test_written_blocks_read_back_by_starfile_and_by_read_star(tmp_path: Path):
+    path = tmp_path / "micrographs.star"
+    write_star({"optics": OPTICS, "micrographs": MICROGRAPHS}, path)
+    theirs = starfile.read(path, always_dict=True)
+    assert list(theirs) == ["optics", "micrographs"]
+    pd.testing.assert_frame_equal(theirs["optics"], OPTICS)
+    pd.testing.assert_frame_equal(theirs["micrographs"], MICROGRAPHS)
+    ours = read_star(path)
+    assert list(ours) == ["optics", "micrographs"]
+    pd.testing.assert_frame_equal(ours["micrographs"], MICROGRAPHS)
+    # the file has the mode the umask gives, and nothing else is left in the folder
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["micrographs.star"]
+
+
+def test_a_block_of_single_values_reads_as_one_row(tmp_path: Path):
+    path = tmp_path / "general.star"
+    starfile.write({"general": {"rlnImageSize": 64, "rlnName": "x"}, "particles": MICROGRAPHS}, path)
+    blocks = read_star(path)
+    assert blocks["general"].to_dict("records") == [{"rlnImageSize": 64, "rlnName": "x"}]
+    assert len(blocks["particles"]) == 3
+
+
+def test_write_star_replaces_a_file_and_never_follows_a_link(tmp_path: Path, monkeypatch):
+    victim = tmp_path / "victim"
+    victim.write_text("private\n")
+    path = tmp_path / "out.star"
+    path.write_text("an earlier run\n")
+    # where the file is first made (a name `secrets.token_hex` gives) is a link to the victim
+    tokens = iter(["0" * 16, "1" * 16])
+    monkeypatch.setattr(vitrio._fs.secrets, "token_hex", lambda _: next(tokens))
+    planted = tmp_path / f".out.star.{'0' * 16}.partial"
+    planted.symlink_to(victim)
+    write_star({"particles": MICROGRAPHS}, path)
+    assert victim.read_text() == "private\n" and planted.readlink() == victim
+    pd.testing.assert_frame_equal(starfile.read(path), MICROGRAPHS)
+    # a link at the path itself is replaced, not written through
+    link = tmp_path / "link.star"
+    link.symlink_to(victim)
+    monkeypatch.undo()
+    write_star({"particles": MICROGRAPHS}, link)
+    assert victim.read_text() == "private\n" and not link.is_symlink()
+    pd.testing.assert_frame_equal(starfile.read(link), MICROGRAPHS)
+
+
+def test_write_star_into_a_missing_folder_leaves_nothing(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match="missing"):
+        write_star({"particles": MICROGRAPHS}, tmp_path / "missing" / "out.star")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_star_errors_name_the_file(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match="nothing.star: no such file"):
+        read_star(tmp_path / "nothing.star")
+    with pytest.raises(IsADirectoryError, match=str(tmp_path)):
+        read_star(tmp_path)
+
+
+def test_star_table_takes_the_preferred_block_else_the_first_with_the_columns(tmp_path: Path):
+    path = tmp_path / "x.star"
+    other = MICROGRAPHS.assign(rlnCoordinateX=1.0)
+    blocks = {"optics": OPTICS, "other": other, "micrographs": MICROGRAPHS.iloc[1:]}
+    chosen = star_table(path, blocks, ["rlnMicrographName"], prefer="micrographs")
+    assert chosen["rlnMicrographName"].tolist() == ["Movies/c.mrc", "Movies/d.mrc"]
+    assert chosen.index.tolist() == [0, 1]
+    assert "rlnCoordinateX" in star_table(path, blocks, ["rlnMicrographName"], prefer="particles")
+    with pytest.raises(ValueError, match=r"x.star: no column rlnCoordinateY in data_micrographs"):
+        star_table(path, blocks, ["rlnMicrographName", "rlnCoordinateY"], prefer="micrographs")
+    with pytest.raises(ValueError, match="x.star: holds no data block"):
+        star_table(path, {}, ["rlnMicrographName"])
+
+
+def test_particle_optics_from_the_micrographs_optics():
+    optics = particle_optics("m.star", MICROGRAPHS, OPTICS, 128, pixel_size=5.0)
+    assert list(optics["rlnOpticsGroup"]) == [1, 2] and list(optics["rlnVoltage"]) == [300.0, 200.0]
+    assert "rlnMicrographPixelSize" not in optics
+    assert optics["rlnImagePixelSize"].tolist() == [1.06, 0.83]  # those of the micrographs, not 5.0
+    assert (optics["rlnImageSize"] == 128).all() and (optics["rlnImageDimensionality"] == 2).all()
+    with pytest.raises(ValueError, match="m.star: no column rlnMicrographPixelSize in data_optics"):
+        particle_optics("m.star", MICROGRAPHS, OPTICS.drop(columns="rlnMicrographPixelSize"), 128)
+    with pytest.raises(ValueError, match="m.star: no column rlnOpticsGroup in data_optics"):
+        particle_optics("m.star", MICROGRAPHS, OPTICS.drop(columns="rlnOpticsGroup"), 128)
+
+
+def test_particle_optics_without_optics():
+    optics = particle_optics("m.star", MICROGRAPHS, None, 64, pixel_size=1.5)
+    assert optics.to_dict("list") == {
+        "rlnOpticsGroup": [1, 2],
+        "rlnOpticsGroupName": ["opticsGroup1", "opticsGroup2"],
+        "rlnImagePixelSize": [1.5, 1.5],
+        "rlnImageSize": [64, 64],
+        "rlnImageDimensionality": [2, 2],
+    }
+    single = particle_optics("m.star", MICROGRAPHS.drop(columns="rlnOpticsGroup"), None, 64, pixel_size=2)
+    assert single["rlnOpticsGroup"].tolist() == [1] and single["rlnImagePixelSize"].dtype == np.float64
+    with pytest.raises(ValueError, match="m.star: no data_optics block gives the pixel size"):
+        particle_optics("m.star", MICROGRAPHS, None, 64)
