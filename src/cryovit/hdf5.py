@@ -27,12 +27,13 @@ A file may come from anyone, so a reader reads its own file and bounds the work 
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import itertools
 import math
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import h5py
@@ -65,8 +66,24 @@ DECODE_FACTOR = 64
 MAX_RATIO = 4096
 """The most bytes a file's compressed chunks may decode to per byte stored (deflate reaches ~1032)."""
 
-CHUNK_CACHE = 256 << 20
+CHUNK_CACHE = 64 << 20
 """Bytes of decoded chunks a reader keeps, most recently used first."""
+
+
+_H5PY_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, SystemError)
+"""What h5py raises for a malformed file: libhdf5's errors, as whichever of these it maps them to, and
+``SystemError`` for one raised in a callback (such as a link name that is not UTF-8)."""
+
+
+@contextlib.contextmanager
+def _malformed(key: str) -> Iterator[None]:
+    """Turns what h5py raises for a malformed file into a ``FormatError`` naming the file."""
+    try:
+        yield
+    except FormatError:
+        raise
+    except _H5PY_ERRORS as error:
+        raise FormatError(f"{key}: malformed HDF5 file: {error}") from error
 
 
 def _descriptor(key: str, name: str, dataset: h5py.Dataset) -> vio.ImageDescriptor:
@@ -223,12 +240,14 @@ class _Hdf5DatasetReader(ImageReader):
 
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         self.check_run(start, len(outs))
-        for i, out in enumerate(outs):
-            self._read(self._stack_index(start + i) + self._whole, out)
+        with _malformed(self.key):
+            for i, out in enumerate(outs):
+                self._read(self._stack_index(start + i) + self._whole, out)
 
     def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
         self.check_run(index, 1)
-        self._read(self._stack_index(index) + tuple(region), out)
+        with _malformed(self.key):
+            self._read(self._stack_index(index) + tuple(region), out)
 
     def close(self) -> None:
         with self._lock:
@@ -261,15 +280,16 @@ class Hdf5Format(vio.Format):
     def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
         try:
             file = h5py.File(key, "r")
-        except OSError as error:
+        except _H5PY_ERRORS as error:
             raise FormatError(f"{key}: not a readable HDF5 file: {error}") from error
         try:
-            dataset = _stored_dataset(key, file, cls.dataset)
-            descriptor = _descriptor(key, cls.dataset, dataset)
-            offset = dataset.id.get_offset() if dataset.chunks is None else None
-            if offset is None:
-                return _Hdf5DatasetReader(key, fd, file, dataset, descriptor)
-            file_dtype = dataset.dtype
+            with _malformed(key):
+                dataset = _stored_dataset(key, file, cls.dataset)
+                descriptor = _descriptor(key, cls.dataset, dataset)
+                offset = dataset.id.get_offset() if dataset.chunks is None else None
+                if offset is None:
+                    return _Hdf5DatasetReader(key, fd, file, dataset, descriptor)
+                file_dtype = dataset.dtype
         except BaseException:
             file.close()
             raise
@@ -336,11 +356,11 @@ def label_names(path: str | os.PathLike[str]) -> list[str]:
     Raises:
         FileNotFoundError: If there is no file at ``path``.
         OSError: If the file is not HDF5.
-        FormatError: If ``labels`` is a soft or external link.
+        FormatError: If ``labels`` is a soft or external link, or the file is malformed.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{os.fspath(path)}: no such file")
-    with h5py.File(path, "r") as file:
+    with h5py.File(path, "r") as file, _malformed(os.fspath(path)):
         link = file.get("labels", getlink=True)
         if link is None:
             return []
