@@ -301,11 +301,12 @@ def _names(file: h5py.File) -> list[str]:
     """The datasets of a file reached through hard links, without opening what other links point at."""
     names: list[str] = []
 
-    def visit(name: str, link: Any) -> None:
-        if _link_kind(link) is None and isinstance(file.get(name), h5py.Dataset):
-            names.append(name)
+    def visit(name: bytes, info: Any) -> None:
+        path = name.decode(errors="replace")
+        if info.type == h5py.h5l.TYPE_HARD and isinstance(file.get(path), h5py.Dataset):
+            names.append(path)
 
-    file.visititems_links(visit)
+    file.id.links.visit(visit, info=True)
     return names
 
 
