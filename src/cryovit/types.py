@@ -6,6 +6,14 @@ The tomogram classes are tensordict tensorclasses made with ``nocast=True``, so 
 loading) and not again on every indexing, ``clone`` or ``torch.stack``. A ``list`` field of a batched
 tensorclass is stored by tensordict as a stack along the batch dimension: it must hold one entry per
 element of the batch, and indexing or ``unbind`` slices it with the tensors.
+
+Saving and loading never unpickle, since a saved folder may come from someone else and a pickle runs
+their code. ``memmap``, ``save`` and the like save every non-tensor field as JSON (in tensordict's
+``meta.json``) and refuse a field that is not JSON (a numpy scalar, a ``Path``), which tensordict
+would pickle; ``load``, ``load_memmap``, ``load_memmap_`` and ``load_`` refuse a folder holding a
+pickle and load with tensordict's ``allow_pickle=False``. A state dict is saved with ``torch.save``
+and loaded with ``torch.load(path, weights_only=True)``, which reads tensors and plain Python values
+without running code.
 """
 
 from __future__ import annotations
@@ -13,6 +21,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import functools
+import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -457,4 +468,66 @@ class BatchedModelResult:
 # classmethod of the spec, as dataclasses.fields, which it will be replaced by.
 for _cls in (TomogramData, BatchedTomogramMetadata, BatchedTomogramData):
     _cls.fields = classmethod(dataclasses.fields)  # type: ignore[assignment]
-del _cls
+
+
+def _check_json(value: Any, where: str) -> None:
+    """Raises TypeError unless the non-tensor fields of ``value`` (a tensorclass) are JSON values.
+
+    tensordict saves such a field in its ``meta.json``, and pickles anything else.
+    """
+    for field in dataclasses.fields(value):
+        item = getattr(value, field.name)
+        if isinstance(item, torch.Tensor):
+            continue
+        if is_tensor_collection(item):
+            if dataclasses.is_dataclass(item):
+                _check_json(item, f"{where}.{field.name}")
+            continue
+        try:
+            json.dumps(item, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"{where}.{field.name}: a {type(item).__name__} is not saved: a non-tensor field holds "
+                "JSON values only (str, int, float, bool, None, lists and dicts of them), so that "
+                f"loading it needs no pickle ({error})"
+            ) from error
+
+
+def _refuse_pickles(prefix: str | Path) -> None:
+    """Raises ValueError if the saved folder ``prefix`` holds a pickle anywhere."""
+    for folder, _, names in os.walk(prefix):
+        for name in names:
+            if name.endswith((".pickle", ".pkl")):
+                raise ValueError(
+                    f"{os.path.join(folder, name)}: a pickle, which is never loaded (it could run any "
+                    "code); the fields of cryovit's types are saved as JSON"
+                )
+
+
+def _saving(method: Any) -> Any:
+    @functools.wraps(method)
+    def save(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_json(self, type(self).__name__)
+        return method(self, *args, **kwargs)
+
+    return save
+
+
+def _loading(method: Any) -> Any:
+    @functools.wraps(method)
+    def load(cls: Any, prefix: str | Path, *args: Any, **kwargs: Any) -> Any:
+        _refuse_pickles(prefix)
+        kwargs["allow_pickle"] = False
+        return method(cls, prefix, *args, **kwargs)
+
+    return classmethod(load)
+
+
+# Saving checks that every non-tensor field is JSON, which tensordict writes in meta.json; loading
+# never unpickles: a saved folder may come from someone else, and a pickle runs their code.
+for _cls in (TomogramData, BatchedTomogramMetadata, BatchedTomogramData):
+    for _name in ("memmap", "memmap_", "memmap_like", "save", "dumps"):
+        setattr(_cls, _name, _saving(_cls.__dict__[_name]))
+    for _name in ("load", "load_memmap"):
+        setattr(_cls, _name, _loading(_cls.__dict__[_name].__func__))
+del _cls, _name

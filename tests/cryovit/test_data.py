@@ -14,6 +14,7 @@ import tifffile
 import torch
 from torch.utils.data import DataLoader
 
+import vitrio as vio
 from cryovit.data import LABEL_PADDING, TomogramDataset, collate_tomograms, model_result, write_predictions
 from cryovit.types import BatchedModelResult, BatchedTomogramData, FileData, TomogramData
 
@@ -304,6 +305,39 @@ def test_getitems_reads_into_the_padded_batch(tmp_path: Path, rng: np.random.Gen
         np.testing.assert_array_equal(batch.labels[i, :n].numpy(), mito.astype(np.int8))
         assert (batch.tomo_batch[i, n:] == 0).all() and (batch.labels[i, n:] == LABEL_PADDING).all()
     assert batch.tomo_sizes.tolist() == [4, 6, 2]
+
+
+@pytest.mark.parametrize("crop", [None, (4, 8)])
+def test_a_batch_of_volumes_and_sections_is_one_patch_read_per_kind(
+    tmp_path: Path, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, crop: tuple[int, int] | None
+) -> None:
+    kinds, depths = ["mrc", "mrc-sections", "tiff", "hdf5-chunked", "mrc"], [6, 3, 5, 6, 2]
+    files, volumes = [], []
+    for i, (kind, depth) in enumerate(zip(kinds, depths)):
+        values, mito = random_volume(rng, (depth, 10, 12)), rng.random((depth, 10, 12)) > 0.5
+        tomogram = write_tomogram(tmp_path / f"t{i}", values, kind)
+        labels = write_tomogram(tmp_path / f"l{i}", mito.astype(np.uint8), "mrc-sections" if i % 2 else "mrc")
+        files.append(FileData(tomogram, labels, labels=["mito"]))
+        volumes.append((values, mito))
+    calls = []
+    read = vio.read_patches_indexed_async
+
+    def counting(loader, out, images, image_ids, centres, fill=None, keep=None):  # noqa: ANN001, ANN202
+        calls.append(len(image_ids))
+        return read(loader, out, images, image_ids, centres, fill, keep)
+
+    monkeypatch.setattr(vio, "read_patches_indexed_async", counting)
+    dataset = TomogramDataset(files, label="mito", crop=crop, seed=1)
+    batch = collate_tomograms(dataset.__getitems__(range(5)))
+    assert len(calls) == 4  # tomograms and labels, each a call for volumes and one for sections
+    origins = batch.aux_data["crop_origin"] if crop else [(0, 0, 0)] * 5
+    for i, ((values, mito), (z, y, x)) in enumerate(zip(volumes, origins)):
+        n = batch.tomo_sizes[i]
+        box = (slice(z, z + n), slice(y, y + (crop or (0, 10))[1]), slice(x, x + (crop or (0, 12))[1]))
+        np.testing.assert_array_equal(batch.tomo_batch[i, :n, 0].numpy(), values[box])
+        np.testing.assert_array_equal(batch.labels[i, :n].numpy(), mito[box].astype(np.int8))
+        assert (batch.tomo_batch[i, n:] == 0).all() and (batch.labels[i, n:] == LABEL_PADDING).all()
+    assert batch.tomo_sizes.tolist() == ([4, 3, 4, 4, 2] if crop else depths)
 
 
 def test_a_changed_list_of_getitems_is_copied(tmp_path: Path, rng: np.random.Generator) -> None:

@@ -1,0 +1,347 @@
+"""Tests of cryovit with files others send or plant: links and external storage in HDF5 files,
+compression bombs, pickles in saved folders, names that would write outside the output folder, and
+symbolic links where a written file is made."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import zlib
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import vitrio as vio
+from cryovit import hdf5
+from cryovit.data import TomogramDataset, collate_tomograms, write_predictions
+from cryovit.hdf5 import label_names, write_datasets
+from cryovit.types import BatchedModelResult, BatchedTomogramData, FileData, TomogramData
+
+SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not for anyone else's eyes ...."[:64]
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    path = tmp_path / "id_ed25519"
+    path.write_bytes(SECRET)
+    return path
+
+
+def _secret_h5(path: Path) -> Path:
+    with h5py.File(path, "w") as file:
+        file["secret"] = np.frombuffer(SECRET, np.uint8).reshape(4, 4, 4)
+    return path
+
+
+def _refused(path: Path, match: str, dataset: str = "data") -> None:
+    """Reading ``dataset`` of ``path`` raises a FormatError naming the file, without the secret bytes."""
+    readers = vio.reader_provider(formats=[hdf5.hdf5_format(dataset)])
+    with pytest.raises(vio.FormatError, match=match) as error:
+        vio.read(path, readers=readers)
+    assert str(path) in str(error.value)
+    assert SECRET[:16].decode() not in str(error.value)
+
+
+# HDF5 datasets that read other files
+
+
+def test_external_raw_storage_is_refused(tmp_path: Path, secret: Path) -> None:
+    path = tmp_path / "tomo.h5"
+    with h5py.File(path, "w") as file:
+        file.create_dataset("data", (4, 4, 4), np.uint8, external=[(secret, 0, 64)])
+    with h5py.File(path, "r") as file:  # h5py itself would read the key as a tomogram
+        assert file["data"][()].tobytes() == SECRET
+    _refused(path, f"stored in other files.*{secret.name}")
+    with pytest.raises(vio.FormatError, match="tomo.h5"):
+        TomogramDataset([FileData(path)])[0]
+
+
+def test_a_virtual_dataset_is_refused(tmp_path: Path) -> None:
+    source = _secret_h5(tmp_path / "private.h5")
+    path = tmp_path / "tomo.h5"
+    layout = h5py.VirtualLayout((4, 4, 4), np.uint8)
+    layout[:] = h5py.VirtualSource(source, "secret", (4, 4, 4))
+    with h5py.File(path, "w") as file:
+        file.create_virtual_dataset("data", layout)
+    _refused(path, "virtual")
+
+
+def test_an_external_link_is_refused(tmp_path: Path) -> None:
+    source = _secret_h5(tmp_path / "private.h5")
+    path = tmp_path / "tomo.h5"
+    with h5py.File(path, "w") as file:
+        file["data"] = h5py.ExternalLink(source, "/secret")
+    _refused(path, "'data' is an external link to '/secret' in .*private.h5")
+
+
+def test_soft_links_on_the_path_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tomo.h5"
+    with h5py.File(path, "w") as file:
+        file["hidden"] = np.frombuffer(SECRET, np.uint8).reshape(4, 4, 4)
+        file["data"] = h5py.SoftLink("/hidden")
+        file["elsewhere/mito"] = np.zeros((4, 4, 4), np.uint8)
+        file["labels"] = h5py.SoftLink("/elsewhere")
+    _refused(path, "'data' is a soft link to '/hidden'")
+    _refused(path, "'labels' is a soft link to '/elsewhere'", "labels/mito")
+    with pytest.raises(vio.FormatError, match="tomo.h5.*'labels' is a soft link"):
+        label_names(path)
+
+
+def test_a_linked_label_is_named_and_its_read_refused(tmp_path: Path) -> None:
+    source = _secret_h5(tmp_path / "private.h5")
+    path = tmp_path / "labels.h5"
+    with h5py.File(path, "w") as file:
+        file["data"] = np.zeros((4, 4, 4), np.float32)
+        file["labels/mito"] = np.zeros((4, 4, 4), np.uint8)
+        file["labels/stolen"] = h5py.ExternalLink(source, "/secret")
+    assert label_names(path) == ["mito", "stolen"]
+    dataset = TomogramDataset([FileData(path, path)], label="stolen")
+    with pytest.raises(vio.FormatError, match="labels.h5.*'labels/stolen' is an external link"):
+        dataset[0]
+    assert not TomogramDataset([FileData(path, path)], label="mito")[0].label.any()
+
+
+# compression bombs
+
+
+def _gzip_bomb(path: Path, side: int) -> Path:
+    """An HDF5 file of one gzip chunk of ``side**3`` zero bytes, stored in about a thousandth of that."""
+    compressor = zlib.compressobj(1)
+    block = bytes(1 << 20)
+    pieces = [compressor.compress(block) for _ in range(side**3 >> 20)]
+    pieces.append(compressor.flush())
+    with h5py.File(path, "w") as file:
+        dataset = file.create_dataset("data", (side,) * 3, np.uint8, chunks=(side,) * 3, compression="gzip")
+        dataset.id.write_direct_chunk((0, 0, 0), b"".join(pieces))
+    return path
+
+
+_UNDER_A_LIMIT = """
+import resource, sys
+import numpy as np
+import vitrio as vio
+import cryovit.hdf5
+with open("/proc/self/status") as status:
+    size = next(int(line.split()[1]) << 10 for line in status if line.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (size + (384 << 20),) * 2)
+loader = vio.loader(workers=1)
+for path in sys.argv[1:]:
+    out = np.zeros((2, 8, 8, 8), np.float32)
+    try:
+        vio.read_patches_async(loader, out, path, [[4, 4, 4], [12, 12, 12]]).get()
+        print("read", float(out.sum()))
+    except vio.FormatError as error:
+        print("refused", error)
+"""
+
+
+def test_a_chunk_far_larger_than_a_crop_is_refused_under_a_memory_limit(tmp_path: Path) -> None:
+    bomb = _gzip_bomb(tmp_path / "bomb.h5", 1024)
+    assert bomb.stat().st_size < 8 << 20
+    fine = tmp_path / "fine.h5"
+    with h5py.File(fine, "w") as file:
+        file.create_dataset(
+            "data", data=np.ones((64, 64, 64), np.uint8), chunks=(16, 16, 16), compression="gzip"
+        )
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_UNDER_A_LIMIT), str(bomb), str(fine)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert run.returncode == 0, run.stderr
+    refused, read = run.stdout.splitlines()
+    assert refused.startswith(f"refused {bomb}") and "would decode 1073741824 bytes" in refused
+    assert read == f"read {2 * 8**3}.0"
+
+
+def test_a_file_of_chunks_stored_far_smaller_than_they_decode_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _gzip_bomb(tmp_path / "bomb.h5", 128)
+    vio.read(path)  # about a thousand to one: what deflate reaches, allowed
+    monkeypatch.setattr(hdf5, "MAX_RATIO", 100)
+    with pytest.raises(vio.FormatError, match=r"bomb.h5.*1 chunks of 2097152 bytes in \d+ bytes"):
+        vio.read(path)
+
+
+def test_the_crops_of_a_batch_decode_a_chunk_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    values = np.arange(32**3, dtype=np.float32).reshape(32, 32, 32)
+    path = tmp_path / "t.h5"
+    with h5py.File(path, "w") as file:
+        file.create_dataset("data", data=values, chunks=(16, 32, 32), compression="gzip")
+    decoded = []
+    read_direct = h5py.Dataset.read_direct
+
+    def counting(self: h5py.Dataset, out: np.ndarray, source: object = None, dest: object = None) -> None:
+        decoded.append(source)
+        read_direct(self, out, source, dest)
+
+    monkeypatch.setattr(h5py.Dataset, "read_direct", counting)
+    dataset = TomogramDataset([FileData(path)] * 8, crop=(4, 8), seed=3)
+    batch = collate_tomograms(dataset.__getitems__(range(8)))
+    for i, (z, y, x) in enumerate(batch.aux_data["crop_origin"]):
+        np.testing.assert_array_equal(
+            batch.tomo_batch[i, :, 0].numpy(), values[z : z + 4, y : y + 8, x : x + 8]
+        )
+    touched = {z // 16 for z, _, _ in batch.aux_data["crop_origin"]} | {
+        (z + 3) // 16 for z, _, _ in batch.aux_data["crop_origin"]
+    }
+    assert len(decoded) == len(touched) <= 2
+
+
+# pickles in saved folders
+
+
+class _Payload:
+    """What a hostile pickle holds: loading it creates ``marker``."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
+
+
+def _tomogram() -> TomogramData:
+    return TomogramData(
+        sample="Wild Type",
+        tomo_name="t.mrc",
+        split_id=2,
+        data=torch.arange(12, dtype=torch.float32).reshape(1, 1, 3, 4),
+        label=torch.ones(1, 3, 4, dtype=torch.bool),
+        aux_data={"crop_origin": (1, 2, 3), "notes": ["a", "b"]},
+        batch_size=[],
+    )
+
+
+@pytest.mark.parametrize("folder", [".", "_tensordict/metadata"])
+def test_a_pickle_in_a_saved_folder_is_never_loaded(tmp_path: Path, folder: str) -> None:
+    batch = collate_tomograms([_tomogram(), _tomogram()])
+    saved = tmp_path / "batch"
+    batch.memmap(saved)
+    assert not list(saved.rglob("*.pickle"))
+    marker = tmp_path / "marker"
+    (saved / folder / "other.pickle").write_bytes(pickle.dumps({"min_slices": _Payload(marker)}))
+    for load in (
+        lambda: BatchedTomogramData.load_memmap(saved),
+        lambda: BatchedTomogramData.load(saved),
+        lambda: batch.clone().load_memmap_(saved),
+        lambda: batch.clone().load_(saved),
+    ):
+        with pytest.raises(ValueError, match=r"other\.pickle: a pickle, which is never loaded"):
+            load()
+    assert not marker.exists()
+
+
+def test_a_saved_tomogram_round_trips_its_strings_and_lists(tmp_path: Path) -> None:
+    tomogram = _tomogram()
+    tomogram.save(tmp_path / "t")
+    meta = json.loads((tmp_path / "t" / "_tensordict" / "aux_data" / "meta.json").read_text())
+    assert meta["data"] == {"crop_origin": [1, 2, 3], "notes": ["a", "b"]}
+    loaded = TomogramData.load_memmap(tmp_path / "t")
+    assert (loaded.sample, loaded.tomo_name, loaded.split_id) == ("Wild Type", "t.mrc", 2)
+    assert loaded.aux_data == {"crop_origin": [1, 2, 3], "notes": ["a", "b"]}
+    assert torch.equal(loaded.data, tomogram.data) and torch.equal(loaded.label, tomogram.label)
+    batch = collate_tomograms([tomogram, _tomogram()])
+    batch.memmap(tmp_path / "b")
+    again = BatchedTomogramData.load(tmp_path / "b")
+    assert list(again.metadata.samples) == ["Wild Type", "Wild Type"]
+    assert again.aux_data["notes"] == [["a", "b"], ["a", "b"]] and again.min_slices == 1
+    state = tmp_path / "state.pt"
+    torch.save(batch.state_dict(), state)
+    assert torch.load(state, weights_only=True)["metadata"]["samples"] == ["Wild Type", "Wild Type"]
+
+
+def test_a_field_that_is_not_json_is_not_saved(tmp_path: Path) -> None:
+    tomogram = _tomogram()
+    tomogram.aux_data = {"where": Path("x")}
+    with pytest.raises(TypeError, match="TomogramData.aux_data: a dict is not saved"):
+        tomogram.memmap(tmp_path / "t")
+    assert not (tmp_path / "t").exists()
+
+
+# names that would write outside the output folder
+
+
+def _result(samples: list[str], names: list[str]) -> BatchedModelResult:
+    zeros = [np.zeros((2, 3, 3), np.float32) for _ in samples]
+    return BatchedModelResult(
+        num_tomos=len(samples),
+        samples=samples,
+        tomo_names=names,
+        split_id=None,
+        data=zeros,
+        label=[np.zeros((2, 3, 3), np.uint8) for _ in samples],
+        preds=zeros,
+        losses={},
+        metrics={},
+    )
+
+
+@pytest.mark.parametrize(
+    ("sample", "name"),
+    [
+        ("../../x", "t.mrc"),
+        ("..", "t.mrc"),
+        ("/abs/olute", "t.mrc"),
+        ("s", "../../t.mrc"),
+        ("s", "/etc/t.mrc"),
+    ],
+)
+def test_names_that_leave_the_output_folder_are_refused(tmp_path: Path, sample: str, name: str) -> None:
+    out = tmp_path / "deep" / "out"
+    with pytest.raises(ValueError, match="not a plain file or folder name"):
+        write_predictions(_result(["ok", sample], ["a.mrc", name]), out)
+    assert not list(tmp_path.rglob("*"))  # not even the files of the plain names
+
+
+def test_a_sample_folder_linked_outside_is_refused(tmp_path: Path) -> None:
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    (out / "s").symlink_to(outside)
+    with pytest.raises(ValueError, match="outside"):
+        write_predictions(_result(["s"], ["a.mrc"]), out)
+    assert not list(outside.iterdir())
+
+
+# symbolic links where a written file is made
+
+
+@pytest.mark.parametrize("how", ["write_datasets", "write_predictions"])
+def test_links_planted_at_partial_names_do_not_redirect_a_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    out = tmp_path / "out"
+    (out / "s").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    target = out / "s" / "a.hdf5"
+    for pid in range(os.getpid() - 3, os.getpid() + 4):  # the names the writer used to use
+        (target.parent / f".{target.name}.{pid}.partial").symlink_to(victim)
+    tokens = itertools.chain(["0123456789abcdef"], (f"{i:016x}" for i in itertools.count(1)))
+    monkeypatch.setattr("secrets.token_hex", lambda n: next(tokens))
+    (target.parent / f".{target.name}.0123456789abcdef.partial").symlink_to(victim)
+    values = np.arange(18, dtype=np.float32).reshape(2, 3, 3)
+    if how == "write_datasets":
+        write_datasets(target, {"preds": values})
+    else:
+        result = _result(["s"], ["a.mrc"])
+        result.preds[0][:] = values
+        assert write_predictions(result, out, "hdf5") == [target]
+    assert victim.read_bytes() == b"precious"
+    assert not target.is_symlink()
+    with h5py.File(target, "r") as file:
+        np.testing.assert_array_equal(file["preds"][()], values)
+    links = [p for p in target.parent.iterdir() if p.name.endswith(".partial")]
+    assert len(links) == 8 and all(p.is_symlink() and p.resolve() == victim for p in links)
