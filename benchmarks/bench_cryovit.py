@@ -24,7 +24,7 @@ import torch
 
 from cryovit.data import TomogramDataset, collate_tomograms
 from cryovit.types import BatchedTomogramData, FileData, TomogramData
-from vitrio.bench.workloads import default_data_dir
+from vitrio.bench.workloads import data_folder
 
 BATCH = 4
 
@@ -87,13 +87,19 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="tomograms of 128x512x512, crops of 32x256x256")
-    parser.add_argument("--data", type=Path, default=default_data_dir(), help="where the tomograms are kept")
+    parser.add_argument("--data", type=Path, help="a folder of yours to keep the tomograms in between runs")
     parser.add_argument("--repeats", type=int, default=5, help="batches timed for each reader")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     shape, crop = ((128, 512, 512), (32, 256, 256)) if args.quick else ((256, 1024, 1024), (64, 512, 512))
-    paths = make_tomograms(args.data / "cryovit-{}x{}x{}".format(*shape), shape)
+    with data_folder(args.data) as folder:
+        run(folder, shape, crop, args.repeats)
+
+
+def run(folder: Path, shape: tuple[int, int, int], crop: tuple[int, int, int], repeats: int) -> None:
+    """Time the batches of cryovit and of the h5py baseline on tomograms made in `folder`."""
+    paths = make_tomograms(folder / "cryovit-{}x{}x{}".format(*shape), shape)
     dataset = TomogramDataset(
         [FileData(tomo_path=p) for p in paths], crop=(crop[0], crop[1]), workers=2, seed=1
     )
@@ -107,12 +113,12 @@ def main() -> None:
 
     cryovit_batch(), baseline_batch()  # warm the page cache and open the files
     rates: dict[str, list[float]] = {"cryovit": [], "h5py": []}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         rates["cryovit"].append(timed(cryovit_batch))
         rates["h5py"].append(timed(baseline_batch))
     medians = {name: float(np.median(values)) for name, values in rates.items()}
     mib = BATCH * np.prod(crop) * 4 / 2**20
-    print(f"{BATCH} crops of {crop} out of tomograms of {shape} float32, {args.repeats} batches each")
+    print(f"{BATCH} crops of {crop} out of tomograms of {shape} float32, {repeats} batches each")
     for name, median in medians.items():
         runs = ", ".join(f"{r:.2f}" for r in rates[name])
         print(f"  {name:8s} {median:8.2f} batches/s ({median * mib:8.0f} MiB/s of crops)  runs: {runs}")

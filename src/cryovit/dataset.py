@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import vitrio as vio
+from vitrio.data import shared_loader
 
 from . import hdf5
 from .collate import LABEL_PADDING, PaddedTomograms
@@ -134,7 +135,8 @@ class TomogramDataset(torch.utils.data.Dataset):
             (of the whole extent along an axis shorter than that); None reads whole tomograms.
         split_ids: The split of each file, or None.
         data_key: The dataset of the tomogram in HDF5 files.
-        workers: How many threads read; defaults to the machine's cores, at most 4.
+        workers: How many threads of its own read; by default the reads share the threads of
+            `vitrio.data.shared_loader()`.
         cache: How many tomogram files, and how many label files, to keep open.
         seed: The seed of the random crops. In a worker process of a ``DataLoader`` (which reading on
             the dataset's threads makes unnecessary), crops come from the worker's own seed instead,
@@ -164,16 +166,16 @@ class TomogramDataset(torch.utils.data.Dataset):
         self.crop = crop
         self.split_ids = None if split_ids is None else list(split_ids)
         registered = vio.formats.registered_formats()
-        self._tomograms = vio.loader(
-            workers or min(4, os.cpu_count() or 1),
-            cache=cache,
-            formats=(hdf5.hdf5_format(data_key), *registered),
+        self._own_executor = workers is not None
+        executor = vio.ThreadPoolExecutor(workers) if workers is not None else shared_loader().executor
+        self._tomograms = vio.ImageLoader(
+            executor, vio.reader_provider(cache, formats=(hdf5.hdf5_format(data_key), *registered))
         )
         self._labels = (
             None
             if label is None
             else vio.ImageLoader(
-                self._tomograms.executor,
+                executor,
                 vio.reader_provider(cache, formats=(hdf5.hdf5_format(f"labels/{label}"), *registered)),
             )
         )
@@ -269,11 +271,12 @@ class TomogramDataset(torch.utils.data.Dataset):
         return self._entry(index).tomogram.shape
 
     def close(self) -> None:
-        """Closes the files kept open and stops the threads; reading later opens and starts them again."""
+        """Closes the files kept open and stops threads of its own; a later read starts again."""
         for loader in (self._tomograms, self._labels):
             if loader is not None:
                 loader.readers.clear()
-        self._tomograms.executor.shutdown()
+        if self._own_executor:
+            self._tomograms.executor.shutdown()
 
     def _generator(self) -> np.random.Generator:
         """The generator of crops; in a DataLoader worker process, one seeded with the worker's seed."""

@@ -24,6 +24,7 @@ __all__ = [
     "index_locations",
     "group_ids",
     "past_the_end",
+    "PastTheEndError",
     "as_numerical_type",
     "numpy_dtype",
     "as_key",
@@ -333,9 +334,18 @@ class ImageLocation:
         return (ImageLocation, (self._key, self._index))
 
 
-def past_the_end(key: str, index: int, count: int) -> IndexError:
+class PastTheEndError(IndexError, ValueError):
+    """An index past the end of a stack.
+
+    An `IndexError`, as the core raises it, and a `ValueError`, as the
+    sources of `vitrio.data` are specified to raise it: callers of either
+    catch it.
+    """
+
+
+def past_the_end(key: str, index: int, count: int) -> PastTheEndError:
     """The error for image `index` of the file at `key`, which holds a stack of `count`."""
-    return IndexError(f"{key}: index {index} is past the end of a stack of {count}")
+    return PastTheEndError(f"{key}: index {index} is past the end of a stack of {count}")
 
 
 def index_locations(locations: Iterable[Any]) -> tuple[list[str], np.ndarray, np.ndarray]:

@@ -42,8 +42,6 @@ from ._saving import write_batch_async
 from ._types import ImageDescriptor, ImageLocation
 from .data import particle_optics, read_star, star_table, write_star
 from .formats import FormatWarning, open_reader
-from .formats.dm import DigitalMicrographReader
-from .formats.mrc import HEADER_BYTES, MrcFormat, _Header
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,7 +53,6 @@ COORDINATES = ("rlnMicrographName", "rlnCoordinateX", "rlnCoordinateY")
 BATCH_BYTES = 16 << 20
 IN_FLIGHT = 2
 # Units DM files give sizes in, as multiples of an ångström.
-_ANGSTROMS = {"Å": 1.0, "A": 1.0, "pm": 0.01, "nm": 10.0, "µm": 1e4, "um": 1e4}
 
 
 @dataclass
@@ -110,22 +107,12 @@ def _column(path: Path, table: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def _header_pixel_size(path: Path) -> float | None:
-    """The pixel size in Å that the header of the micrograph at `path` gives, or None if it gives none."""
-    key = str(path)
+    """The pixel size in Å along x that the header of the micrograph at `path` gives, or None."""
     with warnings.catch_warnings():  # reading its descriptor warned already
         warnings.simplefilter("ignore", FormatWarning)
-        with open_reader(key) as reader:
-            if isinstance(reader, DigitalMicrographReader):
-                size, unit = reader.pixel_size[-1], reader.pixel_units[-1]
-                return size * _ANGSTROMS[unit] if unit in _ANGSTROMS else None
-        with open(key, "rb") as file:
-            head = file.read(HEADER_BYTES)
-        if not MrcFormat.recognizes(head, path.suffix.lower()):
-            return None
-        header = _Header(key, head)
-    if header.mx > 0 and header.cell[0] > 0:
-        return header.cell[0] / header.mx
-    return None
+        with open_reader(str(path)) as reader:
+            voxel_size = reader.voxel_size
+    return None if voxel_size is None else voxel_size[-1]
 
 
 @dataclass

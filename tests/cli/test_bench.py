@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vitrio.bench.workloads import default_data_dir, own_folder
+from vitrio.bench.workloads import own_folder
 
 from .helpers import assert_fails
 
@@ -71,23 +71,3 @@ def test_a_link_of_another_user_is_refused(vitrio, tmp_path: Path):
     os.lchown(link, OTHER, OTHER)
     assert_fails(bench(vitrio, tmp_path, "--data", link), link, f"the symbolic link belongs to uid {OTHER}")
     assert list(folder.iterdir()) == []
-
-
-@as_root
-def test_the_folder_kept_between_runs_is_the_users_own(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    folder = default_data_dir()
-    assert folder == tmp_path / f"vitrio-bench-{os.geteuid()}"
-    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and default_data_dir() == folder
-    folder.rmdir()
-    victim = tmp_path / "victim"
-    victim.mkdir()
-    folder.symlink_to(victim)
-    os.lchown(folder, OTHER, OTHER)
-    with pytest.raises(PermissionError, match=f"symbolic link belongs to uid {OTHER}"):
-        default_data_dir()
-    folder.unlink()
-    folder.mkdir()
-    os.chown(folder, OTHER, OTHER)
-    with pytest.raises(PermissionError, match=f"the folder belongs to uid {OTHER}"):
-        default_data_dir()

@@ -3,9 +3,7 @@
 The data goes into a fresh private folder, removed at the end, unless the
 user names one (`--data`), which must be theirs: a fixed folder in the
 shared temporary directory would let another user plant a link there and
-have the benchmark write gigabytes wherever it points. Scripts that keep
-their data between runs by default (`default_data_dir`) keep it in a folder
-of the user's, checked as `--data` is.
+have the benchmark write gigabytes wherever it points.
 """
 
 from __future__ import annotations
@@ -28,20 +26,10 @@ __all__ = [
     "median_rate",
     "timed_rate",
     "data_folder",
-    "default_data_dir",
     "own_folder",
     "MrcfileImages",
     "torch_baseline_rate",
 ]
-
-
-def default_data_dir() -> Path:
-    """A folder of the user's own in the temporary directory, its name holding their uid, kept between runs.
-
-    Raises:
-        PermissionError: If a link, or a folder of another user, is there (`own_folder`).
-    """
-    return own_folder(Path(tempfile.gettempdir()) / f"vitrio-bench-{os.geteuid()}")
 
 
 def own_folder(path: Path) -> Path:

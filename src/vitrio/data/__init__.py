@@ -24,6 +24,8 @@ as_columns, parse_locations and make_locations turn that into fields.
 read_star, star_table, write_star and particle_optics read and write the
 STAR files of RELION (through starfile, with pandas).
 
+A read given no loader goes through `shared_loader()`, the process's own.
+
 Needs numpy. PyTorch and JAX are imported only to hand batches to them.
 """
 
@@ -32,6 +34,7 @@ from ._images import ImageSource
 from ._loader import DataLoader
 from ._patches import PatchSource
 from ._sampler import BatchSampler
+from ._shared import shared_loader
 from ._source import ArraySource, Source
 from ._star import particle_optics, read_star, star_table, write_star
 from ._tables import as_columns, make_locations, parse_locations
@@ -50,6 +53,7 @@ __all__ = [
     "parse_locations",
     "particle_optics",
     "read_star",
+    "shared_loader",
     "star_table",
     "write_star",
 ]
