@@ -33,14 +33,6 @@ from ._providers import (
     detector_event_image_reader_provider,
 )
 from ._saving import ImageSaver, write_batch_async
-from ._scratch import (
-    ImageScratch,
-    ScratchImageReaderProvider,
-    create_directory_image_scratch,
-    create_host_image_scratch,
-    create_mapped_file_image_scratch,
-    prefetch_scratch_async,
-)
 from ._types import (
     ImageDescriptor,
     ImageLocation,
@@ -51,6 +43,14 @@ from ._types import (
 )
 from .formats import Format, FormatError, FormatWarning, register_format
 from .formats.eer import DetectorEventTimeline, read_events
+from .scratch import (
+    ImageScratch,
+    ScratchImageReaderProvider,
+    create_directory_image_scratch,
+    create_host_image_scratch,
+    create_mapped_file_image_scratch,
+    prefetch_scratch_async,
+)
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,4 @@
-"""Seeing the caller's memory as numpy arrays, without copying it.
+"""Seeing the caller's memory as numpy arrays, without copying it, and gathering images between arrays.
 
 An array is anything that exposes host memory through the buffer protocol
 or DLPack: a numpy array, a CPU tensor of PyTorch or JAX, a `memoryview`.
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_destination", "as_source"]
+__all__ = ["as_destination", "as_source", "gather"]
 
 
 def _view(array: Any, what: str) -> np.ndarray:
@@ -48,3 +48,28 @@ def as_source(array: Any) -> np.ndarray:
     if isinstance(array, np.ndarray) or hasattr(array, "__dlpack__"):
         return _view(array, "source")
     return np.asarray(array)
+
+
+def gather(images: np.ndarray, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
+    """Copy `images[indices[j]]` into `out[slots[j]]` for every `j`, converting to `out`'s type.
+
+    Slots that make one contiguous block of `out` of the images' type take
+    one `numpy.take`; others one `numpy.copyto` each. The indices must be
+    within `images`.
+    """
+    if len(slots) == 1:
+        np.copyto(out[int(slots[0])], images[int(indices[0])], casting="unsafe")
+        return
+    first = int(slots[0]) if len(slots) else 0
+    if (
+        out.dtype == images.dtype
+        and len(slots) > 1
+        and int(slots[-1]) - first == len(slots) - 1
+        and bool((np.diff(slots) == 1).all())
+    ):
+        block = out[first : first + len(slots)]
+        if block.flags.c_contiguous:
+            np.take(images, indices, axis=0, out=block, mode="clip")
+            return
+    for index, slot in zip(indices.tolist(), slots.tolist()):
+        np.copyto(out[slot], images[index], casting="unsafe")

@@ -18,9 +18,9 @@ from ._providers import (
     ImageReaderProvider,
 )
 from ._saving import ImageSaver
-from ._scratch import ScratchImageReaderProvider
 from ._types import ImageDescriptor, ImageLocation, as_key, numpy_dtype
 from .formats import Format, create_writer
+from .scratch import ScratchImageReaderProvider
 
 __all__ = [
     "read",

@@ -47,7 +47,9 @@ def test_a_directory_scratch_is_named_by_a_hash_of_its_keys_only(tmp_path: Path,
         np.testing.assert_array_equal(out, vio.read(stack))
     made = _tree(tmp_path) - before
     assert all(name.startswith("scratch") for name in made), made
-    assert all(SCRATCH_NAME.fullmatch(name) for name in os.listdir(scratch)), os.listdir(scratch)
+    folder = scratch / f"vitrio-{os.geteuid()}"
+    assert os.listdir(scratch) == [folder.name]
+    assert all(SCRATCH_NAME.fullmatch(name) for name in os.listdir(folder)), os.listdir(folder)
 
 
 @pytest.mark.parametrize(
@@ -68,8 +70,9 @@ def test_keys_that_are_not_images_make_nothing(tmp_path: Path, monkeypatch: pyte
 
 
 def test_eviction_removes_only_the_scratch_files_of_its_directory(tmp_path: Path, stack: Path):
-    scratch = tmp_path / "scratch"
-    old = vio.create_directory_image_scratch([str(stack)], scratch, 1, 1 << 20)
+    directory = tmp_path / "scratch"
+    old = vio.create_directory_image_scratch([str(stack)], directory, 1, 1 << 20)
+    scratch = Path(old.path).parent
     (old_name,) = os.listdir(scratch)
     outside = tmp_path / "precious.vitrio-scratch"
     outside.write_bytes(b"not a scratch")
@@ -78,7 +81,7 @@ def test_eviction_removes_only_the_scratch_files_of_its_directory(tmp_path: Path
     (scratch / "folder.vitrio-scratch" / "inside").write_bytes(b"kept")
     (scratch / "notes.txt").write_bytes(b"kept")
     del old
-    vio.create_directory_image_scratch([vio.ImageLocation(stack, 0)], scratch, 1, 8192)
+    vio.create_directory_image_scratch([vio.ImageLocation(stack, 0)], directory, 1, 8192)
     left = set(os.listdir(scratch))
     assert old_name not in left  # evicted to make room
     assert {"link.vitrio-scratch", "folder.vitrio-scratch", "notes.txt"} <= left

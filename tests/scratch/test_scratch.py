@@ -82,6 +82,15 @@ def test_prefetch_takes_everything_in(kind, stacks, tmp_path):
     np.testing.assert_array_equal(epoch(loader, locations, order), values[order])
 
 
+def test_a_grouping_of_locations_is_taken_as_the_locations(stacks):
+    locations, values = stacks
+    grouping = vio.ImageLocationGrouping(locations[::-1])
+    scratch = vio.create_host_image_scratch(grouping, 8)
+    assert len(scratch.keys) == STACKS and scratch.size == values.nbytes
+    vio.prefetch_scratch_async(scratch, grouping, vio.SynchronousExecutor()).get()
+    assert scratch.held_count == len(locations)
+
+
 def test_images_are_taken_in_a_run_at_a_time(stacks, tmp_path):
     locations, _ = stacks
     scratch = vio.create_host_image_scratch(locations, 8)
@@ -196,18 +205,19 @@ def test_damaged_scratch_file_is_rebuilt_or_retaken(damage, stacks, tmp_path):
 def test_directory_scratch_evicts_least_recently_used_scratch_files_only(stacks, tmp_path):
     locations, _ = stacks
     directory = tmp_path / "scratches"
-    directory.mkdir()
-    keep = directory / "notes.txt"
+    folder = directory / f"vitrio-{os.geteuid()}"
+    folder.mkdir(mode=0o700, parents=True)
+    keep = folder / "notes.txt"
     keep.write_text("not a scratch")
-    old = directory / ("0" * 32 + ".vitrio-scratch")
+    old = folder / ("0" * 32 + ".vitrio-scratch")
     old.write_bytes(b"\0" * 300_000)
     os.utime(old, ns=(1, 1))
-    newer = directory / ("1" * 32 + ".vitrio-scratch")
+    newer = folder / ("1" * 32 + ".vitrio-scratch")
     newer.write_bytes(b"\0" * 100_000)
     scratch = vio.create_directory_image_scratch(locations, directory, 8, budget=350_000)
     assert not old.exists() and newer.exists() and keep.read_text() == "not a scratch"
-    assert Path(scratch.path).parent == directory and scratch.path.endswith(".vitrio-scratch")
-    assert sum(p.stat().st_size for p in directory.glob("*.vitrio-scratch")) <= 350_000 + 8192
+    assert Path(scratch.path).parent == folder and scratch.path.endswith(".vitrio-scratch")
+    assert sum(p.stat().st_size for p in folder.glob("*.vitrio-scratch")) <= 350_000 + 8192
     again = vio.create_directory_image_scratch(locations, directory, 8, budget=350_000)
     assert again.path == scratch.path
 

@@ -30,12 +30,13 @@ from typing import BinaryIO
 
 import numpy as np
 
+from .._arrays import gather
 from .._fs import PartialFile
 from .._native import map_file
 from .._types import ImageDescriptor, past_the_end
 from ._contract import FormatError, HeaderStatistics, ImageReader, ImageWriter
 
-__all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics", "gather"]
+__all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics"]
 
 _buffers = threading.local()
 
@@ -49,31 +50,6 @@ def _thread_buffer(nbytes: int) -> np.ndarray:
         buffer = np.empty(max(nbytes, 1 << 16), dtype=np.uint8)
         _buffers.array = buffer
     return buffer[:nbytes]
-
-
-def gather(images: np.ndarray, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
-    """Copy `images[indices[j]]` into `out[slots[j]]` for every `j`, converting to `out`'s type.
-
-    Slots that make one contiguous block of `out` of the images' type take
-    one `numpy.take`; others one `numpy.copyto` each. The indices must be
-    within `images`.
-    """
-    if len(slots) == 1:
-        np.copyto(out[int(slots[0])], images[int(indices[0])], casting="unsafe")
-        return
-    first = int(slots[0]) if len(slots) else 0
-    if (
-        out.dtype == images.dtype
-        and len(slots) > 1
-        and int(slots[-1]) - first == len(slots) - 1
-        and bool((np.diff(slots) == 1).all())
-    ):
-        block = out[first : first + len(slots)]
-        if block.flags.c_contiguous:
-            np.take(images, indices, axis=0, out=block, mode="clip")
-            return
-    for index, slot in zip(indices.tolist(), slots.tolist()):
-        np.copyto(out[slot], images[index], casting="unsafe")
 
 
 class RawArrayReader(ImageReader):

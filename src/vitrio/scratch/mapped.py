@@ -1,0 +1,266 @@
+"""The mapped-file scratch: its file's format, and resuming or rebuilding it.
+
+The file has a header, the layout (a JSON manifest of the files held and
+their indices), a table of the sources' sizes and modification times, a
+state byte and a CRC-32 per run, and the images. It is allocated in full
+when made (so a full disk shows up there, as an `OSError`, and never while
+taking images in), privately (mode 0600) beside its path and renamed onto
+it. A later scratch over the same file and images resumes from it: runs
+whose source file changed size or modification time since are dropped,
+runs whose CRC does not match are taken in again, and a file that is
+truncated, foreign or of another layout is rebuilt. So is one this user
+cannot trust (`vitrio.scratch.private`): a symbolic link is never followed,
+and a file of another user, or one that group or others may write, is never
+read, since anyone can write a valid header and CRC. Several processes may
+share the file: each writes a run's images before marking it present, and
+two processes taking in one run write the same bytes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import mmap
+import os
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._fs import PartialFile
+from .._providers import FileImageReaderProvider, ImageReaderProvider
+from .._types import ImageDescriptor, as_key
+from .plan import HeldFile, align, check_arguments, descriptors, digest, layout, place
+from .private import open_own_file
+from .store import ImageScratch
+
+__all__ = ["HEADER_BYTES", "create_mapped_file_image_scratch", "mapped_scratch"]
+
+_MAGIC = b"VITRIO-SCRATCH\x00\x01"
+_HEADER = struct.Struct("<16s32s6QI")  # magic, digest, manifest at/length, stats, states, checksums, data
+HEADER_BYTES = 4096
+"""The bytes of a scratch file before its manifest."""
+
+
+class _MappedLayout:
+    """Where each part of a mapped scratch lies."""
+
+    def __init__(
+        self, manifest_bytes: int, index_count: int, file_count: int, run_count: int, data_bytes: int
+    ):
+        self.manifest = HEADER_BYTES
+        self.indices = align(self.manifest + manifest_bytes, 8)
+        self.stats = self.indices + 8 * index_count
+        self.states = self.stats + 16 * file_count
+        self.checksums = align(self.states + run_count, 4)
+        self.data = align(self.checksums + 4 * run_count)
+        self.size = self.data + data_bytes
+
+
+def _source_stat(key: str) -> tuple[int, int] | None:
+    try:
+        status = os.stat(key)
+    except OSError:
+        return None
+    return (status.st_size, status.st_mtime_ns)
+
+
+def _manifest(held: list[HeldFile]) -> tuple[bytes, np.ndarray]:
+    files = [
+        {
+            "key": file.key,
+            "extents": list(file.descriptor.extents),
+            "core_rank": file.descriptor.core_rank,
+            "data_type": file.descriptor.data_type.name,
+            "count": len(file.indices),
+        }
+        for file in held
+    ]
+    indices = np.concatenate([file.indices for file in held])
+    return json.dumps({"files": files}).encode(), indices
+
+
+def _open_mapped(
+    fd: int, fingerprint: bytes, grouped: dict[str, np.ndarray], run_length: int
+) -> tuple[list[HeldFile], np.ndarray, mmap.mmap] | None:
+    """The layout and map of the scratch file open at `fd`, if valid and made for `fingerprint`; or None."""
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, _HEADER.size, 0)
+        if len(head) < _HEADER.size:
+            return None
+        magic, found, at, length, stats, states, checksums, data, crc = _HEADER.unpack(head)
+        if (
+            magic != _MAGIC
+            or found != fingerprint
+            or zlib.crc32(head[:-4]) != crc
+            or not at < at + length <= size
+        ):
+            return None
+        manifest = json.loads(os.pread(fd, length, at))
+        counts = [entry["count"] for entry in manifest["files"]]
+        index_bytes = os.pread(fd, 8 * sum(counts), _MappedLayout(length, 0, 0, 0, 0).indices)
+        all_indices = np.frombuffer(index_bytes, dtype=np.int64)
+        held, offset = [], 0
+        for entry, count in zip(manifest["files"], counts):
+            descriptor = ImageDescriptor(entry["extents"], entry["core_rank"], entry["data_type"])
+            indices = all_indices[offset : offset + count].copy()
+            held.append(HeldFile(entry["key"], descriptor, indices, run_length))
+            offset += count
+        if not held:
+            return None
+        runs, total = place(held)
+        expected = _MappedLayout(length, sum(counts), len(counts), runs, total)
+        if (stats, states, checksums, data, expected.size) != (
+            expected.stats,
+            expected.states,
+            expected.checksums,
+            expected.data,
+            size,
+        ) or [f.key for f in held] != list(grouped)[: len(held)]:
+            return None
+        for file in held:
+            wanted = grouped[file.key]
+            if wanted[0] >= 0 and not np.array_equal(wanted, file.indices):
+                return None
+        mapping = mmap.mmap(fd, size)
+        return held, np.frombuffer(mapping, dtype=np.uint8), mapping
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
+        return None
+
+
+def _build_mapped(path: str, fingerprint: bytes, held: list[HeldFile]) -> tuple[np.ndarray, mmap.mmap]:
+    """Write an empty scratch file, allocated in full, beside `path`, move it onto `path` and map it.
+
+    Processes that mapped the file it replaces keep their own copy.
+
+    Raises:
+        OSError: If the disk has no room for it, or it cannot be put at `path`.
+    """
+    manifest, indices = _manifest(held)
+    runs = held[-1].first_run + held[-1].run_count
+    parts = _MappedLayout(len(manifest), len(indices), len(held), runs, held[-1].offset + held[-1].nbytes)
+    fields = (parts.manifest, len(manifest), parts.stats, parts.states, parts.checksums, parts.data)
+    header = _HEADER.pack(_MAGIC, fingerprint, *fields, 0)
+    header = header[:-4] + struct.pack("<I", zlib.crc32(header[:-4]))
+    stats = np.array([_source_stat(file.key) or (-1, -1) for file in held], dtype=np.int64)
+    partial = PartialFile(path)
+    fd = partial.fd
+    try:
+        try:
+            os.posix_fallocate(fd, 0, parts.size)
+        except OSError as error:
+            raise OSError(
+                error.errno, f"{path}: no room for a scratch of {parts.size} bytes: {error.strerror}"
+            ) from error
+        os.pwrite(fd, manifest, parts.manifest)
+        os.pwrite(fd, indices.astype("<i8").tobytes(), parts.indices)
+        os.pwrite(fd, stats.tobytes(), parts.stats)
+        os.pwrite(fd, header, 0)
+        mapping = mmap.mmap(fd, parts.size)
+        try:
+            partial.publish(0o600)
+        except OSError as error:
+            raise OSError(
+                error.errno, f"{path}: the scratch file cannot be put there: {error.strerror}"
+            ) from error
+    except BaseException:
+        partial.discard()
+        raise
+    return np.frombuffer(mapping, dtype=np.uint8), mapping
+
+
+def _invalidate_changed(held: list[HeldFile], data: np.ndarray, parts: _MappedLayout) -> None:
+    """Drop the runs of files whose size or modification time changed since they were recorded."""
+    stats = data[parts.stats : parts.stats + 16 * len(held)].view(np.int64).reshape(len(held), 2)
+    states = data[parts.states : parts.states + (held[-1].first_run + held[-1].run_count)]
+    for i, file in enumerate(held):
+        now = _source_stat(file.key)
+        if now is not None and tuple(stats[i]) != now:
+            states[file.first_run : file.first_run + file.run_count] = 0
+            stats[i] = now
+
+
+def mapped_scratch(
+    grouped: dict[str, np.ndarray],
+    path: str,
+    run_length: int,
+    max_size: int | None,
+    files: ImageReaderProvider | None,
+) -> ImageScratch:
+    """The scratch of the locations `grouped` (by `plan.group`) in the file at `path`, resumed or made.
+
+    Raises:
+        ValueError: If the first file does not fit in `max_size`.
+        IndexError: If an index is past the end of its stack.
+        OSError: If the file cannot be made, or the disk has no room for it.
+    """
+    planned = digest(grouped, run_length, max_size)
+    fd = open_own_file(path)
+    try:
+        opened = None
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            opened = _open_mapped(fd, planned, grouped, run_length)
+        if opened is None:
+            held = layout(
+                grouped, descriptors(grouped, files or FileImageReaderProvider()), run_length, max_size
+            )
+            if not held:
+                raise ValueError(f"nothing to hold: the first file does not fit in max_size {max_size}")
+            data, mapping = _build_mapped(path, planned, held)
+        else:
+            held, data, mapping = opened
+        runs = held[-1].first_run + held[-1].run_count
+        where = _MappedLayout(
+            _HEADER.unpack_from(data, 0)[3],
+            sum(len(f.indices) for f in held),
+            len(held),
+            runs,
+            held[-1].offset + held[-1].nbytes,
+        )
+        _invalidate_changed(held, data, where)
+    finally:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)  # the map holds a duplicate of `fd`, which would keep the lock
+            os.close(fd)
+    states = data[where.states : where.states + runs]
+    checksums = data[where.checksums : where.checksums + 4 * runs].view(np.uint32)
+    return ImageScratch(held, run_length, data[where.data :], states, checksums, path, keep=mapping)
+
+
+def create_mapped_file_image_scratch(
+    locations: Sequence[Any],
+    path: Any,
+    run_length: int,
+    max_size: int | None = None,
+    files: ImageReaderProvider | None = None,
+) -> ImageScratch:
+    """A scratch in a memory-mapped file at `path`, which may exceed RAM and outlives the process.
+
+    A later scratch over the same file and images resumes from it, except
+    the images whose source files changed since (size or modification
+    time); a source that cannot be found keeps its images. Several
+    processes of this user may use it at once. The file is readable by
+    this user alone.
+
+    Args:
+        locations: The images to hold: `ImageLocation` objects, or keys of whole files.
+        path: The scratch file. One that is truncated, foreign or of other
+            images is rebuilt, and so is a symbolic link (never followed), a
+            file of another user, or one that group or others may write.
+        run_length: How many images of a file are taken in together, with one read.
+        max_size: How many bytes of images it may hold, as `create_host_image_scratch` takes it.
+        files: Where the files are asked for their shape.
+
+    Raises:
+        ValueError: If `run_length` is not positive or there is nothing to hold.
+        IndexError: If an index is past the end of its stack.
+        OSError: If the file cannot be made or put at `path` (another
+            user's file there in a folder with the sticky bit), or the disk
+            has no room for it.
+    """
+    grouped = check_arguments(locations, run_length)
+    return mapped_scratch(grouped, as_key(path), int(run_length), max_size, files)

@@ -1,0 +1,129 @@
+"""A scratch in front of the files: the provider and readers that serve from it, and prefetching into it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
+from .._providers import FileImageReaderProvider, ImageReaderProvider
+from .._types import as_key
+from ..formats import ImageReader
+from .plan import group
+from .store import ImageScratch
+
+__all__ = ["ScratchImageReaderProvider", "prefetch_scratch_async"]
+
+
+class _ScratchReader(ImageReader):
+    """Serves the images of one file from a scratch, reading from the files what it has no room for."""
+
+    def __init__(self, scratch: ImageScratch, key: str, files: ImageReaderProvider):
+        super().__init__(key, scratch.descriptor(key))
+        self._scratch = scratch
+        self._files = files
+
+    def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
+        self.check_indices(indices)
+        self._scratch.serve(self.key, indices, out, slots, self._files)
+
+    def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
+        self.check_run(start, len(outs))
+        indices = np.arange(start, start + len(outs), dtype=np.int64)
+        for index, out in zip(indices.tolist(), outs):
+            self._scratch.serve(self.key, np.asarray([index]), out[None], np.zeros(1, np.int64), self._files)
+
+    def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
+        self.check_run(index, 1)
+        try:
+            image = self._scratch.image(self.key, index, self._files)
+        except KeyError:
+            reader = self._files.acquire(self.key)
+            try:
+                reader.read_region(index, region, out)
+            finally:
+                self._files.release(reader)
+            return
+        np.copyto(out, image[region], casting="unsafe")
+
+
+class ScratchImageReaderProvider(ImageReaderProvider):
+    """Serves the files a scratch holds from it, and the others from `backing`.
+
+    A file the scratch holds is opened only to take images in, so once they
+    are all in, reading them opens no file at all.
+
+    Args:
+        backing: What opens the files.
+        scratch: The scratch in front of them.
+    """
+
+    def __init__(self, backing: ImageReaderProvider, scratch: ImageScratch):
+        if not isinstance(scratch, ImageScratch):
+            raise TypeError(f"scratch is an ImageScratch, not {type(scratch).__name__}")
+        self._backing = backing
+        self._scratch = scratch
+        self._readers: dict[str, _ScratchReader] = {}
+
+    @property
+    def backing(self) -> ImageReaderProvider:
+        """What opens the files."""
+        return self._backing
+
+    @property
+    def scratch(self) -> ImageScratch:
+        """The scratch in front of the files."""
+        return self._scratch
+
+    def acquire(self, key) -> ImageReader:
+        key = as_key(key)
+        if not self._scratch.holds(key):
+            return self._backing.acquire(key)
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self._readers.setdefault(key, _ScratchReader(self._scratch, key, self._backing))
+        return reader
+
+    def release(self, reader: ImageReader) -> None:
+        if not isinstance(reader, _ScratchReader):
+            self._backing.release(reader)
+
+    def __repr__(self) -> str:
+        return f"ScratchImageReaderProvider({self._backing!r}, {self._scratch!r})"
+
+
+def prefetch_scratch_async(
+    scratch: ImageScratch,
+    locations: Sequence[Any],
+    executor: ThreadPoolExecutor | SynchronousExecutor,
+    files: ImageReaderProvider | None = None,
+) -> Completion:
+    """Take the images `locations` name into `scratch` ahead of need, one task per file.
+
+    Locations the scratch has no room for are left out.
+
+    Args:
+        scratch: Where to take them in.
+        locations: The images, or an `ImageLocationGrouping` of them.
+        executor: Where the tasks run, such as a loader's `executor`.
+        files: What opens the files. Defaults to opening the file at the path a key is.
+
+    Returns:
+        A `Completion` of the tasks.
+    """
+    files = files or FileImageReaderProvider()
+    grouped = group(locations)
+
+    def task(key: str, indices: np.ndarray) -> None:
+        if indices[0] < 0:
+            indices = scratch.indices(key)
+        scratch.take_in(key, indices, files)
+
+    tasks = [
+        lambda key=key, indices=indices: task(key, indices)
+        for key, indices in grouped.items()
+        if scratch.holds(key)
+    ]
+    return run_tasks(executor, tasks)
