@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._providers import ImageReaderProvider
-from .._types import ImageDescriptor, ImageLocationGrouping, numpy_dtype
+from .._types import ImageDescriptor, ImageLocationGrouping, numpy_dtype, past_the_end
 
 __all__ = ["HeldFile", "align", "check_arguments", "descriptors", "digest", "group", "layout", "place"]
 
@@ -99,7 +99,7 @@ def layout(
                 raise ValueError(f"{key}: is named both whole and by index")
             indices = np.arange(count, dtype=np.int64)
         elif indices[-1] >= count:
-            raise IndexError(f"{key}: index {int(indices[-1])} is past the end of a stack of {count}")
+            raise past_the_end(key, int(indices[-1]), count)
         file = HeldFile(key, descriptor, indices, run_length)
         if max_size is not None and total + file.nbytes > max_size:
             break
