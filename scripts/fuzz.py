@@ -1,7 +1,10 @@
 """Fuzz vitrio's readers for hours: mutated MRC, TIFF, EER and DM files, read in worker processes.
 
-    python scripts/fuzz.py [--hours H] [--seed S] [--format mrc tiff eer dm] [--workers N] [--out DIR]
-    python scripts/fuzz.py --replay SEED CASE
+    python -m scripts.fuzz [--hours H] [--seed S] [--format mrc tiff eer dm] [--workers N] [--out DIR]
+    python -m scripts.fuzz --replay SEED CASE
+
+Run it from the repository's root, as a module: it imports the fuzzer and
+its seeds as the package `tests.hardening`.
 
 Each case reads or raises a clean error naming the file; a crash, a hang,
 an unclean error or an allocation beyond the workers' memory limit is a
@@ -25,10 +28,16 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from hardening.corpus import FORMATS, make_seeds, regression_seeds  # noqa: E402
-from hardening.fuzzing import MEMORY, Fuzzer, Result, Seed, check_file, limit_memory, mutate  # noqa: E402
+try:
+    from tests.hardening.corpus import FORMATS, make_seeds, regression_seeds
+    from tests.hardening.fuzzing import MEMORY, Fuzzer, Result, Seed, check_file, limit_memory, mutate
+except ModuleNotFoundError as error:
+    if error.name != "tests":
+        raise
+    raise SystemExit(
+        "scripts/fuzz.py imports the package tests.hardening: run it from the repository's root "
+        "as `python -m scripts.fuzz`"
+    ) from error
 
 
 def _arguments() -> argparse.Namespace:

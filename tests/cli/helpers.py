@@ -1,17 +1,13 @@
-"""Running the `vitrio` command in-process, checking how it fails, and the encoders of the format tests."""
+"""Running the `vitrio` command in-process, and checking how it fails."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from vitrio.cli import main
-
-_FORMAT_TESTS = Path(__file__).parents[1] / "formats"
 
 
 @dataclass
@@ -43,11 +39,3 @@ def assert_fails(result: Result, *names: object) -> None:
 def leftovers(folder: Path) -> list[str]:
     """The names of the files under `folder`, hidden ones (such as unfinished outputs) included."""
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-
-
-def format_tests(name: str) -> ModuleType:
-    """A module of tests/formats (which is not a package), for the encoders it defines."""
-    spec = importlib.util.spec_from_file_location(f"vitrio_cli_tests_{name}", _FORMAT_TESTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

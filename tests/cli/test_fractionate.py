@@ -1,4 +1,4 @@
-"""`vitrio fractionate`: a synthetic EER movie rendered into fractions, against imagecodecs' frames."""
+"""`vitrio fractionate`: a synthetic EER movie rendered into fractions, against sums of its events."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 import tifffile
 
-from .helpers import assert_fails, format_tests, leftovers
+from vitrio.testing.eer import random_movie
+
+from .helpers import assert_fails, leftovers
 
 
 @pytest.fixture(scope="module")
 def movie(tmp_path_factory: pytest.TempPathFactory):
-    """An EER movie of 10 frames of 64 x 64, encoded by the tests of the EER format."""
-    return format_tests("test_eer").make_movie(tmp_path_factory.mktemp("eer"), frames=10, shape=(64, 64))
+    """An EER movie of 10 frames of 64 x 64, made by the encoder of `vitrio.testing.eer`."""
+    return random_movie(tmp_path_factory.mktemp("eer") / "movie.eer", frames=10, shape=(64, 64))
 
 
 def fractions(frames: np.ndarray, count: int) -> np.ndarray:
@@ -33,7 +35,7 @@ def test_fractions_are_sums_of_frames(vitrio, movie, tmp_path: Path):
     assert "a stack of 3 images of 64 x 64, uint16" in result.out
     with mrcfile.open(tmp_path / "movie.mrc", permissive=False) as mrc:
         assert mrc.data.dtype == np.uint16
-        np.testing.assert_array_equal(mrc.data, fractions(movie.frames(), 3))
+        np.testing.assert_array_equal(mrc.data, fractions(movie.counts(), 3))
 
 
 def test_binning_gain_and_data_type(vitrio, movie, tmp_path: Path):
@@ -42,7 +44,7 @@ def test_binning_gain_and_data_type(vitrio, movie, tmp_path: Path):
     result = fractionate(vitrio, movie.path, tmp_path / "weighed.mrc", 2, "--gain", tmp_path / "gain.mrc")
     assert result.status == 0, result.err
     weighed = mrcfile.read(tmp_path / "weighed.mrc")
-    np.testing.assert_allclose(weighed, fractions(movie.frames(), 2) * gain, rtol=1e-5)
+    np.testing.assert_allclose(weighed, fractions(movie.counts(), 2) * gain, rtol=1e-5)
     result = fractionate(
         vitrio, movie.path, tmp_path / "binned.tif", 5, "--binning", 2, "--data-type", "float32"
     )
@@ -50,7 +52,7 @@ def test_binning_gain_and_data_type(vitrio, movie, tmp_path: Path):
     values = tifffile.imread(tmp_path / "binned.tif")
     assert values.dtype == np.float32
     np.testing.assert_array_equal(
-        values, fractions(movie.frames(), 5).reshape(5, 32, 2, 32, 2).sum(axis=(2, 4))
+        values, fractions(movie.counts(), 5).reshape(5, 32, 2, 32, 2).sum(axis=(2, 4))
     )
 
 

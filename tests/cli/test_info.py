@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 import tifffile
 
-from .helpers import assert_fails, format_tests
+from vitrio.testing.dm import dm_file, image_entry
+from vitrio.testing.eer import random_movie
+
+from .helpers import assert_fails
 
 
 @pytest.fixture
@@ -60,10 +63,9 @@ def test_tiff_eer_and_dm_files(vitrio, tmp_path: Path):
         photometric="minisblack",
         metadata={"axes": "ZYX"},
     )
-    movie = format_tests("test_eer").make_movie(tmp_path, frames=6, shape=(32, 32))
-    dm = format_tests("test_dm")
-    entry = dm._image_entry(np.zeros((2, 3), np.float32), 2, [6], units=["Å", "nm"])
-    (tmp_path / "image.dm4").write_bytes(dm._dm_file(4, [entry]))
+    movie = random_movie(tmp_path / "movie.eer", frames=6, shape=(32, 32))
+    entry = image_entry(np.zeros((2, 3), np.float32), units=["Å", "nm"])
+    (tmp_path / "image.dm4").write_bytes(dm_file(4, [entry]))
     volume, eer, image = info_json(vitrio, tmp_path / "volume.tif", movie.path, tmp_path / "image.dm4")
     assert (volume["format"], volume["kind"], volume["shape"], volume["voxel_size"]) == (
         "tiff",

@@ -1,4 +1,5 @@
-"""The DM3/DM4 reader: real files against rosettasciio's reading of them, hand-made files, bad files."""
+"""The DM3/DM4 reader: real files against rosettasciio's reading of them, files made by
+`vitrio.testing.dm`, bad files."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import os
 import random
 import tarfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +16,12 @@ import pytest
 from vitrio._types import NumericalType, numpy_dtype
 from vitrio.formats import FormatError, dm, open_reader, registered_formats
 from vitrio.formats.dm import DigitalMicrographFormat, DigitalMicrographReader
+from vitrio.testing.dm import DATA_TYPES, dm_file, image_entry, thumbnail
+
+from .. import DM_SAMPLES as ARCHIVE
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ARCHIVE = REPO_ROOT.parent / "shared" / "testdata" / "dm-samples.tar.xz"
 DM = [DigitalMicrographFormat]
 CLEAN_ERRORS = (ValueError, OSError, IndexError)
 
@@ -151,109 +152,13 @@ def test_parse_reads_little_and_skips_the_data(samples: Path, monkeypatch: pytes
 # ---------------------------------------------------------------- hand-made files
 
 
-def _encode(version: int, root: list, little: bool = True) -> bytes:
-    """A DM file of tag tree `root`: a group is a list of (label, group or (info, payload)) pairs."""
-    width = 4 if version == 3 else 8
-
-    def group(entries: list) -> bytes:
-        return b"\x01\x00" + len(entries).to_bytes(width, "big") + b"".join(tag(*e) for e in entries)
-
-    def tag(label: str, value) -> bytes:
-        if isinstance(value, list):
-            kind, body = 20, group(value)
-        else:
-            info, payload = value
-            parts = b"".join(i.to_bytes(width, "big") for i in info)
-            kind, body = 21, b"%%%%" + len(info).to_bytes(width, "big") + parts + payload
-        size = len(body).to_bytes(8, "big") if version == 4 else b""
-        name = label.encode("latin-1")
-        return bytes([kind]) + len(name).to_bytes(2, "big") + name + size + body
-
-    tree = group(root)
-    header = (
-        version.to_bytes(4, "big") + (len(tree) + 8).to_bytes(width, "big") + int(little).to_bytes(4, "big")
-    )
-    return header + tree + bytes(8)
-
-
-def _ulong(value: int, little: bool = True) -> tuple[list[int], bytes]:
-    """A data tag of one uint32."""
-    return [5], value.to_bytes(4, "little" if little else "big")
-
-
-def _image_entry(
-    values: np.ndarray, data_type: int, element: list[int], little: bool = True, units: Sequence[str] = ()
-) -> tuple[str, list]:
-    """An `ImageList` entry holding `values` as DM data type `data_type`, stored as arrays of `element`."""
-    order = "<" if little else ">"
-    payload = values.astype(values.dtype.newbyteorder(order)).tobytes()
-    count = values.size
-    dims = list(reversed(values.shape))
-    calibrations = [
-        (
-            "",
-            [("Scale", ([6], np.array(0.5 + i, dtype=f"{order}f4").tobytes())), ("Units", _units(u, little))],
-        )
-        for i, u in enumerate(units)
-    ]
-    return (
-        "",
-        [
-            (
-                "ImageData",
-                [
-                    ("Calibrations", [("Dimension", calibrations)]),
-                    ("Data", ([20, *element, count], payload)),
-                    ("DataType", _ulong(data_type, little)),
-                    ("Dimensions", [("", _ulong(d, little)) for d in dims]),
-                ],
-            ),
-            ("ImageTags", [("Note", ([20, 10, 3], b"abc"))]),
-        ],
-    )
-
-
-def _units(text: str, little: bool) -> tuple[list[int], bytes]:
-    """A data tag of text as DM stores it: an array of UTF-16 units."""
-    return [20, 4, len(text)], text.encode("utf-16-le" if little else "utf-16-be")
-
-
-def _thumbnail(little: bool = True) -> tuple[str, list]:
-    """An `ImageList` entry like DigitalMicrograph's thumbnails: RGBA, as uint32."""
-    return _image_entry(np.zeros((2, 2), np.uint32), 23, [3], little)
-
-
-def _dm_file(
-    version: int, entries: list, thumbnails: Sequence[int] = (), little: bool = True, extra: Sequence = ()
-) -> bytes:
-    """A DM file of the `ImageList` `entries`, of which those at `thumbnails` are thumbnails."""
-    root = [
-        ("DocumentTags", [("Flag", ([8], b"\x01"))]),
-        *extra,
-        ("ImageList", entries),
-        ("Thumbnails", [("", [("ImageIndex", _ulong(i, little))]) for i in thumbnails]),
-    ]
-    return _encode(version, root, little)
-
-
 def _write(tmp_path: Path, name: str, content: bytes) -> Path:
     path = tmp_path / name
     path.write_bytes(content)
     return path
 
 
-TYPES = [
-    (np.int8, 9, [9]),
-    (np.uint8, 6, [10]),
-    (np.int16, 1, [2]),
-    (np.uint16, 10, [4]),
-    (np.int32, 7, [3]),
-    (np.uint32, 11, [5]),
-    (np.float32, 2, [6]),
-    (np.float64, 12, [7]),
-    (np.complex64, 3, [15, 0, 2, 0, 6, 0, 6]),
-    (np.complex128, 13, [15, 0, 2, 0, 7, 0, 7]),
-]
+TYPES = [(dtype.type, *encoded) for dtype, encoded in DATA_TYPES.items() if dtype.kind != "b"]
 
 
 @pytest.mark.parametrize("version", [3, 4])
@@ -263,8 +168,8 @@ def test_hand_made_in_either_byte_order(tmp_path: Path, version, little, dtype, 
     values = (np.arange(3 * 4 * 5) - 7).reshape(3, 4, 5).astype(dtype)
     if values.dtype.kind == "c":
         values = values * (1 - 2j)
-    content = _dm_file(
-        version, [_thumbnail(little), _image_entry(values, data_type, element, little)], [0], little
+    content = dm_file(
+        version, [thumbnail(little), image_entry(values, data_type, element, little)], [0], little
     )
     path = _write(tmp_path, f"image.dm{version}", content)
     with open_reader(path, formats=DM) as reader:
@@ -279,8 +184,8 @@ def test_hand_made_in_either_byte_order(tmp_path: Path, version, little, dtype, 
 @pytest.mark.parametrize("version", [3, 4])
 def test_hand_made_calibration_and_no_thumbnail(tmp_path: Path, version: int):
     values = np.arange(6, dtype=np.uint16).reshape(2, 3)
-    entry = _image_entry(values, 10, [4], units=["Å", "nm"])
-    path = _write(tmp_path, "image.dm", _dm_file(version, [entry]))
+    entry = image_entry(values, 10, [4], units=["Å", "nm"])
+    path = _write(tmp_path, "image.dm", dm_file(version, [entry]))
     with open_reader(path, formats=DM) as reader:
         assert reader.image_path == "ImageList/0"
         assert reader.pixel_size == (1.5, 0.5)
@@ -290,7 +195,7 @@ def test_hand_made_calibration_and_no_thumbnail(tmp_path: Path, version: int):
 
 def test_binary_values_read_as_nonzero(tmp_path: Path):
     stored = np.array([[0, 1], [255, 0]], np.uint8)
-    path = _write(tmp_path, "mask.dm4", _dm_file(4, [_image_entry(stored, 14, [8])]))
+    path = _write(tmp_path, "mask.dm4", dm_file(4, [image_entry(stored, 14, [8])]))
     with open_reader(path, formats=DM) as reader:
         np.testing.assert_array_equal(_read_all(reader, np.dtype(bool)), stored != 0)
         np.testing.assert_array_equal(_read_all(reader, np.dtype(np.float32)), stored != 0)
@@ -299,13 +204,11 @@ def test_binary_values_read_as_nonzero(tmp_path: Path):
 def test_dm4_skips_other_groups_unread(tmp_path: Path):
     values = np.ones((2, 2), np.float32)
     junk = ("Junk", [("", ([99, 1, 2], b"\xff" * 40))])
-    content = _dm_file(4, [_image_entry(values, 2, [6])], extra=[junk])
+    content = dm_file(4, [image_entry(values, 2, [6])], extra=[junk])
     with open_reader(_write(tmp_path, "skip.dm4", content), formats=DM) as reader:
         np.testing.assert_array_equal(_read_all(reader, np.dtype(np.float32)), values)
     with pytest.raises(FormatError, match=r"Junk/0.* encoded type \[99"):
-        open_reader(
-            _write(tmp_path, "skip.dm3", _dm_file(3, [_image_entry(values, 2, [6])], extra=[junk])), DM
-        )
+        open_reader(_write(tmp_path, "skip.dm3", dm_file(3, [image_entry(values, 2, [6])], extra=[junk])), DM)
 
 
 @pytest.mark.parametrize(
@@ -320,29 +223,29 @@ def test_dm4_skips_other_groups_unread(tmp_path: Path):
     ],
 )
 def test_unread_kinds_of_image(tmp_path: Path, data_type: int, shape, message: str):
-    entry = _image_entry(np.zeros(shape, np.uint32), data_type, [5])
-    path = _write(tmp_path, "odd.dm3", _dm_file(3, [entry]))
+    entry = image_entry(np.zeros(shape, np.uint32), data_type, [5])
+    path = _write(tmp_path, "odd.dm3", dm_file(3, [entry]))
     with pytest.raises(FormatError, match=message) as caught:
         open_reader(path, formats=DM)
     assert str(path) in str(caught.value)
 
 
 def test_data_too_short_for_its_dimensions(tmp_path: Path):
-    entry = _image_entry(np.zeros((2, 3), np.uint16), 11, [4])
-    path = _write(tmp_path, "short.dm3", _dm_file(3, [entry]))
+    entry = image_entry(np.zeros((2, 3), np.uint16), 11, [4])
+    path = _write(tmp_path, "short.dm3", dm_file(3, [entry]))
     with pytest.raises(FormatError, match=r"ImageList/0/ImageData/Data holds 12 bytes"):
         open_reader(path, formats=DM)
 
 
 def test_only_a_thumbnail(tmp_path: Path):
-    path = _write(tmp_path, "thumb.dm3", _dm_file(3, [_thumbnail()], [0]))
+    path = _write(tmp_path, "thumb.dm3", dm_file(3, [thumbnail()], [0]))
     with pytest.raises(FormatError, match="no image besides its thumbnail"):
         open_reader(path, formats=DM)
 
 
 def test_recognizes():
-    dm3 = _dm_file(3, [_thumbnail()])
-    dm4 = _dm_file(4, [_thumbnail()])
+    dm3 = dm_file(3, [thumbnail()])
+    dm4 = dm_file(4, [thumbnail()])
     assert DigitalMicrographFormat.recognizes(dm3[:4096], ".dm3")
     assert DigitalMicrographFormat.recognizes(dm4[:4096], ".xyz")
     assert not DigitalMicrographFormat.recognizes(dm3[:10], ".dm3")
@@ -379,7 +282,7 @@ def test_deep_nesting_outside_the_images_is_skipped_in_dm4(tmp_path: Path):
 
 
 def test_group_declaring_itself_its_size(tmp_path: Path):
-    content = bytearray(_dm_file(4, [_image_entry(np.zeros((2, 2), np.uint16), 10, [4])]))
+    content = bytearray(dm_file(4, [image_entry(np.zeros((2, 2), np.uint16), 10, [4])]))
     at = content.index(b"\x14\x00\x09ImageList") + 12
     at = content.index(b"\x14\x00\x00", at) + 3
     content[at : at + 8] = bytes(8)
@@ -389,7 +292,7 @@ def test_group_declaring_itself_its_size(tmp_path: Path):
 
 def test_tag_count_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(dm, "_MAX_TAGS", 10)
-    path = _write(tmp_path, "many.dm3", _dm_file(3, [_thumbnail(), _thumbnail()], [0]))
+    path = _write(tmp_path, "many.dm3", dm_file(3, [thumbnail(), thumbnail()], [0]))
     with pytest.raises(FormatError, match="more than 10 tags"):
         open_reader(path, formats=DM)
 

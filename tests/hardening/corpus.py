@@ -1,10 +1,9 @@
 """The seeds of the fuzzer: small valid files of every format, a few KiB each, and their field offsets.
 
-MRC files are made with the hand-made headers of `tests/core/helpers.py`
+MRC files are made with the hand-made headers of `vitrio.testing.mrc`
 and vitrio's writer, TIFF files with tifffile, EER movies with the encoder
-of `tests/formats/test_eer.py`, DM files with the tag trees of
-`tests/formats/test_dm.py` (and the smallest real DM samples, where the
-shared test data is there).
+of `vitrio.testing.eer`, DM files with the tag trees of `vitrio.testing.dm`
+(and the smallest real DM samples, where the shared test data is there).
 
 A seed's fields are the offsets of what mutations most likely break: the
 words of an MRC header, the count and value of every TIFF tag, and, in any
@@ -14,7 +13,6 @@ sizes, offsets, dimensions).
 
 from __future__ import annotations
 
-import sys
 import tarfile
 from pathlib import Path
 
@@ -22,14 +20,12 @@ import numpy as np
 import tifffile
 
 import vitrio as vio
+from vitrio.testing.dm import dm_file, image_entry, thumbnail
+from vitrio.testing.eer import random_movie
+from vitrio.testing.mrc import write_mrc_by_hand
 
+from .. import DM_SAMPLES
 from .fuzzing import Seed
-
-sys.path.append(str(Path(__file__).resolve().parents[1] / "formats"))
-from test_dm import ARCHIVE, _dm_file, _image_entry, _thumbnail  # noqa: E402
-from test_eer import make_movie  # noqa: E402
-
-from core.helpers import write_mrc_by_hand  # noqa: E402
 
 FORMATS = ("mrc", "tiff", "eer", "dm")
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
@@ -117,7 +113,7 @@ def _eer_seeds(directory: Path) -> list[Path]:
         ("65002-5-1-3.tif", 65002, (5, 1, 3), 16),
     ]
     return [
-        make_movie(directory, compression, code, rows, frames=4, shape=shape, seed=n, name=name).path
+        random_movie(directory / name, 4, shape, compression, code, rows, seed=n).path
         for n, (name, compression, code, rows) in enumerate(options)
     ]
 
@@ -125,21 +121,21 @@ def _eer_seeds(directory: Path) -> list[Path]:
 def _dm_seeds(directory: Path) -> list[Path]:
     values = (np.arange(6 * 5) - 7).reshape(6, 5)
     made = {
-        "image.dm3": _dm_file(3, [_thumbnail(), _image_entry(values.astype(np.float32), 2, [6])], [0]),
-        "stack-big-endian.dm4": _dm_file(
-            4, [_image_entry(values.reshape(2, 3, 5).astype(np.uint16), 10, [4], little=False)], little=False
+        "image.dm3": dm_file(3, [thumbnail(), image_entry(values.astype(np.float32), 2, [6])], [0]),
+        "stack-big-endian.dm4": dm_file(
+            4, [image_entry(values.reshape(2, 3, 5).astype(np.uint16), 10, [4], little=False)], little=False
         ),
-        "complex.dm4": _dm_file(
+        "complex.dm4": dm_file(
             4,
-            [_image_entry(values.astype(np.complex64), 3, [15, 0, 2, 0, 6, 0, 6], units=["nm", "nm"])],
+            [image_entry(values.astype(np.complex64), 3, [15, 0, 2, 0, 6, 0, 6], units=["nm", "nm"])],
         ),
     }
     paths = []
     for name, content in made.items():
         (directory / name).write_bytes(content)
         paths.append(directory / name)
-    if ARCHIVE.is_file():
-        with tarfile.open(ARCHIVE) as tar:
+    if DM_SAMPLES.is_file():
+        with tarfile.open(DM_SAMPLES) as tar:
             for name in _REAL_DM:
                 (directory / name).write_bytes(tar.extractfile(name).read())
                 paths.append(directory / name)

@@ -42,7 +42,8 @@ CLEAN_ERRORS = (ValueError, OSError, IndexError, KeyError)
 """What a malformed file may raise: subclasses of these, with a message naming the file."""
 
 MEMORY = 256 << 20
-TESTS_DIR = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""Where the workers start, so that they import this module as `tests.hardening.fuzzing`."""
 
 _VALUES = (
     0,
@@ -352,14 +353,14 @@ class Result:
 class _Worker:
     def __init__(self, manifest: Path, workdir: Path, memory: int, number: int, timeout: float):
         command = (
-            f"import sys; sys.path.insert(0, {str(TESTS_DIR)!r}); "
-            f"from hardening.fuzzing import serve; serve({str(manifest)!r}, {str(workdir)!r}, {memory})"
+            f"from tests.hardening.fuzzing import serve; serve({str(manifest)!r}, {str(workdir)!r}, {memory})"
         )
         environment = dict(os.environ, MALLOC_ARENA_MAX="2", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
         self.log = workdir / f"worker-{number}.log"
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", command],
+                cwd=REPO_ROOT,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

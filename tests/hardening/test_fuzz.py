@@ -4,7 +4,7 @@ A bounded run of the fuzzer of `fuzzing.py` with fixed case numbers, in
 worker processes under a memory limit, so that a crash, a hang or an
 allocation the file does not justify is a failure of the test, not of
 pytest. `scripts/fuzz.py` runs the same for hours; a failure here is
-reproduced with `python scripts/fuzz.py --replay SEED CASE`.
+reproduced with `python -m scripts.fuzz --replay SEED CASE`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _run(seeds: Sequence[Seed], cases: Sequence[tuple[int, int]], workdir: Path)
 def _report(failures: list[Result]) -> str:
     return "\n".join(
         f"{r.outcome} {r.seed} case {r.case} ({r.seconds:.1f} s): {r.problems}"
-        f"\n  reproduce: python scripts/fuzz.py --replay {r.seed} {r.case}"
+        f"\n  reproduce: python -m scripts.fuzz --replay {r.seed} {r.case}"
         for r in failures[:10]
     )
 

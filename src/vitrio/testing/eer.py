@@ -4,18 +4,35 @@ The code stream is the one `vitrio.formats.eer` reads: run lengths of
 `rlebits` bits, a run of all ones a skip, every other run followed by the
 event's stored sub-pixel bits (the position's top bit flipped), least
 significant bit first. Files are BigTIFF whose pages hold the encoded
-strips, tagged with an EER compression.
+strips, tagged with an EER compression. `write_movie` and `random_movie`
+write whole movies and keep what they hold, as a `Movie`.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import tifffile
 
-__all__ = ["encode_stream", "random_events", "encode_frame", "write_eer", "patch_compression"]
+__all__ = [
+    "FIXED_CODES",
+    "Movie",
+    "encode_frame",
+    "encode_stream",
+    "frame_events",
+    "patch_compression",
+    "random_events",
+    "random_movie",
+    "write_eer",
+    "write_movie",
+]
+
+FIXED_CODES = {65000: (8, 2, 2), 65001: (7, 2, 2)}
+"""The (run-length bits, horizontal and vertical sub-pixel bits) of the compressions that fix them."""
 
 
 def encode_stream(pixels: np.ndarray, hsub: np.ndarray, vsub: np.ndarray, npix: int, code: tuple) -> bytes:
@@ -44,9 +61,15 @@ def encode_stream(pixels: np.ndarray, hsub: np.ndarray, vsub: np.ndarray, npix: 
 
 def random_events(rng: np.random.Generator, shape: tuple, code: tuple, density: float) -> np.ndarray:
     """(y, x) rows on the sub-pixel grid: at most one event in each pixel, in stream order."""
+    return frame_events(rng.random(shape) < density, code, rng)
+
+
+def frame_events(hits: np.ndarray, code: tuple, rng: np.random.Generator) -> np.ndarray:
+    """The events of a frame with one event in each pixel where `hits` is nonzero, at random
+    sub-pixel positions: (y, x) rows on the sub-pixel grid, in stream order."""
     _, hbits, vbits = code
-    pixels = np.flatnonzero(rng.random(shape[0] * shape[1]) < density)
-    y, x = np.divmod(pixels, shape[1])
+    pixels = np.flatnonzero(hits)
+    y, x = np.divmod(pixels, hits.shape[1])
     fine_y = (y << vbits) | rng.integers(0, 1 << vbits, len(pixels))
     fine_x = (x << hbits) | rng.integers(0, 1 << hbits, len(pixels))
     return np.stack([fine_y, fine_x], axis=1).astype(np.uint32)
@@ -110,3 +133,81 @@ def patch_compression(path: Path, pages, compression: int) -> None:
         for offset in offsets:
             handle.seek(offset)
             handle.write(struct.pack("<H", compression))
+
+
+@dataclass(frozen=True)
+class Movie:
+    """An EER movie written by `write_movie`: its file, and the events and strips of each frame."""
+
+    path: Path
+    events: list[np.ndarray]
+    strips: list[list[bytes]]
+    code: tuple
+    shape: tuple
+    rows_per_strip: int
+
+    def counts(self) -> np.ndarray:
+        """The events of each frame counted per pixel of the detector, as uint16: from the events the
+        movie was written from, not from its file."""
+        _, hbits, vbits = self.code
+        height, width = self.shape
+        frames = np.zeros((len(self.events), height * width), np.uint16)
+        for frame, events in zip(frames, self.events):
+            y, x = events[:, 0].astype(np.int64) >> vbits, events[:, 1].astype(np.int64) >> hbits
+            np.add.at(frame, y * width + x, 1)
+        return frames.reshape(len(self.events), height, width)
+
+
+def write_movie(
+    path: Path,
+    events: Sequence[np.ndarray],
+    shape: tuple,
+    compression: int = 65001,
+    code: tuple | None = None,
+    rows_per_strip: int | None = None,
+) -> Movie:
+    """Write an EER movie whose frames hold `events`.
+
+    Args:
+        path: The file to write.
+        events: Of each frame, (y, x) rows on the sub-pixel grid, as `frame_events` makes them.
+        shape: The detector's rows and columns.
+        compression: 65000, 65001 or 65002.
+        code: The code of compression 65002; the fixed one of 65000 and 65001 by default.
+        rows_per_strip: Rows of each strip; a strip per frame by default.
+
+    Returns:
+        What the movie holds.
+    """
+    code = code or FIXED_CODES[compression]
+    rows_per_strip = rows_per_strip or shape[0]
+    strips = [encode_frame(e, shape, code, rows_per_strip) for e in events]
+    write_eer(path, strips, shape, compression, code if compression == 65002 else None, rows_per_strip)
+    return Movie(Path(path), list(events), strips, code, tuple(shape), rows_per_strip)
+
+
+def random_movie(
+    path: Path,
+    frames: int = 20,
+    shape: tuple = (256, 256),
+    compression: int = 65001,
+    code: tuple | None = None,
+    rows_per_strip: int | None = None,
+    density: float = 0.05,
+    seed: int = 0,
+) -> Movie:
+    """Write an EER movie of `frames` frames of events at random pixels, a fraction `density` of them.
+
+    Args:
+        path, shape, compression, code, rows_per_strip: As `write_movie` takes them.
+        frames: How many frames.
+        density: The chance of an event in each pixel of a frame.
+        seed: The seed of the events.
+
+    Returns:
+        What the movie holds.
+    """
+    code = code or FIXED_CODES[compression]
+    rng = np.random.default_rng(seed)
+    events = [random_events(rng, shape, code, density) for _ in range(frames)]
+    return write_movie(path, events, shape, compression, code, rows_per_strip)

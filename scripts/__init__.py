@@ -1,0 +1,1 @@
+"""Programs of the repository, run from its root as modules: `python -m scripts.NAME`."""
