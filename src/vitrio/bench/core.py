@@ -79,15 +79,13 @@ def mmap_images(locations, batches, dtype="float32") -> int:
 
 
 def vitrio_patches(loader, paths, picks, batches, side) -> int:
-    from vitrio._loading import read_patches_indexed_async
-
     images = [(str(p), -1) for p in paths]
     pending: deque = deque()
     done = 0
     for rows in batches:
         out = np.empty((len(rows), side, side), dtype=np.float32)
         pending.append(
-            read_patches_indexed_async(loader, out, images, picks[rows, 0], picks[rows, 1:], fill=0)
+            vio.read_patches_indexed_async(loader, out, images, picks[rows, 0], picks[rows, 1:], fill=0)
         )
         if len(pending) >= IN_FLIGHT:
             pending.popleft().get()
