@@ -40,8 +40,7 @@ import h5py
 import numpy as np
 
 import vitrio as vio
-from vitrio._fs import new_file
-from vitrio.formats import FormatError, ImageReader, RawArrayReader
+from vitrio.formats import FormatError, ImageReader, RawArrayReader, new_file
 
 __all__ = [
     "CHUNK_CACHE",

@@ -1,7 +1,9 @@
-"""What the tests of the core share: the numeric numpy types, and the hand-made MRC files of
-`vitrio.testing.mrc`, an implementation independent of vitrio's writer."""
+"""What the tests of the core share: the numeric numpy types, the patch a centre defines, and the
+hand-made MRC files of `vitrio.testing.mrc`, an implementation independent of vitrio's writer."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from vitrio.testing.mrc import (  # noqa: F401 - handed on to the tests
     MODE_DTYPES,
@@ -28,3 +30,13 @@ NUMPY_TYPES = (
     "complex128",
 )
 """Every numeric numpy type, by name: what TIFF holds and vitrio reads into."""
+
+
+def expected_patch(image: np.ndarray, centre, shape, fill) -> np.ndarray:
+    """What a patch holds, by the definition: index `extent // 2` of the patch is the centre."""
+    patch = np.full(shape, fill, dtype=np.float64)
+    for offset in np.ndindex(*shape):
+        source = tuple(c - s // 2 + o for c, s, o in zip(centre, shape, offset))
+        if all(0 <= p < e for p, e in zip(source, image.shape)):
+            patch[offset] = image[source]
+    return patch

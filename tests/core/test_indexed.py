@@ -7,6 +7,8 @@ import pytest
 
 import vitrio as vio
 
+from .helpers import expected_patch
+
 
 @pytest.fixture
 def files(tmp_path, rng):
@@ -86,15 +88,6 @@ def test_read_only_destination_is_refused(files, loader):
         vio.read_indexed_async(loader, out, keys, [0], [0])
 
 
-def _patch(image: np.ndarray, centre, shape, fill) -> np.ndarray:
-    patch = np.full(shape, fill, dtype=np.float64)
-    for offset in np.ndindex(*shape):
-        source = tuple(c - s // 2 + o for c, s, o in zip(centre, shape, offset))
-        if all(0 <= p < e for p, e in zip(source, image.shape)):
-            patch[offset] = image[source]
-    return patch
-
-
 def test_crops_patch_i_out_of_image_image_ids_i(files, loader):
     keys, stacks, single = files
     images = [(keys[0], 3), (keys[2], -1), (keys[1], 0)]
@@ -104,14 +97,14 @@ def test_crops_patch_i_out_of_image_image_ids_i(files, loader):
     out = np.full((5, 3, 4), 9.0)
     vio.read_patches_indexed_async(loader, out, images, image_ids, centres, fill=-1.0).get()
     for slot, (image_id, centre) in enumerate(zip(image_ids, centres)):
-        np.testing.assert_array_equal(out[slot], _patch(sources[image_id], centre, (3, 4), -1.0))
+        np.testing.assert_array_equal(out[slot], expected_patch(sources[image_id], centre, (3, 4), -1.0))
 
 
 def test_patches_without_fill_leave_what_lies_beyond(files, loader):
     keys, stacks, _ = files
     out = np.full((1, 3, 3), 9.0, np.float32)
     vio.read_patches_indexed_async(loader, out, [(keys[0], 1)], [0], [[0, 0]]).get()
-    np.testing.assert_array_equal(out[0], _patch(stacks[0][1], (0, 0), (3, 3), 9.0))
+    np.testing.assert_array_equal(out[0], expected_patch(stacks[0][1], (0, 0), (3, 3), 9.0))
 
 
 def test_a_patch_past_the_end_of_a_stack_surfaces_from_get(files, loader):

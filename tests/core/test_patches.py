@@ -9,17 +9,7 @@ import torch
 
 import vitrio as vio
 
-from .helpers import write_mrc_by_hand
-
-
-def _expected_patch(image: np.ndarray, centre, shape, fill) -> np.ndarray:
-    """What a patch holds, by the definition: index `extent // 2` of the patch is the centre."""
-    patch = np.full(shape, fill, dtype=np.float64)
-    for offset in np.ndindex(*shape):
-        source = tuple(c - s // 2 + o for c, s, o in zip(centre, shape, offset))
-        if all(0 <= p < e for p, e in zip(source, image.shape)):
-            patch[offset] = image[source]
-    return patch
+from .helpers import expected_patch, write_mrc_by_hand
 
 
 @pytest.fixture
@@ -48,7 +38,7 @@ def test_2d_patches(micrograph, kind, shape):
     destination = np.full((len(rows), *shape), -7.0, dtype=np.float32)
     vio.read_patches_async(vio.loader(workers=2), destination, path, _as_centres(kind, rows)).get()
     for patch, centre in zip(destination, rows):
-        np.testing.assert_array_equal(patch, _expected_patch(image, centre, shape, -7.0))
+        np.testing.assert_array_equal(patch, expected_patch(image, centre, shape, -7.0))
         cy, cx = centre
         if cy < 20 and cx < 24:
             assert patch[shape[0] // 2, shape[1] // 2] == image[cy, cx]
@@ -72,7 +62,7 @@ def test_3d_patches(tmp_path, rng, kind):
         vio.loader(workers=2), destination, tmp_path / "t.mrc", _as_centres(kind, rows)
     ).get()
     for patch, centre in zip(destination, rows):
-        np.testing.assert_array_equal(patch, _expected_patch(volume, centre, (3, 4, 5), np.nan))
+        np.testing.assert_array_equal(patch, expected_patch(volume, centre, (3, 4, 5), np.nan))
 
 
 def test_patch_wholly_beyond_one_edge_leaves_the_destination(micrograph, tmp_path, rng):
@@ -103,7 +93,7 @@ def test_patches_of_an_image_of_a_stack(tmp_path, rng):
         assert destination.data_ptr() == pointer
         np.testing.assert_array_equal(destination[0].numpy(), stack[2, 4:8, 4:8])
         np.testing.assert_array_equal(
-            destination[1].numpy(), _expected_patch(stack[2], (11, 0), (4, 4), -1.0)
+            destination[1].numpy(), expected_patch(stack[2], (11, 0), (4, 4), -1.0)
         )
 
 

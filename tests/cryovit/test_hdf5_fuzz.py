@@ -12,9 +12,8 @@ import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hardening.corpus import _small_integers  # noqa: E402
-from hardening.fuzzing import Fuzzer, Seed  # noqa: E402
+from tests.hardening.corpus import _small_integers
+from tests.hardening.fuzzing import Fuzzer, Seed
 
 pytestmark = pytest.mark.timeout(300)
 

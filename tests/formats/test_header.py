@@ -8,11 +8,11 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
-from test_dm import _dm_file, _image_entry
-from test_eer import make_movie
 
 import vitrio as vio
 from vitrio.formats import HeaderStatistics, ImageReader, open_reader
+from vitrio.testing.dm import dm_file, image_entry
+from vitrio.testing.eer import random_movie
 
 
 def header(path: Path) -> tuple[str | None, tuple[float, ...] | None, HeaderStatistics | None]:
@@ -97,20 +97,20 @@ def test_tiff_without_a_length_has_no_voxel_size(tmp_path, metadata):
 
 
 def test_dm_voxel_size_is_its_calibration_in_angstroms(tmp_path):
-    entry = _image_entry(np.zeros((2, 3), np.float32), 2, [6], units=["Å", "nm"])
-    (tmp_path / "image.dm4").write_bytes(_dm_file(4, [entry]))
+    entry = image_entry(np.zeros((2, 3), np.float32), 2, [6], units=["Å", "nm"])
+    (tmp_path / "image.dm4").write_bytes(dm_file(4, [entry]))
     name, voxel, statistics = header(tmp_path / "image.dm4")
     assert name == "dm" and voxel == pytest.approx((15.0, 0.5)) and statistics is None
 
 
 def test_dm_calibration_in_other_units_is_no_voxel_size(tmp_path):
-    entry = _image_entry(np.zeros((2, 3), np.float32), 2, [6], units=["1/nm", "1/nm"])
-    (tmp_path / "image.dm3").write_bytes(_dm_file(3, [entry]))
+    entry = image_entry(np.zeros((2, 3), np.float32), 2, [6], units=["1/nm", "1/nm"])
+    (tmp_path / "image.dm3").write_bytes(dm_file(3, [entry]))
     assert header(tmp_path / "image.dm3")[1] is None
 
 
 def test_eer_says_its_format_and_no_voxel_size(tmp_path):
-    movie = make_movie(tmp_path, frames=2, shape=(16, 16))
+    movie = random_movie(tmp_path / "movie.eer", frames=2, shape=(16, 16))
     assert header(movie.path) == ("eer", None, None)
 
 

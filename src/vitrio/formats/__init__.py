@@ -4,11 +4,13 @@ A format is a `Format` subclass registered with `register_format`; see
 `_contract` for what a reader and a writer do and `_registry` for how a
 file finds its format. Importing this package registers MRC, TIFF, DM and
 EER (EER after TIFF, so that an EER file, a TIFF container, is tried as EER
-first).
+first). `PartialFile` and `new_file` are how a format's writer creates its
+file: privately beside its path, moved there when complete.
 """
 
 from . import dm, mrc, tiff  # noqa: F401, I001
 from . import eer  # noqa: F401, I001
+from .._fs import PartialFile, new_file
 from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
 from ._registry import create_writer, open_reader, register_format, registered_formats, resolve_formats
@@ -23,6 +25,8 @@ __all__ = [
     "RawArrayReader",
     "RawArrayWriter",
     "Statistics",
+    "PartialFile",
+    "new_file",
     "register_format",
     "registered_formats",
     "resolve_formats",
