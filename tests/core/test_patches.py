@@ -92,9 +92,7 @@ def test_patches_of_an_image_of_a_stack(tmp_path, rng):
         vio.read_patches_async(vio.loader(workers=2), destination, location, [[6, 6], [11, 0]]).get()
         assert destination.data_ptr() == pointer
         np.testing.assert_array_equal(destination[0].numpy(), stack[2, 4:8, 4:8])
-        np.testing.assert_array_equal(
-            destination[1].numpy(), expected_patch(stack[2], (11, 0), (4, 4), -1.0)
-        )
+        np.testing.assert_array_equal(destination[1].numpy(), expected_patch(stack[2], (11, 0), (4, 4), -1.0))
 
 
 def test_no_centres(micrograph):

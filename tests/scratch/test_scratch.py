@@ -241,6 +241,14 @@ def test_full_disk_raises_a_clear_os_error(stacks, tmp_path):
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] != 20000
 
 
+def test_a_failed_mapped_scratch_leaves_no_file(stacks, tmp_path):
+    locations, _ = stacks
+    missing = [*locations[:3], vio.ImageLocation(tmp_path / "missing.mrcs", 0)]
+    with pytest.raises(FileNotFoundError, match="missing.mrcs"):
+        vio.create_mapped_file_image_scratch(missing, tmp_path / "failed.scratch", 8)
+    assert not [p.name for p in tmp_path.iterdir() if "failed.scratch" in p.name]
+
+
 def test_two_processes_taking_in_the_same_images_both_read_right(stacks, tmp_path):
     locations, values = stacks
     code = RESUME.format(

@@ -222,6 +222,10 @@ def mapped_scratch(
             held[-1].offset + held[-1].nbytes,
         )
         _invalidate_changed(held, data, where)
+    except BaseException:
+        if fd is not None:
+            _remove_if_still_empty(path, fd)
+        raise
     finally:
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_UN)  # the map holds a duplicate of `fd`, which would keep the lock
@@ -229,6 +233,17 @@ def mapped_scratch(
     states = data[where.states : where.states + runs]
     checksums = data[where.checksums : where.checksums + 4 * runs].view(np.uint32)
     return ImageScratch(held, run_length, data[where.data :], states, checksums, path, keep=mapping)
+
+
+def _remove_if_still_empty(path: str, fd: int) -> None:
+    """Remove the empty file `fd` that opening made at `path`, unless another has replaced it since."""
+    mine = os.fstat(fd)
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if mine.st_size == 0 and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+        os.unlink(path)
 
 
 def create_mapped_file_image_scratch(
