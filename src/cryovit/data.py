@@ -17,7 +17,7 @@ Files and labels:
   ``FileData.labels[i]`` is the label of value ``i + 1``.
 """
 
-from .collate import LABEL_PADDING, collate_tomograms
+from .collate import LABEL_PADDING, collate_tomograms, input_volume
 from .dataset import TomogramDataset
 from .results import model_result, write_predictions
 
@@ -25,6 +25,7 @@ __all__ = [
     "LABEL_PADDING",
     "TomogramDataset",
     "collate_tomograms",
+    "input_volume",
     "model_result",
     "write_predictions",
 ]
