@@ -24,6 +24,7 @@ import enum
 import functools
 import json
 import os
+import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -644,7 +645,7 @@ def _restore_aux(obj: Any, prefix: str | Path) -> Any:
         path = Path(prefix) / AUX_TENSORS
         try:
             tensors = torch.load(path, weights_only=True)
-        except (OSError, RuntimeError, ValueError) as error:
+        except (OSError, RuntimeError, ValueError, pickle.UnpicklingError) as error:
             raise ValueError(f"{path}: the tensors of aux_data cannot be loaded: {error}") from error
         if not isinstance(tensors, list) or not all(isinstance(t, torch.Tensor) for t in tensors):
             raise ValueError(f"{path}: holds no list of tensors")

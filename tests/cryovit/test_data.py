@@ -518,3 +518,22 @@ def test_dataloader_workers_draw_different_crops(tmp_path: Path, rng: np.random.
     loader = DataLoader(dataset, batch_size=2, num_workers=2, collate_fn=collate_tomograms)
     origins = [tuple(origin) for batch in loader for origin in batch.aux_data["crop_origin"]]
     assert len(origins) == 4 and len(set(origins)) == 4
+
+
+def test_an_input_or_label_volume_that_does_not_cover_the_tomogram(tmp_path: Path) -> None:
+    path = tmp_path / "t.hdf5"
+    with h5py.File(path, "w") as file:
+        file["data"] = np.zeros((4, 32, 32), np.uint8)
+        file["features"] = np.zeros((8, 4, 2, 2), np.float16)
+        file["labels/mito"] = np.zeros((4, 32, 30), np.int8)  # not 16 times the features' width
+        file["labels/other"] = np.zeros((3, 32, 32), np.int8)  # not their depth
+    with pytest.raises(ValueError, match=r"t\.hdf5 has shape \(4, 2, 2\).*label volume.*\(4, 32, 30\)"):
+        TomogramDataset([FileData(path, path)], label="mito", data_key="features")[0]
+    with pytest.raises(ValueError, match=r"label volume.*\(3, 32, 32\)"):
+        TomogramDataset([FileData(path, path)], label="other", data_key="features")[0]
+    with pytest.raises(ValueError, match=r"input volume.*\(3, 32, 32\)"):
+        TomogramDataset([FileData(path)], input_key="labels/other")[0]
+    with pytest.raises(ValueError, match=r"t\.hdf5: holds .*\(8, 4, 2, 2\).*not a volume"):
+        TomogramDataset([FileData(path)], input_key="features")[0]
+    item = TomogramDataset([FileData(path)], data_key="features", input_key="data")[0]
+    assert item.data.shape == (8, 4, 2, 2) and item.aux_data["data"].shape == (4, 32, 32)

@@ -351,3 +351,17 @@ def test_links_planted_at_partial_names_do_not_redirect_a_write(
         np.testing.assert_array_equal(file["preds"][()], values)
     links = [p for p in target.parent.iterdir() if p.name.endswith(".partial")]
     assert len(links) == 8 and all(p.is_symlink() and p.resolve() == victim for p in links)
+
+
+def test_the_tensors_of_aux_data_are_loaded_without_unpickling(tmp_path: Path) -> None:
+    batch = collate_tomograms([_tomogram(), _tomogram()])
+    saved = tmp_path / "batch"
+    batch.memmap(saved)
+    marker = tmp_path / "marker"
+    torch.save([_Payload(marker)], saved / "aux_data_tensors.pt")
+    with pytest.raises(ValueError, match=r"aux_data_tensors\.pt: the tensors of aux_data cannot be loaded"):
+        BatchedTomogramData.load_memmap(saved)
+    assert not marker.exists()
+    torch.save({"not": "a list"}, saved / "aux_data_tensors.pt")
+    with pytest.raises(ValueError, match=r"aux_data_tensors\.pt: holds no list of tensors"):
+        BatchedTomogramData.load(saved)
