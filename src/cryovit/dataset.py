@@ -3,9 +3,10 @@
 Crops read only their box from the files: a memory map for MRC, plain TIFF and contiguous HDF5
 datasets, a hyperslab for chunked or compressed HDF5 ones. All the crops of ``__getitems__`` (which
 torch's ``DataLoader`` calls for a batch) are read by one ``vio.read_patches_indexed_async`` call for
-the tomograms and one for the labels (one more of each where volumes and stacks of sections are
-mixed), straight into the padded tensors of their batch, which ``collate_tomograms`` then takes
-without a copy.
+the tomograms, one for the labels and one for the inputs of ``input_key`` (one more of each where
+volumes and stacks of sections are mixed; a channel of a ``[C, D, H, W]`` dataset is one volume),
+straight into the padded tensors of their batch, which ``collate_tomograms`` then takes without a
+copy.
 """
 
 from __future__ import annotations
@@ -272,7 +273,8 @@ class TomogramDataset(torch.utils.data.Dataset):
             IndexError: If there is no tomogram ``index``.
             FileNotFoundError: If a file is missing.
             KeyError: If the label file does not have the label.
-            ValueError: If the tomogram and the label volume differ in shape, or a file holds no volume
+            ValueError: If the label or input volume is not of the tomogram's depth at the same or an
+                integer multiple of its height and width, or a file holds no volume
                 (``vio.FormatError``, a ``ValueError``, if a file is malformed or refused).
         """
         return self.__getitems__([index])[0]
