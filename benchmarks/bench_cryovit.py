@@ -65,7 +65,7 @@ def h5py_batch(
                 sample=path.parent.name,
                 tomo_name=path.name,
                 split_id=None,
-                data=torch.from_numpy(box).unsqueeze(1),
+                data=torch.from_numpy(box).unsqueeze(0),
                 label=torch.zeros(crop, dtype=torch.bool),
                 batch_size=[],
             )

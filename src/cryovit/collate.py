@@ -1,23 +1,26 @@
 """Batching tomograms for a model: ``collate_tomograms`` pads them to one depth.
 
-In a batch, ``labels`` is int8: 0 and 1 for the slices of a tomogram and ``LABEL_PADDING`` (-1) for
-the slices padded after it, which a loss leaves out with ``labels >= 0``; int8 keeps the labels of a
-batch a quarter of the size float32 would.
+Items are channel-first, as the CryoViT pipeline's datasets make them: ``data`` ``[C, D, H, W]`` (or
+``[D, H, W]``) and ``label`` ``[D, H', W']``. In a batch, ``tomo_batch`` is ``[B, D, C, H, W]`` and
+``labels`` float32 ``[B, D, H', W']``, as the pipeline's losses take them: 1 and 0 where annotated, -1
+(``LABEL_PADDING``) where not annotated and on the slices padded after a tomogram, which a loss leaves
+out with ``labels > -1``.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from .types import BatchedTomogramData, BatchedTomogramMetadata, TomogramData
 
-__all__ = ["LABEL_PADDING", "PaddedTomograms", "collate_tomograms"]
+__all__ = ["LABEL_PADDING", "PaddedTomograms", "collate_tomograms", "input_volume"]
 
 LABEL_PADDING = -1
-"""The label of the padded slices of a batch: neither background (0) nor foreground (1)."""
+"""The label of voxels that are not annotated and of the padded slices of a batch."""
 
 
 class PaddedTomograms(list):
@@ -27,10 +30,10 @@ class PaddedTomograms(list):
     those tomograms, in order, with their data and labels where they were read.
 
     Args:
-        items: The tomograms, each ``data`` a view of ``data[i, :depth]`` and ``label`` of
+        items: The tomograms, each ``data`` a view of ``data[i, :, :depth]`` and ``label`` of
             ``labels[i, :depth]``.
-        data: The float32 ``[B, D, 1, H, W]`` buffer, zeros past each tomogram's depth.
-        labels: The int8 ``[B, D, H, W]`` buffer, ``LABEL_PADDING`` past each tomogram's depth.
+        data: The ``[B, C, D, H, W]`` buffer, zeros past each tomogram's depth.
+        labels: The float32 ``[B, D, H', W']`` buffer, ``LABEL_PADDING`` past each tomogram's depth.
     """
 
     def __init__(self, items: list[TomogramData], data: torch.Tensor, labels: torch.Tensor):
@@ -40,58 +43,80 @@ class PaddedTomograms(list):
         self._labels = labels
 
     def padded_buffers(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The buffers, if the tomograms are still as read; otherwise None."""
+        """The buffers, data as ``[B, D, C, H, W]``, if the tomograms are still as read; otherwise None."""
         if len(self) != len(self._items) or any(a is not b for a, b in zip(self, self._items)):
             return None
         for i, tomogram in enumerate(self):
-            if (
-                tomogram.data.data_ptr() != self._data[i].data_ptr()
-                or tomogram.label.data_ptr() != self._labels[i].data_ptr()
-                or tomogram.data.stride() != self._data[i].stride()
-                or tomogram.label.stride() != self._labels[i].stride()
-                or tomogram.data.shape[1:] != self._data.shape[2:]
-                or tomogram.label.shape[1:] != self._labels.shape[2:]
-            ):
-                return None
-        return self._data, self._labels
+            depth = tomogram.label.shape[0]
+            data, labels = self._data[i, :, :depth], self._labels[i, :depth]
+            for item, buffer in ((tomogram.data, data), (tomogram.label, labels)):
+                if (
+                    item.data_ptr() != buffer.data_ptr()
+                    or item.shape != buffer.shape
+                    or item.stride() != buffer.stride()
+                    or item.dtype != buffer.dtype
+                ):
+                    return None
+        return self._data.transpose(1, 2), self._labels
 
 
 def _name(tomogram: TomogramData) -> str:
     return f"{tomogram.sample}/{tomogram.tomo_name}"
 
 
+def input_volume(tomogram: TomogramData) -> torch.Tensor:
+    """The input of a tomogram, as ``aux_data["data"]`` of a batch holds it.
+
+    Args:
+        tomogram: The tomogram.
+
+    Returns:
+        ``tomogram.aux_data["data"]`` if it has one; else a view of its data, ``[D, H, W]`` when it has
+        one channel (the volume as read) and ``[C, D, H, W]`` otherwise.
+    """
+    aux = tomogram.aux_data or {}
+    if "data" in aux:
+        return aux["data"]
+    data = tomogram.data
+    return data[0] if data.ndim == 4 and data.shape[0] == 1 else data
+
+
 def collate_tomograms(tomograms: Sequence[TomogramData]) -> BatchedTomogramData:
     """Pads tomograms to the depth of the deepest and batches them, as a ``collate_fn`` for a DataLoader.
 
-    Data is padded with zeros, labels with ``LABEL_PADDING`` (the batch's labels are int8). The
-    metadata names each tomogram, ``split_id`` is set when every tomogram has one, and ``aux_data``
-    holds, for each key of any tomogram's ``aux_data``, a list of the tomograms' values (None where a
-    tomogram lacks it); it is None when no tomogram has any.
+    Data is padded with zeros, labels with ``LABEL_PADDING``; labels keep their -1 (not annotated) and
+    are float32. The metadata is made as the pipeline makes it (``BatchedTomogramMetadata.from_names``),
+    ``split_id`` set when every tomogram has one. ``aux_data`` holds, for each key of any tomogram's
+    ``aux_data``, a list of the tomograms' values (None where a tomogram lacks it), and always
+    ``"data"``: the unpadded input of each tomogram (``input_volume``, a view, not a copy).
 
     The list ``TomogramDataset.__getitems__`` returns has read its tomograms into the padded buffers
     of a batch already: while it holds them as read, the batch is those buffers, and shares its
     memory with the tomograms, without a copy. Other tomograms are copied into new tensors.
 
     Args:
-        tomograms: The tomograms, of the same channels, height and width.
+        tomograms: The tomograms: ``data`` ``[C, D, H, W]`` or ``[D, H, W]``, ``label`` ``[D, H', W']``,
+            all of the same channels, heights and widths.
 
     Returns:
-        The batch, with ``tomo_sizes`` the depth of each tomogram and ``min_slices`` the least of them.
+        The batch: ``tomo_batch`` ``[B, D, C, H, W]`` (or ``[B, D, H, W]``), ``labels`` ``[B, D, H', W']``,
+        ``tomo_sizes`` the int32 depth of each tomogram and ``min_slices`` the least of them.
 
     Raises:
-        ValueError: If ``tomograms`` is empty, or two of them differ in channels, height or width.
+        ValueError: If ``tomograms`` is empty, or two of them differ in channels, heights or widths.
     """
     if not tomograms:
         raise ValueError("collate_tomograms: no tomograms to batch")
     first = tomograms[0]
     for tomogram in tomograms[1:]:
-        if tomogram.data.shape[1:] != first.data.shape[1:]:
-            raise ValueError(
-                "the tomograms of a batch must have the same channels, height and width: "
-                f"{_name(first)} has (C, H, W) = {tuple(first.data.shape[1:])}, "
-                f"{_name(tomogram)} has {tuple(tomogram.data.shape[1:])}"
-            )
-    sizes = [tomogram.data.shape[0] for tomogram in tomograms]
+        for what, a, b in (("data", first.data, tomogram.data), ("label", first.label, tomogram.label)):
+            if a.ndim != b.ndim or _without_depth(a) != _without_depth(b):
+                raise ValueError(
+                    f"the tomograms of a batch must have {what} of the same channels, height and width: "
+                    f"{_name(first)} has {what} of shape {tuple(a.shape)}, "
+                    f"{_name(tomogram)} has {tuple(b.shape)}"
+                )
+    sizes = [tomogram.data.shape[-3] for tomogram in tomograms]
     device = first.data.device
     buffers = tomograms.padded_buffers() if isinstance(tomograms, PaddedTomograms) else None
     if buffers is not None:
@@ -106,28 +131,38 @@ def collate_tomograms(tomograms: Sequence[TomogramData]) -> BatchedTomogramData:
         device=device,
     )
     keys = list(dict.fromkeys(key for tomogram in tomograms for key in tomogram.aux_data or {}))
-    aux_data = {key: [(tomogram.aux_data or {}).get(key) for tomogram in tomograms] for key in keys}
+    aux_data: dict[str, list[Any]] = {
+        key: [(tomogram.aux_data or {}).get(key) for tomogram in tomograms] for key in keys
+    }
+    aux_data["data"] = [input_volume(tomogram) for tomogram in tomograms]
     return BatchedTomogramData(
         tomo_batch=batch,
-        tomo_sizes=torch.tensor(sizes, dtype=torch.long, device=device),
+        tomo_sizes=torch.tensor(sizes, dtype=torch.int32, device=device),
         labels=labels,
         metadata=metadata,
         min_slices=min(sizes),
-        aux_data=aux_data or None,
+        aux_data=aux_data,
         batch_size=[len(tomograms)],
         device=device,
     )
 
 
+def _without_depth(tensor: torch.Tensor) -> tuple[int, ...]:
+    """The shape of a channel-first tomogram or label without its depth (axis -3)."""
+    return (*tensor.shape[:-3], *tensor.shape[-2:])
+
+
 def _pad(tomograms: Sequence[TomogramData], sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Copies the data and labels of tomograms into new padded tensors."""
+    """Copies the data and labels of tomograms into new padded tensors, data as ``[B, D, (C,) H, W]``."""
     first = tomograms[0]
     dtype = functools.reduce(torch.promote_types, (tomogram.data.dtype for tomogram in tomograms))
     shape = (len(tomograms), max(sizes))
-    batch = torch.empty((*shape, *first.data.shape[1:]), dtype=dtype, device=first.data.device)
-    labels = torch.empty((*shape, *first.label.shape[1:]), dtype=torch.int8, device=first.data.device)
+    channels = first.data.shape[:-3]
+    batch = torch.empty((*shape, *channels, *first.data.shape[-2:]), dtype=dtype, device=first.data.device)
+    labels = torch.empty((*shape, *first.label.shape[1:]), dtype=torch.float32, device=first.data.device)
     for i, (tomogram, size) in enumerate(zip(tomograms, sizes)):
-        batch[i, :size] = tomogram.data
+        data = tomogram.data.movedim(-3, 0)  # [C, D, H, W] -> [D, C, H, W]
+        batch[i, :size] = data
         batch[i, size:] = 0
         labels[i, :size] = tomogram.label
         labels[i, size:] = LABEL_PADDING

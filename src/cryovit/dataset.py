@@ -3,9 +3,10 @@
 Crops read only their box from the files: a memory map for MRC, plain TIFF and contiguous HDF5
 datasets, a hyperslab for chunked or compressed HDF5 ones. All the crops of ``__getitems__`` (which
 torch's ``DataLoader`` calls for a batch) are read by one ``vio.read_patches_indexed_async`` call for
-the tomograms and one for the labels (one more of each where volumes and stacks of sections are
-mixed), straight into the padded tensors of their batch, which ``collate_tomograms`` then takes
-without a copy.
+the tomograms, one for the labels and one for the inputs of ``input_key`` (one more of each where
+volumes and stacks of sections are mixed; a channel of a ``[C, D, H, W]`` dataset is one volume),
+straight into the padded tensors of their batch, which ``collate_tomograms`` then takes without a
+copy.
 """
 
 from __future__ import annotations
@@ -36,22 +37,27 @@ _NOWHERE = 1 << 40
 
 @dataclasses.dataclass(frozen=True)
 class _Volume:
-    """A volume in a file: its key, shape, stored type, and whether it is a stack of 2-D sections."""
+    """A volume in a file: its key, shape ``(D, H, W)``, stored type, whether it is a stack of 2-D
+    sections, and its channels (0 for one volume, ``C`` for a 4-D ``[C, D, H, W]`` HDF5 dataset)."""
 
     key: str
     shape: Box
     dtype: np.dtype
     sections: bool
+    channels: int = 0
 
     @classmethod
-    def query(cls, loader: vio.ImageLoader, path: str | os.PathLike[str]) -> _Volume:
+    def query(cls, loader: vio.ImageLoader, path: str | os.PathLike[str], channels: bool = False) -> _Volume:
         descriptor = vio.query_descriptor(path, loader.readers)
         extents = descriptor.extents
         sections = descriptor.core_rank == 2 and len(extents) == 3
-        if len(extents) != 3 or not (sections or descriptor.core_rank == 3):
-            raise ValueError(f"{os.fspath(path)}: holds {descriptor}, not a volume")
-        shape = (extents[0], extents[1], extents[2])
-        return cls(os.fspath(path), shape, np.dtype(descriptor.data_type.value), sections)
+        stacked = channels and descriptor.core_rank == 3 and len(extents) == 4
+        if not (stacked or (len(extents) == 3 and (sections or descriptor.core_rank == 3))):
+            wanted = "a volume or a [C, D, H, W] stack of volumes" if channels else "a volume"
+            raise ValueError(f"{os.fspath(path)}: holds {descriptor}, not {wanted}")
+        shape = (extents[-3], extents[-2], extents[-1])
+        dtype = np.dtype(descriptor.data_type.value)
+        return cls(os.fspath(path), shape, dtype, sections, extents[0] if stacked else 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,11 +70,12 @@ class _Entry:
     tomogram: _Volume
     label: _Volume | None
     label_value: int | None
+    input: _Volume | None
 
 
-_Crop = tuple[_Volume, Box, int]
-"""A crop to read: the volume, where its box starts, and its depth (the box's height and width are the
-destination's)."""
+_Crop = tuple[_Volume, Box, int, int]
+"""A crop to read: the volume, where its box starts, its depth (the box's height and width are the
+destination's), and the index of the image in the file (-1 for a file of one volume)."""
 
 
 def _read_volumes(loader: vio.ImageLoader, out: np.ndarray, crops: Sequence[_Crop | None]) -> vio.Completion:
@@ -76,14 +83,14 @@ def _read_volumes(loader: vio.ImageLoader, out: np.ndarray, crops: Sequence[_Cro
 
     A slot whose crop is None (a stack of sections, read by ``_read_sections``) is left as it is.
     """
-    images = list(dict.fromkeys((crop[0].key, -1) for crop in crops if crop is not None))
+    images = list(dict.fromkeys((crop[0].key, crop[3]) for crop in crops if crop is not None))
     number = {image: i for i, image in enumerate(images)}
     half = np.asarray(out.shape[1:]) // 2
     image_ids = np.zeros(len(crops), np.int64)
     centres = np.full((len(crops), 3), _NOWHERE, np.int64)
     for i, crop in enumerate(crops):
         if crop is not None:
-            image_ids[i] = number[(crop[0].key, -1)]
+            image_ids[i] = number[(crop[0].key, crop[3])]
             centres[i] = np.asarray(crop[1]) + half
     return vio.read_patches_indexed_async(loader, out, images, image_ids, centres)
 
@@ -102,7 +109,7 @@ def _read_sections(loader: vio.ImageLoader, out: np.ndarray, crops: Sequence[_Cr
     for i, crop in enumerate(crops):
         if crop is None:
             continue
-        volume, (z, y, x), size = crop
+        volume, (z, y, x), size, _ = crop
         for k in range(size):
             image_ids[i * depth + k] = images.setdefault((volume.key, z + k), len(images))
             centres[i * depth + k] = (y + height // 2, x + width // 2)
@@ -119,22 +126,87 @@ def _start_reads(loader: vio.ImageLoader, out: np.ndarray, crops: Sequence[_Crop
     return reads
 
 
+def _factor(tomogram: _Volume, other: _Volume, what: str, path: Any, tomo_path: Any) -> None:
+    """Checks that ``other`` (a label or input volume) covers the tomogram at an integer scale.
+
+    Raises:
+        ValueError: If it is of another depth, or its height and width are not the tomogram's times
+            the same integer (rounded down, as features computed on patches are).
+    """
+    (depth, height, width), (d, h, w) = tomogram.shape, other.shape
+    scale = h // height
+    if (
+        other.channels
+        or d != depth
+        or scale < 1
+        or w // width != scale
+        or h >= (height + 1) * scale
+        or w >= (width + 1) * scale
+    ):
+        raise ValueError(
+            f"the tomogram {tomo_path} has shape {tomogram.shape}, its {what} {path} has shape "
+            f"{other.channels or ''}{other.shape}: not the same depth at the same or an integer multiple "
+            "of its height and width"
+        )
+
+
+def _scaled(tomogram: Box, other: Box, origin: Box, shape: Box) -> tuple[Box, Box]:
+    """The box of ``other`` (a volume covering ``tomogram`` at an integer scale) over a box of the tomogram.
+
+    An axis the box covers whole covers the whole of ``other``; otherwise origin and extent are scaled.
+    """
+    scale = other[1] // tomogram[1]
+    box_origin, box_shape = [origin[0]], [shape[0]]
+    for axis in (1, 2):
+        whole = origin[axis] == 0 and shape[axis] == tomogram[axis]
+        box_origin.append(0 if whole else origin[axis] * scale)
+        box_shape.append(other[axis] if whole else shape[axis] * scale)
+    return (box_origin[0], box_origin[1], box_origin[2]), (box_shape[0], box_shape[1], box_shape[2])
+
+
+def _as_float(dtypes: Sequence[np.dtype]) -> np.dtype:
+    """The float type values of ``dtypes`` are read as: their own if all float, else float32."""
+    if all(np.issubdtype(dtype, np.floating) for dtype in dtypes):
+        return np.result_type(*dtypes)
+    return np.dtype(np.float32)
+
+
 class TomogramDataset(torch.utils.data.Dataset):
     """The tomograms of a list of files and one of their labels, whole or as random crops.
 
-    Item ``i`` is a ``TomogramData`` of ``files[i]``: ``data`` float32 ``[D, 1, H, W]``, ``label`` bool
-    ``[D, H, W]`` (all False when no ``label`` is asked for), ``sample`` from ``FileData.sample`` or else
-    the name of the tomogram's folder, ``tomo_name`` the tomogram's file name. A random crop also has
-    ``aux_data={"crop_origin": (z, y, x)}``, where its box starts in the tomogram. Files are opened
-    when first read and kept open (up to ``cache`` of each kind).
+    Item ``i`` is a ``TomogramData`` of ``files[i]``, laid out channel-first as the CryoViT pipeline's
+    datasets make them:
+
+    - ``data``: ``[C, D, H, W]``, ``C = 1`` for a volume; a 4-D HDF5 dataset ``[C, D, H, W]`` (such as
+      ``dino_features``, ``[1536, D, H/16, W/16]`` float16, read with ``data_key="dino_features"``)
+      gives its ``C`` channels. Float data keeps its type; a tomogram stored as uint8 is scaled to
+      [0, 1] (divided by 255) unless ``scale_uint8=False``, as the pipeline's readers do; other
+      integer types are read as float32, unscaled.
+    - ``label``: float32 ``[D, H', W']``: 1 in the label, 0 out of it, -1 where the file says the
+      voxel is not annotated (a negative value), which the pipeline's losses leave out with
+      ``y_true > -1``; all 0 when no ``label`` is asked for. It may be at a finer resolution than
+      ``data`` (``H' = k H``, ``W' = k W``, as for DINO features and a full-resolution label).
+    - ``aux_data``: a dict, never None: ``"data"``, the input of the tomogram (the volume
+      ``[D, H', W']`` of dataset ``input_key`` where given, else a view of ``data``: ``[D, H, W]``
+      for one channel, ``[C, D, H, W]`` for more), which the pipeline's test and predict steps write
+      beside the predictions; and, for a random crop, ``"crop_origin"``, where its box starts in
+      ``data``.
+    - ``sample`` from ``FileData.sample`` or else the name of the tomogram's folder, ``tomo_name`` the
+      tomogram's file name.
+
+    Files are opened when first read and kept open (up to ``cache`` of each kind).
 
     Args:
         files: The tomograms and their label files.
         label: The label to read, or None for tomograms without labels.
-        crop: ``(depth, side)``: items are random crops of ``depth`` slices of ``side`` x ``side``
-            (of the whole extent along an axis shorter than that); None reads whole tomograms.
+        crop: ``(depth, side)``: items are random crops of ``depth`` slices of ``side`` x ``side`` voxels
+            of ``data`` (of the whole extent along an axis shorter than that; the label's crop is the
+            same box at its resolution); None reads whole tomograms.
         split_ids: The split of each file, or None.
         data_key: The dataset of the tomogram in HDF5 files.
+        input_key: The HDF5 dataset read into ``aux_data["data"]`` (e.g. ``"data"`` when ``data_key``
+            names features), or None for a view of ``data``.
+        scale_uint8: Whether uint8 tomograms (and inputs) are divided by 255.
         workers: How many threads of its own read; by default the reads share the threads of
             `vitrio.data.shared_loader()`.
         cache: How many tomogram files, and how many label files, to keep open.
@@ -156,6 +228,8 @@ class TomogramDataset(torch.utils.data.Dataset):
         workers: int | None = None,
         cache: int = 16,
         seed: int | None = None,
+        input_key: str | None = None,
+        scale_uint8: bool = True,
     ):
         if crop is not None and (len(crop) != 2 or min(crop) < 1):
             raise ValueError(f"crop is (depth, side), both positive, not {crop}")
@@ -165,20 +239,19 @@ class TomogramDataset(torch.utils.data.Dataset):
         self.label = label
         self.crop = crop
         self.split_ids = None if split_ids is None else list(split_ids)
+        self.scale_uint8 = scale_uint8
         registered = vio.formats.registered_formats()
         self._own_executor = workers is not None
         executor = vio.ThreadPoolExecutor(workers) if workers is not None else shared_loader().executor
-        self._tomograms = vio.ImageLoader(
-            executor, vio.reader_provider(cache, formats=(hdf5.hdf5_format(data_key), *registered))
-        )
-        self._labels = (
-            None
-            if label is None
-            else vio.ImageLoader(
-                executor,
-                vio.reader_provider(cache, formats=(hdf5.hdf5_format(f"labels/{label}"), *registered)),
+
+        def loader(key: str) -> vio.ImageLoader:
+            return vio.ImageLoader(
+                executor, vio.reader_provider(cache, formats=(hdf5.hdf5_format(key), *registered))
             )
-        )
+
+        self._tomograms = loader(data_key)
+        self._labels = None if label is None else loader(f"labels/{label}")
+        self._inputs = None if input_key is None else loader(input_key)
         self._rng = np.random.default_rng(seed)
         self._worker_seed: int | None = None
         self._entries: dict[int, _Entry] = {}
@@ -200,7 +273,8 @@ class TomogramDataset(torch.utils.data.Dataset):
             IndexError: If there is no tomogram ``index``.
             FileNotFoundError: If a file is missing.
             KeyError: If the label file does not have the label.
-            ValueError: If the tomogram and the label volume differ in shape, or a file holds no volume
+            ValueError: If the label or input volume is not of the tomogram's depth at the same or an
+                integer multiple of its height and width, or a file holds no volume
                 (``vio.FormatError``, a ``ValueError``, if a file is malformed or refused).
         """
         return self.__getitems__([index])[0]
@@ -222,7 +296,7 @@ class TomogramDataset(torch.utils.data.Dataset):
         for index in indices:
             shape = self.tomogram_shape(index)
             if self.crop is None:
-                boxes.append((index, (0, 0, 0), shape, None))
+                boxes.append((index, (0, 0, 0), shape, {}))
                 continue
             depth, side = self.crop
             box = (min(depth, shape[0]), min(side, shape[1]), min(side, shape[2]))
@@ -239,7 +313,7 @@ class TomogramDataset(torch.utils.data.Dataset):
             shape: The extents of the box, ``(depth, height, width)``; None for the rest of the tomogram.
 
         Returns:
-            The box of the tomogram and its label, with ``aux_data`` None.
+            The box of the tomogram and its label, with ``aux_data`` holding ``"data"`` only.
 
         Raises:
             ValueError: If the box is not inside the tomogram.
@@ -254,7 +328,7 @@ class TomogramDataset(torch.utils.data.Dataset):
                 f"{self.files[index].tomo_path}: the box of {shape} at {origin} is not inside "
                 f"its {full} voxels"
             )
-        return self._read([(index, origin, shape, None)])[0]
+        return self._read([(index, origin, shape, {})])[0]
 
     def tomogram_shape(self, index: int) -> Box:
         """The shape ``(D, H, W)`` of tomogram ``index``, from its file's header.
@@ -272,7 +346,7 @@ class TomogramDataset(torch.utils.data.Dataset):
 
     def close(self) -> None:
         """Closes the files kept open and stops threads of its own; a later read starts again."""
-        for loader in (self._tomograms, self._labels):
+        for loader in (self._tomograms, self._labels, self._inputs):
             if loader is not None:
                 loader.readers.clear()
         if self._own_executor:
@@ -297,8 +371,8 @@ class TomogramDataset(torch.utils.data.Dataset):
     def _resolve(self, index: int) -> _Entry:
         file = self.files[index]
         tomo_path = Path(file.tomo_path)
-        tomogram = _Volume.query(self._tomograms, tomo_path)
-        label, value = None, None
+        tomogram = _Volume.query(self._tomograms, tomo_path, channels=True)
+        label, value, source = None, None, None
         if self._labels is not None:
             if file.label_path is None:
                 raise KeyError(f"{tomo_path}: no label {self.label!r}: the tomogram has no label file")
@@ -310,11 +384,10 @@ class TomogramDataset(torch.utils.data.Dataset):
             if self.label not in names:
                 raise KeyError(f"{file.label_path}: no label {self.label!r}; its labels are {names}")
             label = _Volume.query(self._labels, file.label_path)
-            if label.shape != tomogram.shape:
-                raise ValueError(
-                    f"the tomogram {tomo_path} has shape {tomogram.shape}, "
-                    f"its label volume {file.label_path} has shape {label.shape}"
-                )
+            _factor(tomogram, label, "label volume", file.label_path, tomo_path)
+        if self._inputs is not None:
+            source = _Volume.query(self._inputs, tomo_path)
+            _factor(tomogram, source, "input volume", tomo_path, tomo_path)
         return _Entry(
             sample=file.sample if file.sample is not None else tomo_path.absolute().parent.name,
             tomo_name=tomo_path.name,
@@ -322,59 +395,92 @@ class TomogramDataset(torch.utils.data.Dataset):
             tomogram=tomogram,
             label=label,
             label_value=value,
+            input=source,
         )
 
-    def _read(self, boxes: list[tuple[int, Box, Box, dict[str, Any] | None]]) -> list[TomogramData]:
-        """Reads boxes ``(index, origin, shape, aux_data)``, those of one height and width into one buffer.
+    def _read(self, boxes: list[tuple[int, Box, Box, dict[str, Any]]]) -> list[TomogramData]:
+        """Reads boxes ``(index, origin, shape, aux_data)`` of the tomograms, those of one shape
+        (channels, height and width of data, label and input) into one buffer.
 
         Returns the tomograms in the order of ``boxes``: a ``PaddedTomograms`` when they all share a
-        buffer, otherwise a list of views of the buffers of their height and width.
+        buffer, otherwise a list of views of the buffers of their shape.
         """
-        groups: dict[tuple[int, int], list[int]] = {}
-        for i, (_, _, shape, _) in enumerate(boxes):
-            groups.setdefault(shape[1:], []).append(i)
         entries = [self._entry(index) for index, _, _, _ in boxes]
-        buffers, reads, compare = [], [], []
-        for (height, width), members in groups.items():
+        label_boxes = [
+            None if entry.label is None else _scaled(entry.tomogram.shape, entry.label.shape, origin, shape)
+            for entry, (_, origin, shape, _) in zip(entries, boxes)
+        ]
+        input_boxes = [
+            None if entry.input is None else _scaled(entry.tomogram.shape, entry.input.shape, origin, shape)
+            for entry, (_, origin, shape, _) in zip(entries, boxes)
+        ]
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, ((_, _, shape, _), entry) in enumerate(zip(boxes, entries)):
+            label_hw = shape[1:] if label_boxes[i] is None else label_boxes[i][1][1:]
+            input_hw = None if input_boxes[i] is None else input_boxes[i][1][1:]
+            groups.setdefault((max(entry.tomogram.channels, 1), shape[1:], label_hw, input_hw), []).append(i)
+        buffers, reads, compare, scale = [], [], [], []
+        for (channels, (height, width), label_hw, input_hw), members in groups.items():
             depths = [boxes[i][2][0] for i in members]
-            shape = (len(members), max(depths), height, width)
-            data = np.empty((shape[0], shape[1], 1, height, width), np.float32)
-            labels = np.zeros(shape, np.int8)
-            crops = [(entries[i].tomogram, boxes[i][1], d) for i, d in zip(members, depths)]
-            reads += _start_reads(self._tomograms, data[:, :, 0], crops)
+            count, deepest = len(members), max(depths)
+            tomograms = [entries[i].tomogram for i in members]
+            dtype = _as_float([volume.dtype for volume in tomograms])
+            data = np.empty((count, channels, deepest, height, width), dtype)
+            crops = [
+                (volume, boxes[i][1], d, c if volume.channels else -1)
+                for i, volume, d in zip(members, tomograms, depths)
+                for c in range(channels)
+            ]
+            flat = np.reshape(data, (count * channels, deepest, height, width), copy=False)
+            reads += _start_reads(self._tomograms, flat, crops)
+            scale += [(data[j], d) for j, (v, d) in enumerate(zip(tomograms, depths)) if v.dtype == np.uint8]
+            labels = np.zeros((count, deepest, *label_hw), np.float32)
             if self._labels is not None:
                 volumes = [entries[i].label for i in members]
-                stored = np.empty(shape, np.result_type(*(volume.dtype for volume in volumes)))
-                label_crops = [(volume, boxes[i][1], d) for i, volume, d in zip(members, volumes, depths)]
+                stored = np.empty(labels.shape, np.result_type(*(volume.dtype for volume in volumes)))
+                label_crops = [(v, label_boxes[i][0], d, -1) for i, v, d in zip(members, volumes, depths)]
                 reads += _start_reads(self._labels, stored, label_crops)
-                values = [entries[i].label_value for i in members]
-                compare.append((stored, values, labels))
-            buffers.append((members, depths, data, labels))
+                compare.append((stored, [entries[i].label_value for i in members], labels))
+            inputs = None
+            if input_hw is not None:
+                sources = [entries[i].input for i in members]
+                inputs = np.zeros((count, deepest, *input_hw), _as_float([v.dtype for v in sources]))
+                input_crops = [(v, input_boxes[i][0], d, -1) for i, v, d in zip(members, sources, depths)]
+                reads += _start_reads(self._inputs, inputs, input_crops)
+                scale += [(inputs[j], d) for j, (v, d) in enumerate(zip(sources, depths)) if v.dtype == "u1"]
+            buffers.append((members, depths, data, labels, inputs))
         vio.Completion.gather(reads).get()
+        if self.scale_uint8:
+            for values, depth in scale:
+                values[..., :depth, :, :] /= 255
         for stored, values, labels in compare:
             for j, value in enumerate(values):
-                out = labels[j].view(np.bool_)
                 if value is None:
-                    np.not_equal(stored[j], 0, out=out)
+                    np.not_equal(stored[j], 0, out=labels[j])
                 else:
-                    np.equal(stored[j], value, out=out)
+                    np.equal(stored[j], value, out=labels[j])
+                labels[j][stored[j] < 0] = LABEL_PADDING
         items: list[TomogramData | None] = [None] * len(boxes)
-        for members, depths, data, labels in buffers:
+        for members, depths, data, labels, inputs in buffers:
             data_tensor, labels_tensor = torch.from_numpy(data), torch.from_numpy(labels)
             for j, (i, depth) in enumerate(zip(members, depths)):
-                data[j, depth:] = 0
+                data[j, :, depth:] = 0
                 labels[j, depth:] = LABEL_PADDING
-                entry = entries[i]
+                entry, view = entries[i], data_tensor[j, :, :depth]
+                if inputs is not None:
+                    source = torch.from_numpy(inputs)[j, :depth]
+                else:
+                    source = view[0] if view.shape[0] == 1 else view
                 items[i] = TomogramData(
                     sample=entry.sample,
                     tomo_name=entry.tomo_name,
                     split_id=entry.split_id,
-                    data=data_tensor[j, :depth],
-                    label=labels_tensor[j, :depth].view(torch.bool),
-                    aux_data=boxes[i][3],
+                    data=view,
+                    label=labels_tensor[j, :depth],
+                    aux_data={**boxes[i][3], "data": source},
                     batch_size=[],
                 )
         if len(buffers) == 1:
-            _, _, data, labels = buffers[0]
+            _, _, data, labels, _ = buffers[0]
             return PaddedTomograms(items, torch.from_numpy(data), torch.from_numpy(labels))
         return items

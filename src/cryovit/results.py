@@ -27,14 +27,17 @@ def model_result(
 
     Args:
         batch: The batch the model was given.
-        preds: The model's predictions for the batch as it is padded, ``[B, D, H, W]`` or
-            ``[B, D, 1, H, W]``.
+        preds: The model's predictions for the batch as it is padded, of the shape of its labels
+            (``[B, D, H, W]``, or ``[B, D, 1, H, W]``).
         losses: The losses of the batch; empty if None.
         metrics: The metrics of the batch; empty if None.
 
     Returns:
-        The result: ``data`` float32 ``[D, H, W]`` per tomogram (``[D, C, H, W]`` with more than one
-        channel), ``label`` uint8 ``[D, H, W]``, ``preds`` float32 ``[D, H, W]``.
+        The result, ``samples`` and ``tomo_names`` from ``batch.metadata.identifiers``: ``data`` the
+        input of each tomogram as float32 (``batch.aux_data["data"]``, which ``collate_tomograms``
+        fills, ``[D, H, W]``; else from ``tomo_batch``: ``[D, H, W]``, or ``[C, D, H, W]`` with more
+        than one channel), ``label`` int8 ``[D, H, W]`` (-1 where not annotated, which the spec's
+        uint8 could not hold), ``preds`` float32 ``[D, H, W]``.
 
     Raises:
         ValueError: If ``preds`` does not have the shape of the batch's labels.
@@ -47,20 +50,23 @@ def model_result(
             f"{tuple(batch.labels.shape)}"
         )
     sizes = batch.tomo_sizes.tolist()
-    data = batch.tomo_batch.detach().to("cpu", torch.float32)
-    if data.ndim == 5 and data.shape[2] == 1:
-        data = data[:, :, 0]
+    inputs = (batch.aux_data or {}).get("data")
+    if inputs is None:
+        padded = batch.tomo_batch.detach()
+        if padded.ndim == 5:
+            padded = padded[:, :, 0] if padded.shape[2] == 1 else padded.movedim(2, 1)
+        inputs = [padded[i, ..., :n, :, :] for i, n in enumerate(sizes)]
     labels = batch.labels.detach().cpu()
     preds = preds.detach().to("cpu", torch.float32)
-    identifiers = batch.metadata.identifiers
+    samples, tomo_names = batch.metadata.identifiers
     split_id = batch.metadata.split_id
     return BatchedModelResult(
         num_tomos=len(sizes),
-        samples=[sample for sample, _ in identifiers],
-        tomo_names=[name for _, name in identifiers],
-        split_id=None if split_id is None else [int(s) for s in split_id],
-        data=[data[i, :n].numpy() for i, n in enumerate(sizes)],
-        label=[labels[i, :n].numpy().astype(np.uint8) for i, n in enumerate(sizes)],
+        samples=samples,
+        tomo_names=tomo_names,
+        split_id=None if split_id is None else [int(s) for s in split_id.reshape(-1)],
+        data=[torch.as_tensor(x).detach().to("cpu", torch.float32).numpy() for x in inputs],
+        label=[labels[i, :n].numpy().astype(np.int8) for i, n in enumerate(sizes)],
         preds=[preds[i, :n].numpy() for i, n in enumerate(sizes)],
         losses=dict(losses or {}),
         metrics=dict(metrics or {}),

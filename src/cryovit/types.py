@@ -24,6 +24,7 @@ import enum
 import functools
 import json
 import os
+import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,7 +32,9 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 import torch
-from tensordict import is_tensor_collection, tensorclass
+from tensordict import NonTensorData, is_tensor_collection, tensorclass
+
+from vitrio._fs import new_file
 
 __all__ = [
     "Sample",
@@ -204,6 +207,8 @@ class _TensorClassMixin:
             ):
                 current.copy_(value)
             else:
+                if name in _WHOLE_LISTS.get(type(self), ()):
+                    value = NonTensorData(list(value))
                 self.set(name, value)  # type: ignore[attr-defined]
         return self
 
@@ -222,10 +227,14 @@ class _TensorClassMixin:
         """
         return self.load_memmap_(prefix, *args, **kwargs)  # type: ignore[attr-defined]
 
-    def pin_memory(self: _TC) -> _TC:
+    def pin_memory(self: _TC, device: torch.device | str | None = None) -> _TC:
         """Returns a copy with its tensors in pinned (page-locked) memory.
 
         Pinned memory only exists alongside an accelerator; without one this returns a plain copy.
+
+        Args:
+            device: Accepted as the pipeline passes it (torch's ``DataLoader`` calls
+                ``pin_memory(device)``); memory is pinned for the current accelerator.
 
         Returns:
             A new instance of the same class, with the same values.
@@ -239,21 +248,29 @@ class _TensorClassMixin:
 class TomogramData(_TensorClassMixin):
     """One tomogram and its segmentation labels, as a tensorclass (usually of ``batch_size=[]``).
 
+    ``data`` is channel-first, ``[C, D, H, W]`` (or ``[D, H, W]``), and ``label`` is ``[D, H, W]`` of
+    the same depth; its height and width may differ from the data's, as for features computed on
+    patches of the tomogram (``[1536, D, H/16, W/16]`` against a label at full resolution). numpy
+    arrays are cast to tensors (without a copy). A label holds 1 (in), 0 (out) and -1 (not annotated,
+    left out of a loss): the spec's type says ``BoolTensor``, which cannot hold -1, so any dtype is
+    taken (``TomogramDataset`` gives float32).
+
     Args:
         sample: The sample the tomogram comes from.
         tomo_name: The file name of the tomogram.
         split_id: The split (e.g. cross-validation fold) the tomogram is in, or None.
-        data: The tomogram, a float ``[D, C, H, W]`` tensor (after the batch dimensions, if any).
-        label: The segmentation labels, a ``[D, H, W]`` tensor (bool).
+        data: The tomogram, a float ``[C, D, H, W]`` or ``[D, H, W]`` tensor or numpy array (after the
+            batch dimensions, if any).
+        label: The segmentation labels, a ``[D, H', W']`` tensor or numpy array.
         aux_data: Optional auxiliary data, kept as it is given.
         batch_size: The batch size of the tensorclass (keyword only).
         device: The device of the tensors, or None (keyword only).
         names: The names of the batch dimensions, or None (keyword only).
 
     Raises:
-        TypeError: If ``data`` or ``label`` is not a tensor.
-        ValueError: If ``data`` is not a 4-D float tensor, or ``label`` not a 3-D tensor of the
-            depth, height and width of ``data``.
+        TypeError: If ``data`` or ``label`` is neither a tensor nor a numpy array.
+        ValueError: If ``data`` is not a 3-D or 4-D float tensor, or ``label`` not a 3-D tensor of the
+            depth of ``data``.
     """
 
     sample: str
@@ -264,47 +281,49 @@ class TomogramData(_TensorClassMixin):
     aux_data: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        """Checks the shapes and type of ``data`` and ``label``."""
+        """Casts numpy arrays to tensors and checks the shapes and type of ``data`` and ``label``."""
         name = f"{self.sample}/{self.tomo_name}"
+        for field in ("data", "label"):
+            value = getattr(self, field)
+            if isinstance(value, np.ndarray):
+                setattr(self, field, torch.from_numpy(value))
         data, label, nb = self.data, self.label, self.batch_dims
         if not isinstance(data, torch.Tensor) or not isinstance(label, torch.Tensor):
             raise TypeError(
-                f"tomogram {name}: data and label must be tensors, "
+                f"tomogram {name}: data and label must be tensors or numpy arrays, "
                 f"got {type(data).__name__} and {type(label).__name__}"
             )
-        if data.ndim - nb != 4 or not data.is_floating_point():
+        if data.ndim - nb not in (3, 4) or not data.is_floating_point():
             raise ValueError(
-                f"tomogram {name}: data must be a float [D, C, H, W] tensor, "
+                f"tomogram {name}: data must be a float [C, D, H, W] or [D, H, W] tensor, "
                 f"got {data.dtype} of shape {tuple(data.shape[nb:])}"
             )
-        dhw = (data.shape[-4], *data.shape[-2:])
-        if label.ndim - nb != 3 or tuple(label.shape[nb:]) != dhw:
+        if label.ndim - nb != 3 or label.shape[-3] != data.shape[-3]:
             raise ValueError(
-                f"tomogram {name}: label must be a [D, H, W] tensor with (D, H, W) = {dhw} as data, "
-                f"got shape {tuple(label.shape[nb:])}"
+                f"tomogram {name}: label must be a [D, H, W] tensor with D = {data.shape[-3]} as data "
+                f"(shape {tuple(data.shape[nb:])}), got shape {tuple(label.shape[nb:])}"
             )
 
 
 @tensorclass(nocast=True, skip_post_init_on_rebuild=True)
 class BatchedTomogramMetadata(_TensorClassMixin):
-    """The names and ids of the tomograms of a batch, as a tensorclass of ``batch_size=[B]``.
+    """The names and ids of the tomograms of a batch, as a tensorclass.
 
-    ``samples[i]`` and ``tomo_names[i]`` name tomogram ``i``; indexing and ``unbind`` slice them with
-    the tensors, so an unbound item holds its own two strings. ``unique_id[i]`` is a ``[2]`` long tensor
-    ``(j, k)`` of indices into ``samples`` and ``tomo_names`` of the batch as it was made: ``j`` is the
-    first tomogram with the same sample as tomogram ``i``, ``k`` the first with the same
-    ``(sample, tomo_name)``. So ``samples[j] == samples[i]``, ``tomo_names[k] == tomo_names[i]``, and two
-    tomograms have equal rows exactly when they are the same tomogram, a test that still holds after
-    indexing, gathering across processes, or anything else that cannot carry strings. After indexing the
-    rows no longer point into the sliced lists: ``identifiers`` reads the strings themselves.
+    As the CryoViT pipeline builds it: ``samples`` and ``tomo_names`` are the distinct values, in the
+    order first seen, and ``unique_id[i] = (j, k)`` says tomogram ``i`` is of sample ``samples[j]`` and
+    named ``tomo_names[k]``. It is made with ``batch_size=[]`` (lists of distinct values have no entry
+    per tomogram); put in a ``BatchedTomogramData`` of ``batch_size=[B]`` it takes that batch size,
+    ``unique_id`` and ``split_id`` are sliced with the batch, and the two lists are kept whole (each
+    is one tensordict ``NonTensorData``, not a stack), so that ``identifiers`` of an indexed or
+    unbound batch still names its tomograms.
 
     Args:
-        samples: The sample of each tomogram.
-        tomo_names: The file name of each tomogram.
+        samples: The distinct samples of the batch.
+        tomo_names: The distinct file names of the batch.
         unique_id: A ``[B, 2]`` long tensor, as above (``from_names`` makes it).
-        split_id: The split of each tomogram, as 0-d int tensors (tensordict stacks them into one
-            ``[B]`` tensor, which reading gives back), or None.
-        batch_size: The batch size of the tensorclass, ``[B]`` (keyword only).
+        split_id: The split of each tomogram (ints or 0-d int tensors, or a ``[B]`` tensor), kept as a
+            ``[B]`` int32 tensor, or None.
+        batch_size: The batch size of the tensorclass, ``[]`` (keyword only).
         device: The device of the tensors, or None (keyword only).
         names: The names of the batch dimensions, or None (keyword only).
 
@@ -318,9 +337,15 @@ class BatchedTomogramMetadata(_TensorClassMixin):
     split_id: list[torch.IntTensor] | None
 
     def __post_init__(self) -> None:
-        """Checks the shape of ``unique_id``."""
+        """Keeps the lists whole, ``split_id`` as one tensor, and checks the shape of ``unique_id``."""
         if not isinstance(self.unique_id, torch.Tensor) or self.unique_id.shape[-1:] != (2,):
             raise ValueError(f"unique_id must be a [B, 2] tensor, got {self.unique_id!r}")
+        self.samples = NonTensorData(list(self.samples))
+        self.tomo_names = NonTensorData(list(self.tomo_names))
+        if self.split_id is not None and not isinstance(self.split_id, torch.Tensor):
+            self.split_id = torch.as_tensor(
+                [int(s) for s in self.split_id], dtype=torch.int32, device=self.unique_id.device
+            )
 
     @classmethod
     def from_names(
@@ -330,7 +355,7 @@ class BatchedTomogramMetadata(_TensorClassMixin):
         split_id: Sequence[int] | None = None,
         device: torch.device | str | None = None,
     ) -> BatchedTomogramMetadata:
-        """Makes the metadata of a batch from the names of its tomograms, with their ``unique_id``.
+        """Makes the metadata of a batch from the sample and name of each of its tomograms.
 
         Args:
             samples: The sample of each tomogram.
@@ -339,34 +364,35 @@ class BatchedTomogramMetadata(_TensorClassMixin):
             device: The device of the tensors, or None.
 
         Returns:
-            The metadata, of ``batch_size=[len(samples)]``.
+            The metadata, of ``batch_size=[]``, with the distinct samples and names and ``unique_id``.
 
         Raises:
             ValueError: If the sequences are not all as long.
         """
         if len(samples) != len(tomo_names) or (split_id is not None and len(split_id) != len(samples)):
             raise ValueError("samples, tomo_names and split_id must have one entry per tomogram")
-        first_sample: dict[str, int] = {}
-        first_tomo: dict[tuple[str, str], int] = {}
-        ids = [
-            [first_sample.setdefault(s, i), first_tomo.setdefault((s, t), i)]
-            for i, (s, t) in enumerate(zip(samples, tomo_names))
-        ]
+        distinct_samples = list(dict.fromkeys(samples))
+        distinct_names = list(dict.fromkeys(tomo_names))
+        ids = [[distinct_samples.index(s), distinct_names.index(t)] for s, t in zip(samples, tomo_names)]
         return cls(
-            samples=list(samples),
-            tomo_names=list(tomo_names),
+            samples=distinct_samples,
+            tomo_names=distinct_names,
             unique_id=torch.tensor(ids, dtype=torch.long, device=device).reshape(-1, 2),
-            split_id=None if split_id is None else torch.tensor(split_id, dtype=torch.int32, device=device),
-            batch_size=[len(samples)],
+            split_id=None if split_id is None else list(split_id),
+            batch_size=[],
             device=device,
         )
 
     @property
-    def identifiers(self) -> list[tuple[str, str]]:
-        """The ``(sample, tomo_name)`` pair of each tomogram of the batch (one pair if unbatched)."""
-        if self.batch_dims == 0:
-            return [(self.samples, self.tomo_names)]
-        return list(zip(self.samples, self.tomo_names))
+    def identifiers(self) -> tuple[list[str], list[str]]:
+        """The sample and the name of each tomogram: ``(samples_per_tomogram, names_per_tomogram)``.
+
+        Read through ``unique_id``, so that it follows indexing and ``unbind`` of the batch: the
+        pipeline's evaluation steps do ``samples, tomo_names = batch.metadata.identifiers``.
+        """
+        rows = self.unique_id.reshape(-1, 2).tolist()
+        samples, names = self.samples, self.tomo_names
+        return [samples[j] for j, _ in rows], [names[k] for _, k in rows]
 
 
 @tensorclass(nocast=True, skip_post_init_on_rebuild=True)
@@ -376,12 +402,15 @@ class BatchedTomogramData(_TensorClassMixin):
     Args:
         tomo_batch: The tomograms, a ``[B, D, C, H, W]`` or ``[B, D, H, W]`` tensor, each padded
             after its last slice to the greatest depth ``D``.
-        tomo_sizes: A ``[B]`` integer tensor, the depth of each tomogram before padding.
-        labels: The segmentation labels of the tomograms, padded alike.
+        tomo_sizes: A ``[B]`` integer tensor, the depth of each tomogram before padding
+            (``collate_tomograms`` makes it int32, as the pipeline does).
+        labels: The segmentation labels of the tomograms, ``[B, D, H', W']``, padded alike.
         metadata: The names and ids of the tomograms.
-        min_slices: The least number of slices a tomogram of the batch may have.
+        min_slices: The least number of slices a tomogram of the batch may have: an int, or a 0-d
+            tensor, which is kept as its int.
         aux_data: Optional auxiliary data, a list of values per key for the tomograms of the batch,
-            kept whole (each item of ``unbind`` gets the same dict).
+            kept whole (each item of ``unbind`` gets the same dict). The pipeline's test and predict
+            steps read ``aux_data["data"]``, the unpadded input of each tomogram.
         batch_size: The batch size of the tensorclass, ``[B]`` (keyword only).
         device: The device of the tensors, or None (keyword only).
         names: The names of the batch dimensions, or None (keyword only).
@@ -406,18 +435,18 @@ class BatchedTomogramData(_TensorClassMixin):
 
     @property
     def flat_tomo_batch(self) -> torch.Tensor:
-        """Returns a ``[[BxD'], C, H, W]`` tensor from a ``[B, D, C, H, W]`` tensor (C is optional).
+        """Returns a ``[BxD, C, H, W]`` tensor from a ``[B, D, C, H, W]`` tensor (C is optional).
 
-        It holds the real slices of every tomogram, padding removed, tomogram by tomogram, in slice
-        order.
+        The reshape of ``tomo_batch``, padding included, so that ``flat.view(B, D, ...)`` gives the
+        batch back; slice ``n`` of tomogram ``b`` is at ``b * D + n``.
         """
-        depth = torch.arange(self.num_slices, device=self.tomo_sizes.device)
-        return self.tomo_batch[depth[None, :] < self.tomo_sizes[:, None]]
+        return self.tomo_batch.reshape(-1, *self.tomo_batch.shape[2:])
 
     def index_to_flat_batch(self, idx: int) -> torch.Tensor:
         """Returns the indices in ``flat_tomo_batch`` of slice ``idx`` of each tomogram that has it.
 
-        ``flat_tomo_batch[index_to_flat_batch(i)]`` equals ``tomo_batch[tomo_sizes > i, i]``.
+        ``flat_tomo_batch[index_to_flat_batch(n)]`` equals ``tomo_batch[tomo_sizes > n, n]``: the
+        index of tomogram ``b`` is ``b * D + n``.
 
         Args:
             idx: The slice, from 0 to ``num_slices - 1``.
@@ -430,9 +459,32 @@ class BatchedTomogramData(_TensorClassMixin):
         """
         if not 0 <= idx < self.num_slices:
             raise IndexError(f"slice {idx} is out of range for a batch of {self.num_slices} slices")
-        sizes = self.tomo_sizes.long()
-        starts = torch.cumsum(sizes, 0) - sizes
-        return (starts + idx)[sizes > idx]
+        tomograms = torch.arange(self.num_tomos, device=self.tomo_sizes.device)
+        return (tomograms * self.num_slices + idx)[self.tomo_sizes > idx]
+
+
+_batch_init = BatchedTomogramData.__init__
+
+
+@functools.wraps(_batch_init)
+def _init_batch(self: BatchedTomogramData, *args: Any, **kwargs: Any) -> None:
+    """Takes ``min_slices`` as an int or a 0-d tensor (which a batch of ``[B]`` could not hold)."""
+    args = list(args)
+    if len(args) > 4:
+        args[4] = _as_int(args[4])
+    elif "min_slices" in kwargs:
+        kwargs["min_slices"] = _as_int(kwargs["min_slices"])
+    _batch_init(self, *args, **kwargs)
+
+
+def _as_int(value: Any) -> Any:
+    return int(value) if isinstance(value, torch.Tensor) and value.ndim == 0 else value
+
+
+BatchedTomogramData.__init__ = _init_batch  # type: ignore[method-assign]
+
+_WHOLE_LISTS: dict[type, tuple[str, ...]] = {BatchedTomogramMetadata: ("samples", "tomo_names")}
+"""The list fields a class keeps whole (one ``NonTensorData``), not one entry per element of the batch."""
 
 
 @dataclasses.dataclass
@@ -504,13 +556,104 @@ def _refuse_pickles(prefix: str | Path) -> None:
                 )
 
 
+AUX_TENSORS = "aux_data_tensors.pt"
+"""The file of a saved folder holding the tensors of ``aux_data`` (loaded with ``weights_only=True``)."""
+
+_MARK = "__cryovit_aux_tensor__"
+
+
+def _split_aux(aux: Any) -> tuple[Any, list[torch.Tensor]]:
+    """``aux`` with each tensor (a value, or an item of a list value) replaced by ``{_MARK: n}``, and
+    the tensors; ``aux`` itself when it holds none."""
+    if not isinstance(aux, dict):
+        return aux, []
+    tensors: list[torch.Tensor] = []
+
+    def mark(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        tensors.append(value.detach().cpu().clone())
+        return {_MARK: len(tensors) - 1}
+
+    marked = {
+        key: [mark(v) for v in value] if isinstance(value, list) else mark(value)
+        for key, value in aux.items()
+    }
+    return (marked, tensors) if tensors else (aux, [])
+
+
+def _join_aux(aux: Any, tensors: Sequence[torch.Tensor]) -> Any:
+    """The inverse of ``_split_aux``."""
+
+    def unmark(value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {_MARK}:
+            return tensors[value[_MARK]]
+        return value
+
+    return {
+        key: [unmark(v) for v in value] if isinstance(value, list) else unmark(value)
+        for key, value in aux.items()
+    }
+
+
+def _holds_marks(aux: Any) -> bool:
+    if not isinstance(aux, dict):
+        return False
+    values = [v for value in aux.values() for v in (value if isinstance(value, list) else [value])]
+    return any(isinstance(v, dict) and set(v) == {_MARK} for v in values)
+
+
+def _set_aux(obj: Any, aux: Any) -> None:
+    """Sets ``aux_data`` of ``obj``, which saving may have locked."""
+    locked = obj.is_locked
+    if locked:
+        obj.unlock_()
+    obj.set("aux_data", aux)
+    if locked:
+        obj.lock_()
+
+
 def _saving(method: Any) -> Any:
     @functools.wraps(method)
-    def save(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _check_json(self, type(self).__name__)
-        return method(self, *args, **kwargs)
+    def save(self: Any, prefix: str | Path | None = None, *args: Any, **kwargs: Any) -> Any:
+        aux = getattr(self, "aux_data", None)
+        marked, tensors = _split_aux(aux)
+        if tensors and prefix is None:
+            marked = aux  # nothing is written to disk
+        if marked is not aux:
+            _set_aux(self, marked)
+        try:
+            _check_json(self, type(self).__name__)
+            result = method(self, prefix, *args, **kwargs)
+        finally:
+            if marked is not aux:
+                _set_aux(self, aux)
+        if marked is not aux:
+            with new_file(Path(prefix) / AUX_TENSORS) as partial, partial.file() as stream:
+                torch.save(tensors, stream)
+            if result is not self and dataclasses.is_dataclass(result):
+                _set_aux(result, aux)
+        return result
 
     return save
+
+
+def _restore_aux(obj: Any, prefix: str | Path) -> Any:
+    """Puts the tensors of ``prefix``'s ``AUX_TENSORS`` back into the ``aux_data`` of loaded ``obj``."""
+    aux = getattr(obj, "aux_data", None)
+    if _holds_marks(aux):
+        path = Path(prefix) / AUX_TENSORS
+        try:
+            tensors = torch.load(path, weights_only=True)
+        except (OSError, RuntimeError, ValueError, pickle.UnpicklingError) as error:
+            raise ValueError(f"{path}: the tensors of aux_data cannot be loaded: {error}") from error
+        if not isinstance(tensors, list) or not all(isinstance(t, torch.Tensor) for t in tensors):
+            raise ValueError(f"{path}: holds no list of tensors")
+        try:
+            _set_aux(obj, _join_aux(aux, tensors))
+        except IndexError as error:
+            raise ValueError(f"{path}: fewer tensors than aux_data names") from error
+    return obj
 
 
 def _loading(method: Any) -> Any:
@@ -518,13 +661,14 @@ def _loading(method: Any) -> Any:
     def load(cls: Any, prefix: str | Path, *args: Any, **kwargs: Any) -> Any:
         _refuse_pickles(prefix)
         kwargs["allow_pickle"] = False
-        return method(cls, prefix, *args, **kwargs)
+        return _restore_aux(method(cls, prefix, *args, **kwargs), prefix)
 
     return classmethod(load)
 
 
-# Saving checks that every non-tensor field is JSON, which tensordict writes in meta.json; loading
-# never unpickles: a saved folder may come from someone else, and a pickle runs their code.
+# Saving checks that every non-tensor field is JSON, which tensordict writes in meta.json, the tensors
+# of aux_data going to AUX_TENSORS; loading never unpickles: a saved folder may come from someone
+# else, and a pickle runs their code.
 for _cls in (TomogramData, BatchedTomogramMetadata, BatchedTomogramData):
     for _name in ("memmap", "memmap_", "memmap_like", "save", "dumps"):
         setattr(_cls, _name, _saving(_cls.__dict__[_name]))

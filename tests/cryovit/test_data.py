@@ -67,7 +67,7 @@ def make_tomogram(
         sample=sample,
         tomo_name=name,
         split_id=split_id,
-        data=torch.randn(depth, 1, *hw),
+        data=torch.randn(1, depth, *hw),
         label=torch.rand(depth, *hw) > 0.5,
         batch_size=[],
     )
@@ -81,10 +81,12 @@ def test_tomogram_reads_as_written(tmp_path: Path, rng: np.random.Generator, kin
     values = random_volume(rng)
     path = write_tomogram(tmp_path / "sampleA" / "tomo", values, kind)
     item = TomogramDataset([FileData(tomo_path=path)])[0]
-    assert item.data.dtype == torch.float32 and item.data.shape == (SHAPE[0], 1, *SHAPE[1:])
-    np.testing.assert_array_equal(item.data[:, 0].numpy(), written(values, kind))
-    assert item.label.dtype == torch.bool and item.label.shape == SHAPE and not item.label.any()
-    assert (item.sample, item.tomo_name, item.split_id, item.aux_data) == ("sampleA", path.name, None, None)
+    assert item.data.dtype == torch.float32 and item.data.shape == (1, *SHAPE)
+    np.testing.assert_array_equal(item.data[0].numpy(), written(values, kind))
+    assert item.label.dtype == torch.float32 and item.label.shape == SHAPE and not item.label.any()
+    assert (item.sample, item.tomo_name, item.split_id) == ("sampleA", path.name, None)
+    assert list(item.aux_data) == ["data"] and item.aux_data["data"].data_ptr() == item.data.data_ptr()
+    assert item.aux_data["data"].shape == SHAPE
 
 
 def test_sample_and_split_ids_come_from_the_files_and_the_dataset(
@@ -105,7 +107,7 @@ def test_hdf5_tomogram_under_another_key(tmp_path: Path, rng: np.random.Generato
         file["volume"] = values
         file["data"] = np.zeros(SHAPE, np.float32)
     item = TomogramDataset([FileData(tomo_path=path)], data_key="volume")[0]
-    np.testing.assert_array_equal(item.data[:, 0].numpy(), values)
+    np.testing.assert_array_equal(item.data[0].numpy(), values)
 
 
 # labels
@@ -126,7 +128,7 @@ def test_hdf5_labels_by_name(tmp_path: Path, rng: np.random.Generator) -> None:
         dataset = TomogramDataset(files, label=name)
         for i in range(2):
             np.testing.assert_array_equal(dataset[i].label.numpy(), expected)
-            np.testing.assert_array_equal(dataset[i].data[:, 0].numpy(), values)
+            np.testing.assert_array_equal(dataset[i].data[0].numpy(), values)
 
 
 @pytest.mark.parametrize("kind", ["mrc", "tiff"])
@@ -156,10 +158,10 @@ def test_box_is_the_numpy_slice(tmp_path: Path, rng: np.random.Generator, kind: 
     for origin, shape in [((0, 0, 0), (2, 3, 4)), ((1, 2, 3), (5, 8, 9)), ((5, 9, 11), (1, 1, 1))]:
         item = dataset.read(0, list(origin), list(shape))  # type: ignore[arg-type]
         box = tuple(slice(o, o + n) for o, n in zip(origin, shape))
-        np.testing.assert_array_equal(item.data[:, 0].numpy(), expected[box])
+        np.testing.assert_array_equal(item.data[0].numpy(), expected[box])
         np.testing.assert_array_equal(item.label.numpy(), classes[box] == 1)
     rest = dataset.read(0, (2, 3, 4))
-    np.testing.assert_array_equal(rest.data[:, 0].numpy(), expected[2:, 3:, 4:])
+    np.testing.assert_array_equal(rest.data[0].numpy(), expected[2:, 3:, 4:])
 
 
 @pytest.mark.parametrize("kind", ["mrc", "mrc-sections", "hdf5-chunked"])
@@ -178,7 +180,7 @@ def test_random_crops_are_the_slices_at_their_origin(
         item = dataset[0]
         z, y, x = item.aux_data["crop_origin"]
         origins.add((z, y, x))
-        np.testing.assert_array_equal(item.data[:, 0].numpy(), values[z : z + 3, y : y + 5, x : x + 5])
+        np.testing.assert_array_equal(item.data[0].numpy(), values[z : z + 3, y : y + 5, x : x + 5])
         np.testing.assert_array_equal(item.label.numpy(), mito[z : z + 3, y : y + 5, x : x + 5])
     assert len(origins) > 5
 
@@ -188,7 +190,7 @@ def test_crops_are_clipped_to_the_tomogram_and_repeat_with_the_seed(
 ) -> None:
     path = write_tomogram(tmp_path / "tomo", random_volume(rng), "mrc")
     item = TomogramDataset([FileData(path)], crop=(100, 11))[0]
-    assert item.data.shape == (SHAPE[0], 1, 10, 11) and item.aux_data["crop_origin"][:2] == (0, 0)
+    assert item.data.shape == (1, SHAPE[0], 10, 11) and item.aux_data["crop_origin"][:2] == (0, 0)
     first, second = (TomogramDataset([FileData(path)], crop=(2, 3), seed=5) for _ in range(2))
     assert [first[0].aux_data["crop_origin"] for _ in range(5)] == [
         second[0].aux_data["crop_origin"] for _ in range(5)
@@ -219,12 +221,12 @@ def test_a_crop_reads_only_the_crop(tmp_path: Path, kind: str) -> None:
     try:
         item = dataset.read(0, (96, 490, 590), (8, 32, 32))
         for _ in range(3):
-            assert dataset[0].data.shape == (8, 1, 32, 32)
+            assert dataset[0].data.shape == (1, 8, 32, 32)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert peak < 4 * 2**20, f"reading 32 KiB crops allocated {peak} bytes"
-    assert item.data[4, 0, 10, 10] == 7 and item.data.sum() == 7
+    assert item.data[0, 4, 10, 10] == 7 and item.data.sum() == 7
 
 
 # batches
@@ -242,23 +244,31 @@ def test_collate_pads_and_fills_the_batch() -> None:
     batch = collate_tomograms(tomograms)
     assert isinstance(batch, BatchedTomogramData) and batch.batch_size == torch.Size([4])
     assert batch.tomo_batch.shape == (4, 4, 1, 4, 5) and batch.labels.shape == (4, 4, 4, 5)
-    assert batch.labels.dtype == torch.int8
+    assert batch.labels.dtype == torch.float32
     assert batch.tomo_sizes.tolist() == [4, 2, 3, 1] and batch.min_slices == 1
+    assert batch.tomo_sizes.dtype == torch.int32
     for i, tomogram in enumerate(tomograms):
-        n = tomogram.data.shape[0]
-        assert torch.equal(batch.tomo_batch[i, :n], tomogram.data)
-        assert torch.equal(batch.labels[i, :n], tomogram.label.to(torch.int8))
+        n = tomogram.data.shape[1]
+        assert torch.equal(batch.tomo_batch[i, :n], tomogram.data.transpose(0, 1))
+        assert torch.equal(batch.labels[i, :n], tomogram.label.float())
         assert (batch.tomo_batch[i, n:] == 0).all() and (batch.labels[i, n:] == LABEL_PADDING).all()
+        # the input of each tomogram, unpadded, a view of the tomogram's data
+        assert batch.aux_data["data"][i].data_ptr() == tomogram.data.data_ptr()
+        assert torch.equal(batch.aux_data["data"][i], tomogram.data[0])
     metadata = batch.metadata
-    assert metadata.identifiers == [("WT", "a.mrc"), ("Q18", "b.mrc"), ("WT", "a.mrc"), ("WT", "c.mrc")]
-    assert metadata.unique_id.tolist() == [[0, 0], [1, 1], [0, 0], [0, 3]]
+    assert metadata.identifiers == (["WT", "Q18", "WT", "WT"], ["a.mrc", "b.mrc", "a.mrc", "c.mrc"])
+    assert metadata.samples == ["WT", "Q18"] and metadata.tomo_names == ["a.mrc", "b.mrc", "c.mrc"]
+    assert metadata.unique_id.tolist() == [[0, 0], [1, 1], [0, 0], [0, 2]]
     assert metadata.split_id.tolist() == [0, 1, 0, 2]
-    assert batch.aux_data == {"voxel_size": [None, 1.5, None, 2.0], "note": [None, None, None, "x"]}
+    assert {k: v for k, v in batch.aux_data.items() if k != "data"} == {
+        "voxel_size": [None, 1.5, None, 2.0],
+        "note": [None, None, None, "x"],
+    }
 
 
 def test_collate_without_split_ids_or_aux_data() -> None:
     batch = collate_tomograms([make_tomogram(split_id=1), make_tomogram(name="u.mrc", split_id=None)])
-    assert batch.metadata.split_id is None and batch.aux_data is None
+    assert batch.metadata.split_id is None and list(batch.aux_data) == ["data"]
     assert batch.min_slices == 3 and batch.num_slices == 3
 
 
@@ -270,7 +280,7 @@ def test_collate_rejects_an_empty_list() -> None:
 @pytest.mark.parametrize("hw", [(6, 5), (4, 7)])
 def test_collate_rejects_different_heights_or_widths(hw: tuple[int, int]) -> None:
     tomograms = [make_tomogram("WT", "a.mrc"), make_tomogram("Q18", "b.mrc", hw=hw)]
-    with pytest.raises(ValueError, match=r"height and width.*WT/a\.mrc.*\(1, 4, 5\).*Q18/b\.mrc.*\(1, "):
+    with pytest.raises(ValueError, match=r"height and width.*WT/a\.mrc.*\(1, 3, 4, 5\).*Q18/b\.mrc.*\(1, 3,"):
         collate_tomograms(tomograms)
 
 
@@ -386,18 +396,25 @@ def test_model_result_removes_the_padding(channel: bool) -> None:
         ["a.mrc", "b.hdf5"],
         [0, 1],
     )
-    assert (result.losses, result.metrics, result.aux_data) == (
-        {"bce": 0.5},
-        {"dice": 0.25},
-        {"voxel_size": [1.5, None]},
-    )
+    assert (result.losses, result.metrics) == ({"bce": 0.5}, {"dice": 0.25})
+    assert result.aux_data["voxel_size"] == [1.5, None]
     for i, n in enumerate([4, 2]):
         assert result.preds[i].dtype == np.float32 and result.preds[i].shape == (n, 4, 5)
         np.testing.assert_array_equal(result.preds[i], preds[i, :n].numpy())
         np.testing.assert_array_equal(result.data[i], batch.tomo_batch[i, :n, 0].numpy())
-        assert result.label[i].dtype == np.uint8
+        assert result.data[i].dtype == np.float32 and result.data[i].shape == (n, 4, 5)
+        assert result.label[i].dtype == np.int8
         np.testing.assert_array_equal(result.label[i], batch.labels[i, :n].numpy())
         assert set(np.unique(result.label[i])) <= {0, 1}
+
+
+def test_model_result_keeps_labels_that_are_not_annotated_and_reads_data_from_the_batch() -> None:
+    batch = make_batch()
+    batch.labels[0, 1] = LABEL_PADDING
+    batch.aux_data = None  # a batch the pipeline made without inputs: the data comes from tomo_batch
+    result = model_result(batch, torch.rand(2, 4, 4, 5))
+    assert (result.label[0][1] == -1).all() and set(np.unique(result.label[0])) == {-1, 0, 1}
+    np.testing.assert_array_equal(result.data[1], batch.tomo_batch[1, :2, 0].numpy())
 
 
 def test_model_result_rejects_predictions_of_another_shape() -> None:
@@ -424,7 +441,7 @@ def test_predictions_are_written_named_after_their_tomograms(tmp_path: Path, fil
                 np.testing.assert_array_equal(file["data"][()], data)
     if file_format == "hdf5":  # a written file is a tomogram in turn
         np.testing.assert_array_equal(
-            TomogramDataset([FileData(paths[1])])[0].data[:, 0].numpy(), result.data[1]
+            TomogramDataset([FileData(paths[1])])[0].data[0].numpy(), result.data[1]
         )
 
 
@@ -492,7 +509,7 @@ def test_close_then_read_again(tmp_path: Path, rng: np.random.Generator) -> None
     dataset = TomogramDataset([FileData(path)], crop=(2, 3))
     dataset[0]
     dataset.close()
-    np.testing.assert_array_equal(dataset.read(0).data[:, 0].numpy(), values)
+    np.testing.assert_array_equal(dataset.read(0).data[0].numpy(), values)
 
 
 def test_dataloader_workers_draw_different_crops(tmp_path: Path, rng: np.random.Generator) -> None:
@@ -501,3 +518,22 @@ def test_dataloader_workers_draw_different_crops(tmp_path: Path, rng: np.random.
     loader = DataLoader(dataset, batch_size=2, num_workers=2, collate_fn=collate_tomograms)
     origins = [tuple(origin) for batch in loader for origin in batch.aux_data["crop_origin"]]
     assert len(origins) == 4 and len(set(origins)) == 4
+
+
+def test_an_input_or_label_volume_that_does_not_cover_the_tomogram(tmp_path: Path) -> None:
+    path = tmp_path / "t.hdf5"
+    with h5py.File(path, "w") as file:
+        file["data"] = np.zeros((4, 32, 32), np.uint8)
+        file["features"] = np.zeros((8, 4, 2, 2), np.float16)
+        file["labels/mito"] = np.zeros((4, 32, 30), np.int8)  # not 16 times the features' width
+        file["labels/other"] = np.zeros((3, 32, 32), np.int8)  # not their depth
+    with pytest.raises(ValueError, match=r"t\.hdf5 has shape \(4, 2, 2\).*label volume.*\(4, 32, 30\)"):
+        TomogramDataset([FileData(path, path)], label="mito", data_key="features")[0]
+    with pytest.raises(ValueError, match=r"label volume.*\(3, 32, 32\)"):
+        TomogramDataset([FileData(path, path)], label="other", data_key="features")[0]
+    with pytest.raises(ValueError, match=r"input volume.*\(3, 32, 32\)"):
+        TomogramDataset([FileData(path)], input_key="labels/other")[0]
+    with pytest.raises(ValueError, match=r"t\.hdf5: holds .*\(8, 4, 2, 2\).*not a volume"):
+        TomogramDataset([FileData(path)], input_key="features")[0]
+    item = TomogramDataset([FileData(path)], data_key="features", input_key="data")[0]
+    assert item.data.shape == (8, 4, 2, 2) and item.aux_data["data"].shape == (4, 32, 32)

@@ -255,11 +255,17 @@ def test_a_saved_tomogram_round_trips_its_strings_and_lists(tmp_path: Path) -> N
     batch = collate_tomograms([tomogram, _tomogram()])
     batch.memmap(tmp_path / "b")
     again = BatchedTomogramData.load(tmp_path / "b")
-    assert list(again.metadata.samples) == ["Wild Type", "Wild Type"]
+    assert again.metadata.samples == ["Wild Type"]
+    assert again.metadata.identifiers == (["Wild Type", "Wild Type"], ["t.mrc", "t.mrc"])
     assert again.aux_data["notes"] == [["a", "b"], ["a", "b"]] and again.min_slices == 1
+    # the inputs collate_tomograms adds are tensors: saved beside, loaded without unpickling
+    assert (tmp_path / "b" / "aux_data_tensors.pt").is_file()
+    assert [tuple(t.shape) for t in again.aux_data["data"]] == [(1, 3, 4), (1, 3, 4)]
+    assert all(torch.equal(t, tomogram.data[0]) for t in again.aux_data["data"])
+    assert all(torch.equal(t, tomogram.data[0]) for t in batch.aux_data["data"])  # the batch is as it was
     state = tmp_path / "state.pt"
     torch.save(batch.state_dict(), state)
-    assert torch.load(state, weights_only=True)["metadata"]["samples"] == ["Wild Type", "Wild Type"]
+    assert torch.load(state, weights_only=True)["metadata"]["samples"] == ["Wild Type"]
 
 
 def test_a_field_that_is_not_json_is_not_saved(tmp_path: Path) -> None:
@@ -345,3 +351,17 @@ def test_links_planted_at_partial_names_do_not_redirect_a_write(
         np.testing.assert_array_equal(file["preds"][()], values)
     links = [p for p in target.parent.iterdir() if p.name.endswith(".partial")]
     assert len(links) == 8 and all(p.is_symlink() and p.resolve() == victim for p in links)
+
+
+def test_the_tensors_of_aux_data_are_loaded_without_unpickling(tmp_path: Path) -> None:
+    batch = collate_tomograms([_tomogram(), _tomogram()])
+    saved = tmp_path / "batch"
+    batch.memmap(saved)
+    marker = tmp_path / "marker"
+    torch.save([_Payload(marker)], saved / "aux_data_tensors.pt")
+    with pytest.raises(ValueError, match=r"aux_data_tensors\.pt: the tensors of aux_data cannot be loaded"):
+        BatchedTomogramData.load_memmap(saved)
+    assert not marker.exists()
+    torch.save({"not": "a list"}, saved / "aux_data_tensors.pt")
+    with pytest.raises(ValueError, match=r"aux_data_tensors\.pt: holds no list of tensors"):
+        BatchedTomogramData.load(saved)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from tensordict import MemoryMappedTensor, TensorDict, is_tensorclass
+from tensordict import MemoryMappedTensor, NonTensorData, TensorDict, is_tensorclass
 
 from cryovit.types import (
     BatchedModelResult,
@@ -41,7 +41,7 @@ def make_tomogram(
         sample=sample,
         tomo_name=name,
         split_id=split_id,
-        data=torch.randn(depth, 1, 5, 6),
+        data=torch.randn(1, depth, 5, 6),
         label=torch.rand(depth, 5, 6) > 0.5,
         aux_data={"voxel_size": 1.5},
         batch_size=[],
@@ -59,7 +59,7 @@ def make_batch(sizes: tuple[int, ...] = (4, 2, 3), channels: bool = True) -> Bat
     names = [f"tomo{i}.hdf" for i in range(len(sizes))]
     return BatchedTomogramData(
         tomo_batch=tomo_batch,
-        tomo_sizes=torch.tensor(sizes),
+        tomo_sizes=torch.tensor(sizes, dtype=torch.int32),
         labels=(torch.rand(len(sizes), depth, 3, 2) > 0.5).float(),
         metadata=BatchedTomogramMetadata.from_names(samples, names, split_id=list(range(len(sizes)))),
         min_slices=2,
@@ -99,9 +99,9 @@ def other_values(obj: Any) -> Any:
     if isinstance(other, TomogramData):
         other.set("sample", "other")
     elif isinstance(other, BatchedTomogramMetadata):
-        other.set("samples", ["other"] * other.batch_size[0])
+        other.set("samples", NonTensorData(["other"]))
     else:
-        other.set(("metadata", "tomo_names"), ["other"] * other.batch_size[0])
+        other.set(("metadata", "tomo_names"), NonTensorData(["other"] * 3))
     assert not same(other, obj)
     return other
 
@@ -188,12 +188,13 @@ def test_tomogram_data_keeps_python_values() -> None:
 @pytest.mark.parametrize(
     ("data", "label", "error"),
     [
-        (torch.zeros(4, 5, 6), torch.zeros(4, 5, 6, dtype=torch.bool), ValueError),
-        (torch.zeros(4, 1, 5, 6, dtype=torch.int16), torch.zeros(4, 5, 6, dtype=torch.bool), ValueError),
-        (torch.zeros(4, 1, 5, 6), torch.zeros(4, 5, 7, dtype=torch.bool), ValueError),
-        (torch.zeros(4, 1, 5, 6), torch.zeros(3, 5, 6, dtype=torch.bool), ValueError),
-        (torch.zeros(4, 1, 5, 6), torch.zeros(1, 4, 5, 6, dtype=torch.bool), ValueError),
-        (np.zeros((4, 1, 5, 6), np.float32), torch.zeros(4, 5, 6, dtype=torch.bool), TypeError),
+        (torch.zeros(5, 6), torch.zeros(4, 5, 6, dtype=torch.bool), ValueError),
+        (torch.zeros(1, 4, 5, 6, dtype=torch.int16), torch.zeros(4, 5, 6, dtype=torch.bool), ValueError),
+        (torch.zeros(1, 4, 5, 6), torch.zeros(4, 5, dtype=torch.bool), ValueError),
+        (torch.zeros(1, 4, 5, 6), torch.zeros(3, 5, 6, dtype=torch.bool), ValueError),
+        (torch.zeros(1, 4, 5, 6), torch.zeros(1, 4, 5, 6, dtype=torch.bool), ValueError),
+        (torch.zeros(4, 1, 5, 6), torch.zeros(4, 5, 6, dtype=torch.bool), ValueError),
+        ("not an array", torch.zeros(4, 5, 6, dtype=torch.bool), TypeError),
     ],
 )
 def test_tomogram_data_validation_names_the_tomogram(data: Any, label: Any, error: type[Exception]) -> None:
@@ -201,6 +202,26 @@ def test_tomogram_data_validation_names_the_tomogram(data: Any, label: Any, erro
         TomogramData(
             sample="WT", tomo_name="bad_tomo.hdf", split_id=None, data=data, label=label, batch_size=[]
         )
+
+
+@pytest.mark.parametrize(
+    ("data", "label"),
+    [
+        (np.ones((1, 4, 5, 6), np.float32), np.full((4, 5, 6), -1, np.int8)),
+        (np.ones((4, 5, 6), np.float32), np.zeros((4, 5, 6), np.float32)),
+        (np.ones((1536, 4, 2, 3), np.float16), np.zeros((4, 32, 48), np.float32)),
+        (torch.ones(2, 4, 5, 6, dtype=torch.float64), torch.zeros(4, 5, 6, dtype=torch.bool)),
+    ],
+)
+def test_tomogram_data_takes_the_layouts_of_the_pipeline(data: Any, label: Any) -> None:
+    """Channel-first data, features coarser than their label, numpy arrays cast without a copy."""
+    tomo = TomogramData(sample="WT", tomo_name="t.hdf", split_id=None, data=data, label=label, batch_size=[])
+    assert isinstance(tomo.data, torch.Tensor) and isinstance(tomo.label, torch.Tensor)
+    assert tuple(tomo.data.shape) == data.shape and tuple(tomo.label.shape) == label.shape
+    assert tomo.data.dtype == torch.as_tensor(data).dtype and tomo.label.dtype == torch.as_tensor(label).dtype
+    if isinstance(data, np.ndarray):
+        assert np.shares_memory(tomo.data.numpy(), data) and np.shares_memory(tomo.label.numpy(), label)
+    assert torch.equal(tomo.label, torch.as_tensor(label))  # -1 stays -1
 
 
 def test_stacked_tomograms_unbind_and_reload(tmp_path: Path) -> None:
@@ -216,22 +237,58 @@ def test_stacked_tomograms_unbind_and_reload(tmp_path: Path) -> None:
 def test_metadata_from_names_unique_id_and_identifiers() -> None:
     samples, names = ["WT", "Q18", "WT", "WT"], ["a", "b", "c", "a"]
     meta = BatchedTomogramMetadata.from_names(samples, names, split_id=[1, 2, 3, 4])
-    assert meta.batch_size == (4,)
+    assert meta.batch_size == ()  # as the pipeline makes it
+    assert meta.samples == ["WT", "Q18"] and meta.tomo_names == ["a", "b", "c"]  # distinct, first seen
+    assert type(meta.samples) is list and type(meta.tomo_names) is list
     assert meta.unique_id.dtype == torch.long
     assert meta.unique_id.tolist() == [[0, 0], [1, 1], [0, 2], [0, 0]]
-    assert meta.identifiers == list(zip(samples, names))
+    assert meta.identifiers == (samples, names)
     resolved = [(meta.samples[j], meta.tomo_names[k]) for j, k in meta.unique_id.tolist()]
-    assert resolved == meta.identifiers
+    assert resolved == list(zip(*meta.identifiers))
     assert meta.split_id.tolist() == [1, 2, 3, 4]
     assert meta.from_names(["WT"], ["a"]).split_id is None
 
 
-def test_metadata_unbind_and_index_keep_identifiers() -> None:
-    meta = BatchedTomogramMetadata.from_names(["WT", "Q18", "AD"], ["a", "b", "c"], split_id=[0, 1, 2])
-    items = meta.unbind(0)
-    assert [item.identifiers for item in items] == [[("WT", "a")], [("Q18", "b")], [("AD", "c")]]
-    assert items[2].samples == "AD" and int(items[2].split_id) == 2
-    assert meta[1:].identifiers == [("Q18", "b"), ("AD", "c")]
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_identifiers_unpack_into_samples_and_names(count: int) -> None:
+    """``samples, tomo_names = identifiers`` for any number of tomograms, in the batch's order."""
+    samples, names = ["WT", "Q18", "WT"][:count], ["a", "b", "c"][:count]
+    batch = make_batch((4, 2, 3)[:count])
+    batch.metadata = BatchedTomogramMetadata.from_names(samples, names)
+    got_samples, got_names = batch.metadata.identifiers
+    assert (got_samples, got_names) == (samples, names)
+
+
+def test_metadata_built_as_the_pipeline_builds_it() -> None:
+    """Distinct values, ``unique_id`` into them, ``batch_size=[]``, put in a batch of ``[B]``."""
+    meta = BatchedTomogramMetadata(
+        samples=["WT", "AD"],
+        tomo_names=["a", "b"],
+        unique_id=torch.tensor([[0, 0], [1, 1], [0, 1]]),
+        split_id=[torch.tensor(0, dtype=torch.int32), torch.tensor(1, dtype=torch.int32), 2],
+        batch_size=[],
+    )
+    assert meta.identifiers == (["WT", "AD", "WT"], ["a", "b", "b"])
+    batch = make_batch()
+    batch.metadata = meta
+    assert batch.metadata.identifiers == (["WT", "AD", "WT"], ["a", "b", "b"])
+    assert batch.metadata.split_id.tolist() == [0, 1, 2]
+
+
+def test_metadata_of_an_indexed_batch_names_its_tomograms() -> None:
+    batch = make_batch()
+    batch.metadata = BatchedTomogramMetadata.from_names(
+        ["WT", "Q18", "AD"], ["a", "b", "c"], split_id=[0, 1, 2]
+    )
+    items = batch.unbind(0)
+    assert [item.metadata.identifiers for item in items] == [
+        (["WT"], ["a"]),
+        (["Q18"], ["b"]),
+        (["AD"], ["c"]),
+    ]
+    assert int(items[2].metadata.split_id) == 2
+    assert batch[1:].metadata.identifiers == (["Q18", "AD"], ["b", "c"])
+    assert batch[torch.tensor([2, 0])].metadata.identifiers == (["AD", "WT"], ["c", "a"])
 
 
 def test_metadata_validation() -> None:
@@ -247,15 +304,16 @@ def test_metadata_validation() -> None:
 def test_batch_properties_and_flat_indexing(channels: bool) -> None:
     sizes = (4, 2, 3)
     batch = make_batch(sizes, channels)
+    assert batch.tomo_sizes.dtype == torch.int32
     assert batch.num_tomos == 3 and batch.num_slices == 4
     flat = batch.flat_tomo_batch
-    expected = torch.cat([batch.tomo_batch[i, :n] for i, n in enumerate(sizes)])
-    assert flat.shape == (sum(sizes), *batch.tomo_batch.shape[2:])
-    assert torch.equal(flat, expected)
+    assert flat.shape == (3 * 4, *batch.tomo_batch.shape[2:])  # padding included, as the spec says
+    assert torch.equal(flat.view(batch.tomo_batch.shape), batch.tomo_batch)
     for i in range(batch.num_slices):
         index = batch.index_to_flat_batch(i)
         assert index.dtype == torch.long
         assert len(index) == sum(n > i for n in sizes)
+        assert index.tolist() == [b * 4 + i for b, n in enumerate(sizes) if n > i]
         assert torch.equal(flat[index], batch.tomo_batch[batch.tomo_sizes > i, i])
     for bad in (batch.num_slices, -1):
         with pytest.raises(IndexError):
@@ -270,7 +328,8 @@ def test_batch_keeps_python_values_and_unbinds_per_tomogram() -> None:
     assert len(items) == 3
     for i, item in enumerate(items):
         assert isinstance(item, BatchedTomogramData)
-        assert item.metadata.identifiers == [batch.metadata.identifiers[i]]
+        samples, names = batch.metadata.identifiers
+        assert item.metadata.identifiers == ([samples[i]], [names[i]])
         assert torch.equal(item.tomo_batch, batch.tomo_batch[i])
         assert int(item.tomo_sizes) == int(batch.tomo_sizes[i]) and item.min_slices == 2
 
@@ -348,7 +407,7 @@ def test_state_dict_round_trip(obj: Any, flatten: bool) -> None:
         assert list(state) == [f.name for f in dataclasses.fields(obj)]
     if isinstance(obj, BatchedTomogramData):
         samples = state["metadata.samples"] if flatten else state["metadata"]["samples"]
-        assert samples == ["WT", "Q18", "WT"] and type(samples) is list
+        assert samples == ["WT", "Q18"] and type(samples) is list
     target = other_values(obj)
     assert target.load_state_dict(state) is target
     assert_same(target, obj)
@@ -391,21 +450,45 @@ def test_fields_device_and_pickle(obj: Any) -> None:
 
 
 def test_pin_memory_returns_an_equal_copy(obj: Any) -> None:
-    pinned = obj.pin_memory()
-    assert isinstance(pinned, type(obj)) and pinned is not obj
-    assert_same(pinned, obj)
+    for pinned in (obj.pin_memory(), obj.pin_memory(device=None), obj.pin_memory("cpu")):
+        assert isinstance(pinned, type(obj)) and pinned is not obj
+        assert_same(pinned, obj)
+
+
+def test_min_slices_is_an_int_or_a_0d_tensor() -> None:
+    batch = make_batch()
+    for value in (2, torch.tensor(2), torch.tensor(2, dtype=torch.int32)):
+        made = BatchedTomogramData(
+            batch.tomo_batch,
+            batch.tomo_sizes,
+            batch.labels,
+            batch.metadata,
+            value,
+            batch.aux_data,
+            batch_size=[3],
+        )
+        assert made.min_slices == 2 and type(made.min_slices) is int
+        keyword = BatchedTomogramData(
+            tomo_batch=batch.tomo_batch,
+            tomo_sizes=batch.tomo_sizes,
+            labels=batch.labels,
+            metadata=batch.metadata,
+            min_slices=value,
+            batch_size=[3],
+        )
+        assert keyword.min_slices == 2
 
 
 def test_get_and_set_nested_keys() -> None:
     batch = make_batch()
     assert torch.equal(batch.get(("metadata", "unique_id")), batch.metadata.unique_id)
-    assert batch.get(("metadata", "samples")) == ["WT", "Q18", "WT"]
+    assert batch.get(("metadata", "samples")) == ["WT", "Q18"]
     assert batch.get("min_slices") == 2
-    new_id = torch.arange(6).reshape(3, 2)
+    new_id = torch.tensor([[1, 2], [0, 1], [1, 0]])
     assert batch.set(("metadata", "unique_id"), new_id) is batch
     assert torch.equal(batch.metadata.unique_id, new_id)
-    batch.set(("metadata", "samples"), ["AD", "AD", "Aged"])
-    assert batch.metadata.identifiers[2] == ("Aged", "tomo2.hdf")
+    batch.set(("metadata", "samples"), NonTensorData(["AD", "Aged"]))
+    assert batch.metadata.identifiers == (["Aged", "AD", "Aged"], ["tomo2.hdf", "tomo1.hdf", "tomo0.hdf"])
     batch.set("min_slices", 5)
     assert batch.min_slices == 5
 
