@@ -11,9 +11,10 @@ Saving and loading never unpickle, since a saved folder may come from someone el
 their code. ``memmap``, ``save`` and the like save every non-tensor field as JSON (in tensordict's
 ``meta.json``) and refuse a field that is not JSON (a numpy scalar, a ``Path``), which tensordict
 would pickle; ``load``, ``load_memmap``, ``load_memmap_`` and ``load_`` refuse a folder holding a
-pickle and load with tensordict's ``allow_pickle=False``. A state dict is saved with ``torch.save``
-and loaded with ``torch.load(path, weights_only=True)``, which reads tensors and plain Python values
-without running code.
+pickle and load with tensordict's ``allow_pickle=False``; the tensors of ``aux_data`` are saved
+beside, in the safetensors layout (``AUX_TENSORS``). Load a state dict with
+``torch.load(path, weights_only=True)``, which reads tensors and plain Python values without running
+code.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import enum
 import functools
 import json
 import os
-import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +34,7 @@ import numpy.typing as npt
 import torch
 from tensordict import NonTensorData, is_tensor_collection, tensorclass
 
-from vitrio._fs import new_file
+from vitrio.formats import new_file
 
 __all__ = [
     "Sample",
@@ -556,8 +556,77 @@ def _refuse_pickles(prefix: str | Path) -> None:
                 )
 
 
-AUX_TENSORS = "aux_data_tensors.pt"
-"""The file of a saved folder holding the tensors of ``aux_data`` (loaded with ``weights_only=True``)."""
+AUX_TENSORS = "aux_data_tensors.safetensors"
+"""The file of a saved folder holding the tensors of ``aux_data``, in the safetensors layout: an
+8-byte little-endian header length, a JSON header naming each tensor's type, shape and byte range,
+then the raw bytes. Nothing in it can run code."""
+
+_SAFE_TYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+_TORCH_TYPES = {code: dtype for dtype, code in _SAFE_TYPES.items()}
+
+
+def _tensor_bytes(tensors: Sequence[torch.Tensor]) -> bytes:
+    """``tensors`` in the safetensors layout, named "0", "1", ..."""
+    header: dict[str, Any] = {}
+    blobs: list[bytes] = []
+    offset = 0
+    for i, tensor in enumerate(tensors):
+        if tensor.dtype not in _SAFE_TYPES:
+            raise ValueError(f"aux_data holds a tensor of {tensor.dtype}, which cannot be saved")
+        blob = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        header[str(i)] = {
+            "dtype": _SAFE_TYPES[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + len(blob)],
+        }
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(blobs)
+
+
+def _read_tensors(path: Path) -> list[torch.Tensor]:
+    """The tensors a file of ``_tensor_bytes`` holds.
+
+    Raises:
+        ValueError: If the file is not of that layout, naming it.
+    """
+    content = path.read_bytes()
+    try:
+        length = int.from_bytes(content[:8], "little")
+        if len(content) < 8 or length > len(content) - 8:
+            raise ValueError("its header is longer than the file")
+        header = json.loads(content[8 : 8 + length])
+        data = memoryview(content)[8 + length :]
+        tensors = []
+        for i in range(len(header)):
+            entry = header[str(i)]
+            dtype = _TORCH_TYPES[entry["dtype"]]
+            shape = [int(n) for n in entry["shape"]]
+            begin, end = (int(n) for n in entry["data_offsets"])
+            count = int(np.prod(shape, dtype=np.int64))
+            if min(shape, default=0) < 0 or not 0 <= begin <= end <= len(data):
+                raise ValueError(f"tensor {i} lies outside the file")
+            if end - begin != count * torch.empty((), dtype=dtype).element_size():
+                raise ValueError(f"tensor {i} does not fill its bytes")
+            raw = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.uint8) if end > begin else None
+            tensors.append(torch.empty(shape, dtype=dtype) if raw is None else raw.view(dtype).reshape(shape))
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: the tensors of aux_data cannot be loaded: {error}") from error
+    return tensors
+
 
 _MARK = "__cryovit_aux_tensor__"
 
@@ -630,7 +699,7 @@ def _saving(method: Any) -> Any:
                 _set_aux(self, aux)
         if marked is not aux:
             with new_file(Path(prefix) / AUX_TENSORS) as partial, partial.file() as stream:
-                torch.save(tensors, stream)
+                stream.write(_tensor_bytes(tensors))
             if result is not self and dataclasses.is_dataclass(result):
                 _set_aux(result, aux)
         return result
@@ -643,12 +712,7 @@ def _restore_aux(obj: Any, prefix: str | Path) -> Any:
     aux = getattr(obj, "aux_data", None)
     if _holds_marks(aux):
         path = Path(prefix) / AUX_TENSORS
-        try:
-            tensors = torch.load(path, weights_only=True)
-        except (OSError, RuntimeError, ValueError, pickle.UnpicklingError) as error:
-            raise ValueError(f"{path}: the tensors of aux_data cannot be loaded: {error}") from error
-        if not isinstance(tensors, list) or not all(isinstance(t, torch.Tensor) for t in tensors):
-            raise ValueError(f"{path}: holds no list of tensors")
+        tensors = _read_tensors(path)
         try:
             _set_aux(obj, _join_aux(aux, tensors))
         except IndexError as error:

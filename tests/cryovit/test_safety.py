@@ -259,7 +259,7 @@ def test_a_saved_tomogram_round_trips_its_strings_and_lists(tmp_path: Path) -> N
     assert again.metadata.identifiers == (["Wild Type", "Wild Type"], ["t.mrc", "t.mrc"])
     assert again.aux_data["notes"] == [["a", "b"], ["a", "b"]] and again.min_slices == 1
     # the inputs collate_tomograms adds are tensors: saved beside, loaded without unpickling
-    assert (tmp_path / "b" / "aux_data_tensors.pt").is_file()
+    assert (tmp_path / "b" / "aux_data_tensors.safetensors").is_file()
     assert [tuple(t.shape) for t in again.aux_data["data"]] == [(1, 3, 4), (1, 3, 4)]
     assert all(torch.equal(t, tomogram.data[0]) for t in again.aux_data["data"])
     assert all(torch.equal(t, tomogram.data[0]) for t in batch.aux_data["data"])  # the batch is as it was
@@ -357,11 +357,16 @@ def test_the_tensors_of_aux_data_are_loaded_without_unpickling(tmp_path: Path) -
     batch = collate_tomograms([_tomogram(), _tomogram()])
     saved = tmp_path / "batch"
     batch.memmap(saved)
+    stored = saved / "aux_data_tensors.safetensors"
+    header_length = int.from_bytes(stored.read_bytes()[:8], "little")
+    header = json.loads(stored.read_bytes()[8 : 8 + header_length])
+    assert header["0"]["dtype"] == "F32" and header["0"]["shape"] == [1, 3, 4]
     marker = tmp_path / "marker"
-    torch.save([_Payload(marker)], saved / "aux_data_tensors.pt")
-    with pytest.raises(ValueError, match=r"aux_data_tensors\.pt: the tensors of aux_data cannot be loaded"):
+    torch.save([_Payload(marker)], stored)  # a pickle in its place is not a header: refused, never run
+    with pytest.raises(ValueError, match=r"aux_data_tensors\.safetensors: the tensors of aux_data cannot"):
         BatchedTomogramData.load_memmap(saved)
     assert not marker.exists()
-    torch.save({"not": "a list"}, saved / "aux_data_tensors.pt")
-    with pytest.raises(ValueError, match=r"aux_data_tensors\.pt: holds no list of tensors"):
+    lying = json.dumps({"0": {"dtype": "F32", "shape": [1000, 1000], "data_offsets": [0, 4_000_000]}})
+    stored.write_bytes(len(lying).to_bytes(8, "little") + lying.encode() + bytes(16))
+    with pytest.raises(ValueError, match="lies outside the file"):
         BatchedTomogramData.load(saved)
