@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import matplotlib  # noqa: F401 (it draws at the end: missing, the command stops before any work)
 import numpy as np
 import pandas as pd
 import torch
