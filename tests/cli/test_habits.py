@@ -16,6 +16,9 @@ import numpy as np
 import pytest
 import tifffile
 
+import vitrio as vio
+from vitrio.data import particle_locations, read_particles
+
 from .helpers import assert_fails, leftovers
 
 SOURCES = Path(__file__).resolve().parents[2] / "src"
@@ -229,4 +232,54 @@ def test_values_a_type_cannot_hold_stop_the_conversion_unless_scaled_or_clipped(
     )
     assert_fails(
         vitrio("convert", path, tmp_path / "g.mrc", "--data-type", "float16", "--scale"), "--scale", "integer"
+    )
+
+
+def test_a_voxel_size_that_is_not_carried_over_is_said(vitrio, tmp_path: Path):
+    with mrcfile.new(tmp_path / "map.mrc") as mrc:
+        mrc.set_data(np.zeros((4, 6, 8), np.float32))
+        mrc.voxel_size = 1.06
+    result = vitrio("convert", tmp_path / "map.mrc", tmp_path / "map.tif")
+    assert result.status == 0
+    assert result.err.strip() == (
+        f"vitrio: warning: {tmp_path / 'map.tif'}: the voxel size of {tmp_path / 'map.mrc'}, "
+        "1.06 x 1.06 x 1.06 Å, is not written into it"
+    )
+
+
+# ---------------------------------------------------------------- extract: paths as RELION means them
+
+
+def test_extract_finds_micrographs_as_relion_names_them_and_keeps_the_pixel_size(
+    vitrio, picked, tmp_path: Path, monkeypatch
+):
+    # the micrographs STAR file sits in its job's folder, its paths relative to the project two folders up
+    job = tmp_path / "CtfFind" / "job003"
+    job.mkdir(parents=True)
+    star = picked.micrographs.rename(job / "micrographs_ctf.star")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    output = tmp_path / "Extract" / "job004" / "particles.star"
+    arguments = ["--micrographs", star, "--coordinates", picked.coordinates, "--box-size", 16, "-o", output]
+    assert vitrio("extract", *arguments, "--root", tmp_path).status == 0
+    particles = read_particles(output)
+    assert particles["rlnImageName"][0].split("@")[1].startswith("Extract/job004/")  # relative to --root
+    assert particles["rlnImagePixelSize"].tolist() == [1.5] * len(picked.picks)
+    images = np.empty((len(particles), 16, 16), np.float32)
+    vio.read_batch_async(vio.loader(), images, particle_locations(particles, output)).get()
+    first = picked.picks.iloc[0]
+    y, x = round(first["rlnCoordinateY"]), round(first["rlnCoordinateX"])
+    assert images[0][8, 8] == picked.images[first["rlnMicrographName"]][y, x]
+    # without --root, the micrographs are found two folders above the STAR file all the same
+    assert vitrio("extract", *arguments, "--force").status == 0
+    # a data directory holding the micrographs by their bare names, as cryoDRGN's --datadir
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for name in picked.images:
+        (flat / Path(name).name).write_bytes((tmp_path / name).read_bytes())
+    (tmp_path / "Micrographs" / "a.mrc").unlink()
+    assert vitrio("extract", *arguments, "--force", "--root", flat).status == 0
+    result = vitrio("extract", *arguments, "--force")
+    assert_fails(
+        result, star, "'Micrographs/a.mrc' is not at", tmp_path / "Micrographs/a.mrc", "as root (--root)"
     )

@@ -235,7 +235,7 @@ def test_a_missing_file_names_every_path_tried(tmp_path: Path):
     with pytest.raises(FileNotFoundError) as raised:
         particle_locations(table, star)
     message = str(raised.value)
-    assert str(star) in message and "give root=" in message
+    assert str(star) in message and "as root (--root)" in message
     for folder in (star.parent, star.parent.parent, tmp_path):
         assert str(folder / "Extract/x.mrcs") in message
     with pytest.raises(
@@ -271,3 +271,17 @@ def test_a_stack_list_and_every_image_of_its_stacks(tmp_path: Path):
     listing.write_text("job007/Movies/c.mrcs\n")
     with pytest.raises(FileNotFoundError, match="stacks.txt: 'job007/Movies/c.mrcs' is not at"):
         read_stack_list(listing)
+
+
+def test_a_relion_location_given_as_a_key_points_to_the_parsers(tmp_path: Path, monkeypatch):
+    _stacks(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    text = "000002@Extract/job007/Movies/a.mrcs"
+    with pytest.raises(ValueError, match=r"ImageLocation.from_string\(text\), or parse_locations"):
+        vio.read(text)
+    with pytest.raises(ValueError, match="a key is a file's path"):
+        vio.query_descriptor(text)
+    assert vio.read(vio.ImageLocation.from_string(text)).shape == (16, 16)
+    # a file that is named so is read as it is
+    vio.write_single(np.ones((4, 4), np.float32), tmp_path / "1@odd.mrc")
+    assert vio.read("1@odd.mrc").sum() == 16

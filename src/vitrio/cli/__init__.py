@@ -118,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
         "a RELION STAR file of them (data_optics and data_particles). The coordinates STAR file lists "
         "rlnMicrographName, rlnCoordinateX (the column) and rlnCoordinateY (the row) of each particle; a "
         "particle's centre lands at box // 2 of its box, and what lies outside the micrograph is zero. "
-        "Relative paths in the STAR files are relative to --root, as RELION has them relative to its "
-        "project directory.",
+        "Relative paths in the STAR files are found as docs/paths-and-types.md says: beside the STAR file "
+        "or in the project folders above it, or under --root.",
     )
     extract.add_argument("--micrographs", type=Path, required=True, help="the micrographs STAR file")
     extract.add_argument("--coordinates", type=Path, required=True, help="the coordinates STAR file")
@@ -129,7 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--stack-dir", type=Path, help="where the stacks go (default: the directory of the output)"
     )
     extract.add_argument(
-        "--root", type=Path, default=Path(), help="what relative paths are relative to (default: .)"
+        "--root",
+        type=Path,
+        help="the project or data directory: micrographs are looked for under it as written, then by "
+        "their bare names, and the particles are named relative to it (default: micrographs beside the "
+        "micrographs STAR file or in the two folders above it; names relative to the working directory)",
     )
     extract.add_argument(
         "--pixel-size",

@@ -5,13 +5,15 @@ the output's format stores as it is (MRC has no uint8, int32 or float64), and
 values that the type cannot hold (beyond its range, or fractions for an
 integer type, or not finite) stop it, naming the file and their range,
 unless the user asks for them to be scaled onto the type's range
-(`--scale`) or rounded and clipped into it (`--clip`).
+(`--scale`) or rounded and clipped into it (`--clip`). The writers take no
+voxel size yet: when the input has one, a warning says it is not carried over.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import warnings
 from collections import deque
 from pathlib import Path
 
@@ -176,12 +178,20 @@ def copy_images(
     Returns:
         What the written file holds.
 
+    Warns:
+        UserWarning: If `source` has a voxel size other than 1 Å, which the
+            written file does not keep.
+
     Raises:
         CliError: If `output` exists and `force` is false, or is `source`;
             if the format of `output` does not store the type as it is, or a
             value cannot be held by it and `mode` is None.
     """
-    descriptor = loader.readers.query_descriptor(str(source))
+    reader = loader.readers.acquire(str(source))
+    try:
+        descriptor, voxel_size = reader.descriptor, reader.voxel_size
+    finally:
+        loader.readers.release(reader)
     check_output(output, force)
     if output.exists() and output.resolve() == source.resolve():
         raise CliError(f"{output}: is the input file; write to another path")
@@ -231,6 +241,11 @@ def copy_images(
         finally:
             for _, completion in pending:
                 completion.wait()
+    if voxel_size is not None and any(size != 1.0 for size in voxel_size):
+        sizes = " x ".join(f"{size:.4g}" for size in voxel_size)
+        warnings.warn(
+            f"{output}: the voxel size of {source}, {sizes} Å, is not written into it", stacklevel=2
+        )
     return written
 
 

@@ -75,7 +75,11 @@ class PathResolver:
             tried = self.candidates(written)
             found = next((p for p in tried if os.path.exists(p)), None)
             if found is None:
-                hint = "; give root=, the folder the paths are relative to" if self._root is None else ""
+                hint = (
+                    "; name the folder the paths are relative to as root (--root)"
+                    if self._root is None
+                    else ""
+                )
                 raise FileNotFoundError(
                     f"{self._metadata}: {os.fsdecode(written)!r} is not at {' nor '.join(tried)}{hint}"
                 )
