@@ -129,8 +129,13 @@ def as_key(key: Any) -> str:
 
     Raises:
         TypeError: If `key` is neither.
+        ValueError: If `key` is written "index@path", as RELION writes an
+            image of a stack, and no file has that name.
     """
     if isinstance(key, str):
+        if re.match(r"\s*\d+@", key) and not os.path.exists(key):
+            hint = "for an image of a stack, pass ImageLocation.from_string(text), or parse_locations(texts)"
+            raise ValueError(f"{key!r}: a key is a file's path, and there is no such file; {hint}")
         return key
     if isinstance(key, os.PathLike):
         path = os.fspath(key)

@@ -40,7 +40,7 @@ from ._functions import loader, query_descriptor, saver, writer_provider
 from ._loading import read_patches_indexed_async
 from ._saving import write_batch_async
 from ._types import ImageDescriptor, ImageLocation
-from .data import particle_optics, read_star, star_table, write_star
+from .data import PathResolver, particle_optics, read_star, star_table, write_star
 from .formats import FormatWarning, open_reader
 
 if TYPE_CHECKING:
@@ -139,7 +139,12 @@ class _Picks:
 
 
 def _match(
-    micrographs: Path, mics: pd.DataFrame, coordinates: Path, picks: pd.DataFrame, root: Path, box: int
+    micrographs: Path,
+    mics: pd.DataFrame,
+    coordinates: Path,
+    picks: pd.DataFrame,
+    root: Path | None,
+    box: int,
 ) -> _Picks:
     """Match each pick with its micrograph, and check that every box has its centre on its micrograph.
 
@@ -155,7 +160,8 @@ def _match(
         raise ValueError(f"{coordinates}: micrograph {name} of particle {row + 1} is not in {micrographs}")
     used, images = np.unique(rows, return_inverse=True)
     names = mics["rlnMicrographName"].astype(str).to_numpy()[used]
-    paths = [root / name for name in names]
+    resolve = PathResolver(micrographs, root)
+    paths = [Path(resolve(name)) for name in names]
     extents = np.empty((len(paths), 2), dtype=np.int64)
     for i, path in enumerate(paths):
         descriptor = query_descriptor(path)
@@ -267,7 +273,7 @@ def extract_particles(
     output: str | os.PathLike[str],
     *,
     stack_dir: str | os.PathLike[str] | None = None,
-    root: str | os.PathLike[str] = ".",
+    root: str | os.PathLike[str] | None = None,
     pixel_size: float | None = None,
     data_type: np.dtype | str = "float32",
     threads: int | None = None,
@@ -280,7 +286,7 @@ def extract_particles(
         micrographs: A STAR file listing rlnMicrographName (and, as RELION
             writes it, data_optics with rlnMicrographPixelSize, and the CTF of
             each micrograph, which the particles inherit), relative paths
-            relative to `root`.
+            found as `root` says.
         coordinates: A STAR file listing rlnMicrographName, rlnCoordinateX
             (the column) and rlnCoordinateY (the row) of each particle; its
             other columns are carried over.
@@ -292,7 +298,11 @@ def extract_particles(
         stack_dir: Where the stacks go, one per micrograph with picks, named
             after it. Defaults to the directory of `output`. Folders are made
             as needed.
-        root: What relative paths of the STAR files are relative to.
+        root: The project or data directory the micrographs' relative paths
+            are under (docs/paths-and-types.md), and what the written
+            rlnImageName are relative to. Defaults to finding the micrographs
+            beside the micrographs STAR file or in the two folders above it,
+            and to names relative to the working directory.
         pixel_size: The pixel size in Å, when `micrographs` has no data_optics.
             Defaults to the one the first micrograph's header gives.
         data_type: The type of the stacks.
@@ -314,7 +324,8 @@ def extract_particles(
         FileNotFoundError, FormatError: If a STAR file or a micrograph is
             missing, or a micrograph is malformed.
     """
-    micrographs, coordinates, output, root = Path(micrographs), Path(coordinates), Path(output), Path(root)
+    micrographs, coordinates, output = Path(micrographs), Path(coordinates), Path(output)
+    root = None if root is None else Path(root)
     blocks = read_star(micrographs)
     mics = star_table(micrographs, blocks, ["rlnMicrographName"], prefer="micrographs")
     picks = star_table(coordinates, read_star(coordinates), COORDINATES, prefer="particles")
@@ -338,7 +349,7 @@ def extract_particles(
             table[column] = mics[column].to_numpy()[found.rows]
     if "rlnOpticsGroup" not in table.columns:
         table["rlnOpticsGroup"] = 1
-    names = [_star_path(stack, root) for stack in stacks]
+    names = [_star_path(stack, Path() if root is None else root) for stack in stacks]
     indices, images = found.in_stack.tolist(), found.images.tolist()
     table["rlnImageName"] = [f"{k + 1:06d}@{names[i]}" for k, i in zip(indices, images)]
     first = ["rlnImageName", *COORDINATES, "rlnOpticsGroup"]

@@ -33,7 +33,7 @@ FLOORS = (
     ("vitrio._loading", "vitrio._saving"),
     ("vitrio._functions",),
     ("vitrio.data", "vitrio.extract"),
-    ("vitrio.testing", "vitrio.bench", "vitrio.cli", "vitrio"),
+    ("vitrio.testing", "vitrio.bench", "vitrio.cli", "vitrio.__main__", "vitrio"),
     ("cryovit",),
 )
 """The floors, bottom up: a module may import modules of its own floor and of those below."""

@@ -89,7 +89,9 @@ def test_text(vitrio, mrc_stack: Path):
 
 
 def test_bad_files(vitrio, mrc_stack: Path, tmp_path: Path):
-    assert_fails(vitrio("info", mrc_stack, tmp_path / "gone.mrc"), "gone.mrc", "no such file")
+    result = vitrio("info", mrc_stack, tmp_path / "gone.mrc")
+    assert_fails(result, "gone.mrc", "no such file")
+    assert result.out.startswith(str(mrc_stack))  # the readable file is described all the same
     (tmp_path / "short.mrc").write_bytes(b"MRC" * 10)
     assert_fails(vitrio("info", tmp_path / "short.mrc"), "short.mrc")
     assert_fails(vitrio("info", tmp_path), str(tmp_path), "directory")

@@ -1,14 +1,14 @@
 """The `vitrio` command: look at image files, convert them, extract particles, and see what vitrio does.
 
     vitrio info FILE... [--json]
-    vitrio convert IN OUT [--data-type T]
+    vitrio convert IN OUT [--data-type T [--scale | --clip]]
     vitrio extract --micrographs M.star --coordinates C.star --box-size N -o particles.star
     vitrio fractionate movie.eer --fractions N [--binning B] [--gain gain.mrc] -o movie.mrc
     vitrio bench [--quick]
     vitrio demo [--out DIR]
 
 Each subcommand lives in a module of its own (`_info`, `_convert`, ...) with
-a `run(args)` function, imported only when it runs, so that `vitrio info`
+a `run(args)` function (which may return the exit status), imported only when it runs, so that `vitrio info`
 does not pay for importing PyTorch. A mistake of the user's (a missing
 file, a file of no known format, a STAR file without the columns needed, an
 output that exists) ends the command with a one-line message that names
@@ -29,14 +29,21 @@ from pathlib import Path
 import numpy as np
 
 import vitrio as vio
+from vitrio.formats._registry import load_plugin_formats
 
 from ._common import CliError
 
 __all__ = ["main", "build_parser"]
 
 # What a user's mistake raises: vitrio's errors name the file (FormatError is a ValueError); a command
-# whose optional dependency (torch, matplotlib, mrcfile) is not installed names the module.
+# whose optional dependency is not installed names the module and the extra that installs it.
 _USER_ERRORS = (CliError, OSError, ValueError, IndexError, ModuleNotFoundError)
+# The extra that installs what each command needs beyond the core, for those that need more.
+_EXTRAS = {"extract": "cli", "demo": "cli,torch", "bench": "bench"}
+# The optional dependencies the commands import; a missing module of another name is a bug.
+_OPTIONAL = ("tqdm", "pandas", "starfile", "matplotlib", "torch", "mrcfile", "h5py")
+# The commands that read files of any format, which load the formats of plug-ins first.
+_READING = ("info", "convert")
 
 
 def _data_type(text: str) -> np.dtype:
@@ -90,6 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("input", type=Path, metavar="IN", help="the file to read")
     convert.add_argument("output", type=Path, metavar="OUT", help="the file to write")
     convert.add_argument("--data-type", type=_data_type, help="the type to write (default: the input's)")
+    values = convert.add_mutually_exclusive_group()
+    values.add_argument(
+        "--scale",
+        action="store_true",
+        help="map the input's range of values onto the whole range of the integer --data-type",
+    )
+    values.add_argument(
+        "--clip",
+        action="store_true",
+        help="round and clip values into the range of --data-type (without it, values it cannot hold "
+        "stop the conversion)",
+    )
     _add_force(convert)
 
     extract = commands.add_parser(
@@ -99,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
         "a RELION STAR file of them (data_optics and data_particles). The coordinates STAR file lists "
         "rlnMicrographName, rlnCoordinateX (the column) and rlnCoordinateY (the row) of each particle; a "
         "particle's centre lands at box // 2 of its box, and what lies outside the micrograph is zero. "
-        "Relative paths in the STAR files are relative to --root, as RELION has them relative to its "
-        "project directory.",
+        "Relative paths in the STAR files are found as docs/paths-and-types.md says: beside the STAR file "
+        "or in the project folders above it, or under --root.",
     )
     extract.add_argument("--micrographs", type=Path, required=True, help="the micrographs STAR file")
     extract.add_argument("--coordinates", type=Path, required=True, help="the coordinates STAR file")
@@ -110,7 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--stack-dir", type=Path, help="where the stacks go (default: the directory of the output)"
     )
     extract.add_argument(
-        "--root", type=Path, default=Path(), help="what relative paths are relative to (default: .)"
+        "--root",
+        type=Path,
+        help="the project or data directory: micrographs are looked for under it as written, then by "
+        "their bare names, and the particles are named relative to it (default: micrographs beside the "
+        "micrographs STAR file or in the two folders above it; names relative to the working directory)",
     )
     extract.add_argument(
         "--pixel-size",
@@ -206,11 +229,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
-            importlib.import_module(f"{__name__}._{args.command}").run(args)
+            if args.command in _READING:
+                load_plugin_formats()
+            status = importlib.import_module(f"{__name__}._{args.command}").run(args)
+    except ModuleNotFoundError as error:
+        module = (error.name or "").partition(".")[0]
+        if module not in _OPTIONAL:
+            raise
+        extra = _EXTRAS.get(args.command, "cli")
+        print(
+            f"{name}: error: needs {module}, which is not installed: pip install 'vitrio[{extra}]'",
+            file=sys.stderr,
+        )
+        return 1
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
     except _USER_ERRORS as error:
         print(f"{name}: error: {' '.join(str(error).splitlines())}", file=sys.stderr)
         return 1
-    return 0
+    return status or 0

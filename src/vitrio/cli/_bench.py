@@ -17,6 +17,7 @@ from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib  # noqa: F401 (it draws at the end: missing, the command stops before any work)
 import numpy as np
 
 import vitrio as vio

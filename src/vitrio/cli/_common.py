@@ -31,10 +31,30 @@ def check_output(path: Path, force: bool) -> None:
         raise CliError(f"{path}: exists already; give --force to replace it")
 
 
-def progress(total: int | None, description: str, unit: str) -> tqdm.tqdm:
-    """A progress bar on standard error, shown only on a terminal; of no known end if `total` is None."""
-    import tqdm
+class _NoBar:
+    """What stands for a progress bar where tqdm is not installed: it shows nothing."""
 
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def update(self, count: int = 1) -> None:
+        pass
+
+
+def progress(total: int | None, description: str, unit: str) -> tqdm.tqdm | _NoBar:
+    """A progress bar on standard error, shown only on a terminal; of no known end if `total` is None.
+
+    Without tqdm (the `cli` extra), nothing is shown.
+    """
+    try:
+        import tqdm
+    except ModuleNotFoundError as error:
+        if error.name != "tqdm":
+            raise
+        return _NoBar()
     return tqdm.tqdm(total=total, desc=description, unit=unit, unit_scale=True, disable=None, leave=False)
 
 

@@ -1,9 +1,19 @@
-"""`vitrio convert`: an image, stack or volume from one format to another, streamed a chunk at a time."""
+"""`vitrio convert`: an image, stack or volume from one format to another, streamed a chunk at a time.
+
+A conversion never changes a value silently: the type written must be one
+the output's format stores as it is (MRC has no uint8, int32 or float64), and
+values that the type cannot hold (beyond its range, or fractions for an
+integer type, or not finite) stop it, naming the file and their range,
+unless the user asks for them to be scaled onto the type's range
+(`--scale`) or rounded and clipped into it (`--clip`). The writers take no
+voxel size yet: when the input has one, a warning says it is not carried over.
+"""
 
 from __future__ import annotations
 
 import argparse
 import math
+import warnings
 from collections import deque
 from pathlib import Path
 
@@ -13,14 +23,138 @@ import vitrio as vio
 
 from ._common import CliError, check_output, describe_briefly, progress
 
-__all__ = ["copy_images", "run"]
+__all__ = ["STORED_TYPES", "copy_images", "run"]
 
 # How many bytes of images one chunk holds: two chunks are in memory at once, one read and one written.
 CHUNK_BYTES = 64 << 20
+# The types each format stores as they are, by the format's name; a plug-in's format is not checked here.
+STORED_TYPES = {
+    "mrc": tuple(map(np.dtype, ("int8", "int16", "uint16", "float16", "float32", "complex64"))),
+    "tiff": tuple(
+        map(np.dtype, ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16"))
+    )
+    + tuple(map(np.dtype, ("float32", "float64", "complex64", "complex128"))),
+}
+
+
+def _check_stored(output: Path, dtype: np.dtype, given: bool) -> None:
+    """Refuse a type the format of `output` does not store as it is, naming those it does.
+
+    Raises:
+        CliError: If the format writes `dtype` as another type.
+    """
+    extension = output.suffix.lower()
+    format_name = next(
+        (f.name for f in vio.formats.registered_formats() if extension in f.write_extensions), None
+    )
+    stored = STORED_TYPES.get(format_name or "")
+    if stored is not None and dtype not in stored:
+        names = ", ".join(t.name for t in stored)
+        advice = "" if given else "; give --data-type"
+        raise CliError(f"{output}: {format_name} cannot store {dtype.name} values; it stores {names}{advice}")
+
+
+def _bounds(dtype: np.dtype) -> tuple[float, float] | None:
+    """The least and greatest values of a real type; None for a complex or boolean one."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return float(info.min), float(info.max)
+    if dtype.kind == "f":
+        finite = float(np.finfo(dtype).max)
+        return -finite, finite
+    return None
+
+
+class _Conversion:
+    """How the values of a file become those of another type: as they are, scaled, or clipped.
+
+    Args:
+        source: The file, to name in errors.
+        source_type: The type it holds.
+        target: The type to write.
+        mode: None to refuse values the target cannot hold, "scale" to map
+            `span` onto its range, "clip" to round and clip them into it.
+        span: The least and greatest finite values of the file, for "scale".
+    """
+
+    def __init__(
+        self,
+        source: Path,
+        source_type: np.dtype,
+        target: np.dtype,
+        mode: str | None,
+        span: tuple[float, float] | None,
+    ):
+        self.source, self.target, self.mode, self.span = source, target, mode, span
+        self.bounds = _bounds(target)
+        self.checked = not (
+            np.can_cast(source_type, target, "safe") or self.bounds is None or source_type.kind == "c"
+        )
+        if mode == "scale" and target.kind not in "iu":
+            raise CliError(f"--scale maps values onto the range of an integer type, not of {target.name}")
+
+    def __call__(self, values: np.ndarray, out: np.ndarray) -> None:
+        """Write `values` into `out`, of the target type.
+
+        Raises:
+            CliError: If a value cannot be held and no mode says what to do.
+        """
+        if not self.checked:
+            out[...] = values
+            return
+        low, high = self.bounds
+        integer = self.target.kind in "iu"
+        if self.mode == "scale":
+            lo, hi = self.span
+            scaled = (np.nan_to_num(values, nan=lo) - lo) * ((high - low) / (hi - lo) if hi > lo else 0.0)
+            np.rint(np.clip(scaled + low, low, high), out=out, casting="unsafe")
+        elif self.mode == "clip":
+            values = np.nan_to_num(values, nan=0.0, posinf=high, neginf=low)
+            np.clip(np.rint(values) if integer else values, low, high, out=out, casting="unsafe")
+        else:
+            self._refuse_unheld(values, low, high, integer)
+            out[...] = values
+
+    def _refuse_unheld(self, values: np.ndarray, low: float, high: float, integer: bool) -> None:
+        floating = values.dtype.kind == "f"
+        held = values[np.isfinite(values)] if floating and not integer else values
+        if held.size == 0:
+            return
+        finite = not floating or bool(np.isfinite(held).all())
+        lo, hi = float(np.nanmin(held)), float(np.nanmax(held))
+        whole = not (integer and floating) or bool(np.equal(np.mod(held, 1), 0).all())
+        inside = low <= lo and hi <= high
+        if finite and whole and inside:
+            return
+        why = "not finite" if not finite else "beyond its range" if not inside else "fractions"
+        raise CliError(
+            f"{self.source}: values from {lo:.6g} to {hi:.6g} ({why}) cannot be held by {self.target.name} "
+            f"({low:.6g} to {high:.6g}); give --scale to map them onto its range, or --clip to "
+            f"{'round and ' if integer else ''}clip them into it"
+        )
+
+
+def _span(
+    loader: vio.ImageLoader, sources: list, shape: tuple[int, ...], dtype: np.dtype, chunk: int
+) -> tuple[float, float]:
+    """The least and greatest finite values of the images at `sources`, read a chunk at a time."""
+    lo, hi = math.inf, -math.inf
+    for first in range(0, len(sources), chunk):
+        values = np.empty((min(chunk, len(sources) - first), *shape), dtype=dtype)
+        vio.read_batch_async(loader, values, sources[first : first + chunk]).get()
+        finite = values[np.isfinite(values)] if dtype.kind == "f" else values
+        if finite.size:
+            lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+    return (lo, hi) if lo <= hi else (0.0, 0.0)
 
 
 def copy_images(
-    loader: vio.ImageLoader, source: Path, output: Path, data_type: np.dtype | None, force: bool
+    loader: vio.ImageLoader,
+    source: Path,
+    output: Path,
+    data_type: np.dtype | None,
+    force: bool,
+    mode: str | None = None,
 ) -> vio.ImageDescriptor:
     """Copy what the file at `source` holds, as `loader` reads it, into a new file at `output`.
 
@@ -37,30 +171,47 @@ def copy_images(
         output: The file to write, in the format its extension names.
         data_type: The type to write; None for the source's.
         force: Whether to replace a file at `output`.
+        mode: What to do with values `data_type` cannot hold: None to
+            refuse them, "scale" to map the file's range onto the type's
+            (reading the file twice), "clip" to round and clip them into it.
 
     Returns:
         What the written file holds.
 
+    Warns:
+        UserWarning: If `source` has a voxel size other than 1 Å, which the
+            written file does not keep.
+
     Raises:
-        CliError: If `output` exists and `force` is false, or is `source`.
+        CliError: If `output` exists and `force` is false, or is `source`;
+            if the format of `output` does not store the type as it is, or a
+            value cannot be held by it and `mode` is None.
     """
-    descriptor = loader.readers.query_descriptor(str(source))
+    reader = loader.readers.acquire(str(source))
+    try:
+        descriptor, voxel_size = reader.descriptor, reader.voxel_size
+    finally:
+        loader.readers.release(reader)
     check_output(output, force)
     if output.exists() and output.resolve() == source.resolve():
         raise CliError(f"{output}: is the input file; write to another path")
-    dtype = data_type or np.dtype(descriptor.data_type.value)
+    source_type = np.dtype(descriptor.data_type.value)
+    dtype = data_type or source_type
+    _check_stored(output, dtype, data_type is not None)
     core = descriptor.core_extents
     if descriptor.is_stack:
         count = descriptor.image_count
         written = vio.ImageDescriptor((count, *core), descriptor.core_rank, dtype)
         sources = [vio.ImageLocation(source, i) for i in range(count)]
         targets = [vio.ImageLocation(output, i) for i in range(count)]
-        chunk = max(1, CHUNK_BYTES // max(1, math.prod(core) * dtype.itemsize))
+        chunk = max(1, CHUNK_BYTES // max(1, math.prod(core) * max(dtype.itemsize, source_type.itemsize)))
         shape = core
     else:
         count, chunk, shape = 1, 1, descriptor.extents
         written = vio.ImageDescriptor(shape, descriptor.core_rank, dtype)
         sources, targets = [str(source)], [str(output)]
+    span = _span(loader, sources, shape, source_type, chunk) if mode == "scale" else None
+    convert = _Conversion(source, source_type, dtype, mode, span)
     pending: deque[tuple[int, vio.Completion]] = deque()
     with vio.writer_provider() as writers, progress(count, output.name, "image") as bar:
         saver = vio.saver(writers, executor=loader.executor)
@@ -76,7 +227,12 @@ def copy_images(
             for first in range(0, count, chunk):
                 last = min(first + chunk, count)
                 values = np.empty((last - first, *shape), dtype=dtype)
-                vio.read_batch_async(loader, values, sources[first:last]).get()
+                if convert.checked:
+                    read = np.empty(values.shape, dtype=source_type)
+                    vio.read_batch_async(loader, read, sources[first:last]).get()
+                    convert(read, values)
+                else:
+                    vio.read_batch_async(loader, values, sources[first:last]).get()
                 pending.append((last - first, vio.write_batch_async(saver, values, targets[first:last])))
                 if len(pending) > 1:
                     finish_oldest()
@@ -85,10 +241,16 @@ def copy_images(
         finally:
             for _, completion in pending:
                 completion.wait()
+    if voxel_size is not None and any(size != 1.0 for size in voxel_size):
+        sizes = " x ".join(f"{size:.4g}" for size in voxel_size)
+        warnings.warn(
+            f"{output}: the voxel size of {source}, {sizes} Å, is not written into it", stacklevel=2
+        )
     return written
 
 
 def run(args: argparse.Namespace) -> None:
-    """Convert `args.input` into `args.output`, as `args.data_type` if given."""
-    copy_images(vio.loader(cache=1), args.input, args.output, args.data_type, args.force)
+    """Convert `args.input` into `args.output`, as `args.data_type` if given, scaled or clipped if asked."""
+    mode = "scale" if args.scale else "clip" if args.clip else None
+    copy_images(vio.loader(cache=1), args.input, args.output, args.data_type, args.force, mode)
     print(f"wrote {args.output}: {describe_briefly(vio.query_descriptor(args.output))}")

@@ -8,7 +8,7 @@
 2. `vitrio.extract.extract_particles`, what `vitrio extract` runs, crops
    the particles into a stack per micrograph and writes particles.star.
 3. A small convolutional network learns to tell the kinds apart, fed by
-   vitrio.data: a `Dataset` of `ImageSource(parse_locations(rlnImageName))`
+   vitrio.data: a `Dataset` of `ImageSource(particle_locations(read_particles(...)))`
    and the class column, read by a `DataLoader(output="torch", shuffle=True)`
    on a thread pool, with no worker process. Its accuracy is measured on
    particles held out of training.
@@ -27,13 +27,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import matplotlib  # noqa: F401 (it draws at the end: missing, the command stops before any work)
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
 import vitrio as vio
-from vitrio.data import DataLoader, Dataset, ImageSource, parse_locations, read_star, write_star
+from vitrio.data import DataLoader, Dataset, ImageSource, particle_locations, read_particles, write_star
 from vitrio.extract import extract_particles
 
 from ._common import progress, pyplot, save_figure
@@ -262,11 +263,11 @@ def run(args: argparse.Namespace) -> None:
         f"({count / result.seconds:,.0f} particles/s)"
     )
 
-    particles = read_star(output)["particles"]
+    particles = read_particles(output)
     labels = particles["rlnClassNumber"].to_numpy(dtype=np.int64) - 1
     dataset = Dataset(
         {
-            "image": ImageSource(parse_locations(particles["rlnImageName"], root=out), data_type="float32"),
+            "image": ImageSource(particle_locations(particles, output, root=out), data_type="float32"),
             "label": labels,
         }
     )

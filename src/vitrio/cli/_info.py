@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +67,36 @@ def _text(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> None:
-    """Print what each of `args.files` holds, as text or, with `args.json`, as a JSON list."""
-    infos = [describe(path) for path in args.files]
+def run(args: argparse.Namespace) -> int:
+    """Print what each of `args.files` holds, as text or, with `args.json`, as a JSON list.
+
+    A file that cannot be read is reported in a line on standard error (in the JSON list, as an
+    object of `file` and `error`), and the others are still described.
+
+    Returns:
+        The exit status: 1 if any file could not be read, else 0.
+    """
+    infos, failed = [], 0
+    for path in args.files:
+        try:
+            infos.append(describe(path))
+        except (OSError, ValueError) as error:
+            failed += 1
+            message = " ".join(str(error).splitlines()) + _hint(path, error)
+            print(f"vitrio info: error: {message}", file=sys.stderr)
+            infos.append({"file": str(path), "error": message})
     if args.json:
         print(json.dumps(infos, indent=2, ensure_ascii=False))
     else:
-        print("\n".join(_text(info) for info in infos))
+        described = [_text(info) for info in infos if "error" not in info]
+        if described:
+            print("\n".join(described))
+    return 1 if failed else 0
+
+
+def _hint(path: Path, error: Exception) -> str:
+    """What to install when an HDF5 file is read without the plug-in that reads it."""
+    hdf5 = isinstance(error, vio.FormatError) and path.suffix.lower() in (".h5", ".hdf5", ".hdf")
+    if hdf5 and not any(f.name == "hdf5" for f in vio.formats.registered_formats()):
+        return "; HDF5 files are read by the plug-in of cryovit: pip install 'vitrio[cryovit]'"
+    return ""

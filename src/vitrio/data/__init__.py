@@ -4,12 +4,12 @@ For instance::
 
     import vitrio as vio
 
-    particles = starfile.read("particles.star", always_dict=True)["particles"]
+    particles = vio.data.read_particles("Refine3D/job010/run_data.star")  # or a cryoSPARC .cs file
+    locations = vio.data.particle_locations(particles, "Refine3D/job010/run_data.star")
     dataset = vio.data.Dataset({
-        "image": vio.data.ImageSource(
-            vio.data.parse_locations(particles["rlnImageName"]), data_type="float32"
-        ),
+        "image": vio.data.ImageSource(locations, data_type="float32"),
         "defocus": particles[["rlnDefocusU", "rlnDefocusV"]].to_numpy(),
+        "pixel_size": particles["rlnImagePixelSize"].to_numpy(),
     })
     for batch in vio.data.DataLoader(dataset, 64, shuffle=True):
         ...
@@ -21,22 +21,29 @@ in batches, reading the next ones on a thread pool meanwhile, and hands them
 out as numpy arrays, tensors of PyTorch or arrays of JAX. The metadata is
 parsed by whoever reads it: vitrio takes what it was parsed into, and
 as_columns, parse_locations and make_locations turn that into fields.
-read_star, star_table, write_star and particle_optics read and write the
-STAR files of RELION (through starfile, with pandas).
+read_particles reads the particles of RELION (any version, optics merged)
+or cryoSPARC (`.cs`), and particle_locations says where their images are,
+resolving paths as docs/paths-and-types.md says; read_stack_list and
+stack_locations do the same for a list of stacks. read_star, star_table,
+write_star and particle_optics read and write the STAR files of RELION
+(through starfile, with pandas).
 
 A read given no loader goes through `shared_loader()`, the process's own.
 
 Needs numpy. PyTorch and JAX are imported only to hand batches to them.
 """
 
+from ._cs import read_cs
 from ._dataset import Dataset, PendingBatch
 from ._images import ImageSource
 from ._loader import DataLoader
+from ._particles import particle_locations, read_particles
 from ._patches import PatchSource
+from ._paths import PathResolver, read_stack_list, stack_locations
 from ._sampler import BatchSampler
 from ._shared import shared_loader
 from ._source import ArraySource, Source
-from ._star import particle_optics, read_star, star_table, write_star
+from ._star import particle_optics, read_star, read_star_particles, star_table, write_star
 from ._tables import as_columns, make_locations, parse_locations
 
 __all__ = [
@@ -46,14 +53,21 @@ __all__ = [
     "Dataset",
     "ImageSource",
     "PatchSource",
+    "PathResolver",
     "PendingBatch",
     "Source",
     "as_columns",
     "make_locations",
     "parse_locations",
+    "particle_locations",
     "particle_optics",
+    "read_cs",
+    "read_particles",
+    "read_stack_list",
     "read_star",
+    "read_star_particles",
     "shared_loader",
+    "stack_locations",
     "star_table",
     "write_star",
 ]

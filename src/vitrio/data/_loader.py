@@ -141,6 +141,21 @@ class DataLoader:
         transform: What to do with each batch once it is handed out as output
             says, such as normalizing it on the GPU.
         valid: The name of the field pad_last adds.
+        sampler: What draws the rows one at a time, as PyTorch's samplers do
+            (a DistributedSampler, say): batched by batch_size, drop_last
+            leaving out a short last batch. Not with batch_sampler, shuffle or seed.
+        generator: What the seed is drawn from, a numpy Generator or a
+            torch.Generator, as PyTorch draws its base seed. Not with seed.
+        collate_fn: What to do with each batch, a dict of arrays, as it is
+            handed out: transform under PyTorch's name. Not with transform.
+        prefetch_factor: prefetch under PyTorch's name.
+        persistent_workers: Taken for PyTorch's sake: the loader's threads
+            last from one epoch to the next anyway.
+
+    Other arguments of PyTorch's DataLoader have no place here, and raise a
+    TypeError that says what to do instead: num_workers (other than 0) and
+    worker_init_fn, since reads run on the threads of loader=vio.loader(workers=N);
+    timeout; multiprocessing_context; pin_memory_device; in_order.
 
     Raises:
         ValueError: If a batch sampler is given with any of what it replaces,
@@ -148,7 +163,11 @@ class DataLoader:
             given does not apply to it: device for 'numpy' or a callable,
             sharding but for 'jax' or with device, pin_memory but for 'torch'
             or with allocator, valid named as a field of the dataset; also if
-            batch_size or prefetch is not positive.
+            batch_size or prefetch is not positive, or one of PyTorch's names
+            is given with the argument it stands for.
+        TypeError: If an argument of PyTorch's has no place here, saying what to do instead.
+        ModuleNotFoundError: If output is 'torch' or 'jax' and it is not
+            installed, naming the extra that installs it.
     """
 
     def __init__(
@@ -170,7 +189,28 @@ class DataLoader:
         allocator: Allocator | None = None,
         transform: Callable[[Any], Any] | None = None,
         valid: str = "valid",
+        sampler: Iterable[int] | None = None,
+        generator: Any = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        **pytorch: Any,
     ):
+        _refuse_workers(pytorch)
+        if sampler is not None and (batch_sampler is not None or shuffle or seed is not None):
+            raise ValueError("sampler draws the rows; give it without batch_sampler, shuffle or seed")
+        if generator is not None:
+            if seed is not None or sampler is not None:
+                raise ValueError("generator is drawn the seed from; give it without seed or sampler")
+            seed = _seed_of(generator)
+        if collate_fn is not None:
+            if transform is not None:
+                raise ValueError("collate_fn is a transform of each batch; give it or transform, not both")
+            transform = collate_fn
+        if prefetch_factor is not None:
+            if prefetch != 4:
+                raise ValueError("prefetch_factor is prefetch; give one or the other")
+            prefetch = prefetch_factor
         _check_arguments(batch_sampler, batch_size, shuffle, drop_last, seed, pad_last, output)
         named = output if isinstance(output, str) else None
         if device is not None and named not in ("torch", "jax"):
@@ -184,11 +224,12 @@ class DataLoader:
         if pad_last and (valid in dataset.fields or valid == dataset.index):
             raise ValueError(f"the dataset has a field named {valid!r}, the name of the field pad_last adds")
         self._dataset = dataset
-        self._batch_sampler = (
-            batch_sampler
-            if batch_sampler is not None
-            else BatchSampler(len(dataset), batch_size, shuffle, drop_last, seed)
-        )
+        if sampler is not None:
+            self._batch_sampler: Iterable[Sequence[int]] = _Batches(sampler, batch_size, drop_last)
+        elif batch_sampler is not None:
+            self._batch_sampler = batch_sampler
+        else:
+            self._batch_sampler = BatchSampler(len(dataset), batch_size, shuffle, drop_last, seed)
         self._pad_to = getattr(self._batch_sampler, "batch_size", None) if pad_last else None
         self._pad_last = bool(pad_last)
         self._valid = valid
@@ -200,7 +241,10 @@ class DataLoader:
         self._resume = 0
         self._progress: _Progress | None = None
         if named == "torch":
-            import torch
+            try:
+                import torch
+            except ModuleNotFoundError as error:
+                raise _missing("torch", error) from None
 
             if pin_memory is None:
                 pin_memory = device is not None and torch.device(device).type == "cuda"
@@ -209,6 +253,10 @@ class DataLoader:
                 self._allocator = pinned
             self._hand_out = torch_output(device, non_blocking=pinned is not None)
         elif named == "jax":
+            try:
+                import jax  # noqa: F401 (the output imports it when it hands out)
+            except ModuleNotFoundError as error:
+                raise _missing("jax", error) from None
             self._hand_out = jax_output(device, sharding)
         elif named is None:
             self._hand_out = output
@@ -222,6 +270,30 @@ class DataLoader:
     def batch_sampler(self) -> Iterable[Sequence[int]]:
         """What draws the rows of each batch."""
         return self._batch_sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch the next iteration goes through, as PyTorch's samplers are told.
+
+        It is passed on to the batch sampler and, for a BatchSampler of
+        PyTorch, to the sampler it batches (a DistributedSampler, say), or
+        to the sampler given as sampler.
+
+        Raises:
+            ValueError: If the epoch is negative.
+            TypeError: If neither has set_epoch.
+        """
+        epoch = operator.index(epoch)
+        if epoch < 0:
+            raise ValueError(f"an epoch cannot be negative: {epoch}")
+        told = [
+            part
+            for part in (self._batch_sampler, getattr(self._batch_sampler, "sampler", None))
+            if callable(getattr(part, "set_epoch", None))
+        ]
+        if not told:
+            raise TypeError(f"the batch sampler has no set_epoch: {self._batch_sampler!r}")
+        for part in told:
+            part.set_epoch(epoch)
 
     def __len__(self) -> int:
         """How many batches an epoch has, as the batch sampler says."""
@@ -339,6 +411,67 @@ class DataLoader:
 
     def __repr__(self) -> str:
         return f"<DataLoader over {self._dataset!r}, {len(self)} batches an epoch>"
+
+
+# What PyTorch's DataLoader takes that has no place here, and what to do instead.
+_WORKER_ARGUMENTS = {
+    "num_workers": "reads run on threads: pass loader=vio.loader(workers=N)",
+    "worker_init_fn": "no worker process starts: set up before iterating; pass loader=vio.loader(workers=N)",
+    "multiprocessing_context": "no worker process starts: reads run on threads: loader=vio.loader(workers=N)",
+    "timeout": "a batch has no time limit; a read that fails raises, naming the file",
+    "pin_memory_device": "pin_memory pins for the device given as device=",
+    "in_order": "batches are always handed out in order",
+}
+
+
+def _refuse_workers(given: Mapping[str, Any]) -> None:
+    """Refuse arguments of PyTorch's DataLoader that do not map, saying the way here; num_workers=0 maps."""
+    for name, value in given.items():
+        if name == "num_workers" and value == 0:
+            continue
+        if name not in _WORKER_ARGUMENTS:
+            raise TypeError(f"DataLoader() got an unexpected keyword argument {name!r}")
+        raise TypeError(f"DataLoader takes no {name}: {_WORKER_ARGUMENTS[name]}")
+
+
+def _seed_of(generator: Any) -> int:
+    """A seed drawn from a numpy Generator or a torch.Generator, as PyTorch draws its base seed from one."""
+    if isinstance(generator, np.random.Generator):
+        return int(generator.integers(1 << 63))
+    if callable(getattr(generator, "initial_seed", None)):
+        import torch
+
+        return int(torch.empty((), dtype=torch.int64).random_(generator=generator))
+    raise TypeError(f"generator is a numpy Generator or a torch.Generator, not {type(generator).__name__}")
+
+
+def _missing(name: str, error: ModuleNotFoundError) -> ModuleNotFoundError:
+    """The error of an output whose library is not installed, naming the extra that installs it."""
+    if error.name != name:
+        return error
+    return ModuleNotFoundError(f"output={name!r} needs {name}: pip install 'vitrio[{name}]'", name=name)
+
+
+class _Batches:
+    """The rows a sampler draws one at a time, in batches, as PyTorch's BatchSampler makes them."""
+
+    def __init__(self, sampler: Iterable[int], batch_size: int, drop_last: bool):
+        if operator.index(batch_size) < 1:
+            raise ValueError(f"the batch size must be positive: {batch_size}")
+        self.sampler, self.batch_size, self._drop_last = sampler, batch_size, drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rows = iter(self.sampler)
+        while batch := list(itertools.islice(rows, self.batch_size)):
+            if len(batch) == self.batch_size or not self._drop_last:
+                yield batch
+
+    def __len__(self) -> int:
+        count = len(self.sampler)  # type: ignore[arg-type]
+        return count // self.batch_size if self._drop_last else -(-count // self.batch_size)
+
+    def __repr__(self) -> str:
+        return f"<batches of {self.batch_size} of {self.sampler!r}>"
 
 
 def _is_stateful(sampler: Any) -> bool:

@@ -20,7 +20,10 @@ from .._fs import new_file
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["read_star", "star_table", "write_star", "particle_optics"]
+__all__ = ["read_star", "read_star_particles", "star_table", "write_star", "particle_optics"]
+
+# The block of particles as RELION names it: 3.1 and later, some tools of 3.1, 3.0's unnamed block.
+_PARTICLE_BLOCKS = ("particles", "images", "")
 
 
 def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
@@ -53,6 +56,51 @@ def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
         name: block if isinstance(block, pd.DataFrame) else pd.DataFrame([block])
         for name, block in blocks.items()
     }
+
+
+def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read the particles of a RELION STAR file of any version, each row with its optics group's columns.
+
+    The particles are the block named `particles` (RELION 3.1 and later),
+    `images`, or the unnamed `data_` block of RELION 3.0, else the first
+    block with rlnImageName. Where there is a data_optics block, each
+    particle gets the columns of the optics group its rlnOpticsGroup names
+    (rlnImagePixelSize, rlnVoltage, ...) that it does not have itself.
+
+    Args:
+        path: The STAR file.
+
+    Returns:
+        The particles, in the order of the file, their rows numbered from zero.
+
+    Raises:
+        FileNotFoundError: If there is no file at `path`.
+        ValueError: If the file is not a STAR file, has no block of
+            particles, or a particle's optics group is not in data_optics.
+    """
+    blocks = read_star(path)
+    name = next((n for n in _PARTICLE_BLOCKS if n in blocks and n != "optics"), None)
+    if name is None:
+        particles = star_table(path, {n: b for n, b in blocks.items() if n != "optics"}, ["rlnImageName"])
+    else:
+        particles = blocks[name].reset_index(drop=True)
+    optics = blocks.get("optics")
+    if optics is None or "rlnOpticsGroup" not in particles.columns:
+        return particles
+    if "rlnOpticsGroup" not in optics.columns:
+        raise ValueError(f"{path}: no column rlnOpticsGroup in data_optics")
+    groups = optics["rlnOpticsGroup"].to_numpy(dtype=np.int64)
+    wanted = particles["rlnOpticsGroup"].to_numpy(dtype=np.int64)
+    unknown = np.setdiff1d(wanted, groups)
+    if unknown.size:
+        raise ValueError(f"{path}: optics groups {unknown.tolist()} of particles are not in data_optics")
+    order = np.argsort(groups, kind="stable")
+    rows = order[np.searchsorted(groups, wanted, sorter=order)]
+    merged = particles.copy()
+    for column in optics.columns:
+        if column not in merged.columns:
+            merged[column] = optics[column].to_numpy()[rows]
+    return merged
 
 
 def star_table(

@@ -7,15 +7,24 @@ it: by its contents where the format can tell, by its extension otherwise.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import threading
+import warnings
 from collections.abc import Iterable
 
 from .._fs import open_readonly
 from .._types import ImageDescriptor, as_key
 from ._contract import Format, FormatError, ImageReader, ImageWriter
 
-__all__ = ["register_format", "registered_formats", "resolve_formats", "open_reader", "create_writer"]
+__all__ = [
+    "load_plugin_formats",
+    "register_format",
+    "registered_formats",
+    "resolve_formats",
+    "open_reader",
+    "create_writer",
+]
 
 _REGISTRY: list[type[Format]] = []
 _REGISTRY_LOCK = threading.Lock()
@@ -39,6 +48,30 @@ def registered_formats() -> tuple[type[Format], ...]:
     """The registered formats, in the order they are tried."""
     with _REGISTRY_LOCK:
         return tuple(_REGISTRY)
+
+
+_PLUGIN_GROUP = "vitrio.formats"
+_plugins_loaded = False
+
+
+def load_plugin_formats() -> None:
+    """Register the formats that installed packages declare under the entry point group `vitrio.formats`.
+
+    Each entry point names a `Format` subclass (`hdf5 = "cryovit.hdf5:Hdf5Format"`); it is imported and
+    registered the first time this is called, and never again. One that cannot be imported (its own
+    dependency missing, say) or is no format is left out with a warning.
+    """
+    global _plugins_loaded
+    with _REGISTRY_LOCK:
+        if _plugins_loaded:
+            return
+        _plugins_loaded = True
+    for entry in importlib.metadata.entry_points(group=_PLUGIN_GROUP):
+        try:
+            loaded = entry.load()
+            register_format(loaded)
+        except (ImportError, AttributeError, TypeError) as error:
+            warnings.warn(f"format plug-in {entry.name} ({entry.value}) left out: {error}", stacklevel=2)
 
 
 _HEAD_BYTES = 4096

@@ -1,0 +1,86 @@
+"""The particles of RELION and cryoSPARC, as the files of each have them, and where their images are.
+
+`read_particles` reads either kind of file into a table; `particle_locations`
+turns its image columns (RELION's rlnImageName, cryoSPARC's blob/path and
+blob/idx) into the locations an ImageSource reads, their paths resolved the
+way the metadata means them (`PathResolver`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from .._types import ImageLocation
+from ._cs import read_cs
+from ._paths import PathResolver
+from ._star import read_star_particles
+from ._tables import as_columns, make_locations
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["particle_locations", "read_particles"]
+
+
+def read_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read the particles of a RELION STAR file or a cryoSPARC `.cs` file into a table.
+
+    A file ending `.cs` is read as cryoSPARC's (`read_cs`), any other as a
+    STAR file of any RELION version (`read_star_particles`: the optics
+    group's columns, such as rlnImagePixelSize, merged into each row).
+
+    Args:
+        path: The file.
+
+    Returns:
+        The particles, a row each, in the order of the file.
+
+    Raises:
+        FileNotFoundError: If there is no file at `path`.
+        ValueError: If the file is not of its kind, or holds no particles.
+    """
+    if os.fspath(path).lower().endswith(".cs"):
+        return read_cs(path)
+    return read_star_particles(path)
+
+
+def particle_locations(
+    table: Any, metadata: str | os.PathLike[str], root: str | os.PathLike[str] | None = None
+) -> list[ImageLocation]:
+    """Where the image of each particle is, its path resolved the way the metadata means it.
+
+    RELION's rlnImageName reads "index@path", the index counting from one;
+    cryoSPARC's blob/path and blob/idx give the path (bytes or text, maybe
+    with a `>` in front) and the index counting from zero. Each distinct
+    path is looked for as docs/paths-and-types.md says: in the folder of
+    `metadata` and the two above it, or under `root` as written and then by
+    its bare name.
+
+    Args:
+        table: The particles, as `read_particles` gives them (or any table
+            `as_columns` takes).
+        metadata: The file the table was read from.
+        root: The data directory, as cryoDRGN's `--datadir`, or the project
+            directory of RELION. Defaults to the folders of `metadata`.
+
+    Returns:
+        The locations, a row each.
+
+    Raises:
+        ValueError: If the table has neither rlnImageName nor blob/path and
+            blob/idx, or an rlnImageName is not a location.
+        FileNotFoundError: If a file is nowhere to be found, naming the paths tried.
+    """
+    columns = as_columns(table)
+    resolve = PathResolver(metadata, root)
+    if "rlnImageName" in columns:
+        locations = []
+        for text in columns["rlnImageName"].tolist():
+            written = ImageLocation.from_string(text)
+            locations.append(ImageLocation(resolve(written.key), written.index_in_stack))
+        return locations
+    if "blob/path" in columns and "blob/idx" in columns:
+        paths = [resolve(path) for path in columns["blob/path"].tolist()]
+        return make_locations(paths, columns["blob/idx"])
+    raise ValueError(f"{metadata}: the particles have neither rlnImageName nor blob/path and blob/idx")

@@ -1,0 +1,150 @@
+"""Where the files a metadata file names are: its paths resolved the way it means them.
+
+The rules, in one place (docs/paths-and-types.md says them for users):
+
+- A path is decoded if it is bytes, and the `>` cryoSPARC writes in front
+  of a path relative to its project directory is left out.
+- Given no root, an absolute path is taken as it is, and a relative one is
+  looked for in the folder of the metadata file, then in the folder above
+  it, then in the one above that: where RELION (Job/jobNNN/) and cryoSPARC
+  (JNN/) keep their outputs under the project directory their paths are
+  relative to.
+- Given a root, as cryoDRGN's `--datadir`: the path as written under it,
+  then its bare file name under it; an absolute path is tried as it is
+  first.
+
+The first candidate that exists is taken; if none does, the error names the
+metadata file and every path tried.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from .._functions import query_descriptor
+from .._loading import ImageLoader
+from .._types import ImageLocation
+
+__all__ = ["PathResolver", "read_stack_list", "stack_locations"]
+
+# How many folders above a metadata file's own a relative path is looked for in.
+_FOLDERS_UP = 2
+
+
+class PathResolver:
+    """Resolves the paths written in one metadata file, remembering each it has resolved.
+
+    Args:
+        metadata: The metadata file the paths are written in.
+        root: The data directory, as cryoDRGN's `--datadir` or RELION's
+            project directory; None for the folders of `metadata`.
+    """
+
+    def __init__(self, metadata: str | os.PathLike[str], root: str | os.PathLike[str] | None = None):
+        self._metadata = os.fspath(metadata)
+        self._root = None if root is None else os.fspath(root)
+        folder = os.path.dirname(os.path.abspath(self._metadata))
+        self._folders = [folder]
+        for _ in range(_FOLDERS_UP):
+            folder = os.path.dirname(folder)
+            if folder not in self._folders:
+                self._folders.append(folder)
+        self._found: dict[Any, str] = {}
+
+    def candidates(self, written: Any) -> list[str]:
+        """The paths `written` may mean, in the order they are tried."""
+        path = os.fsdecode(written) if isinstance(written, bytes) else os.fspath(written)
+        path = path.removeprefix(">")
+        if self._root is None:
+            tried = [path] if os.path.isabs(path) else [os.path.join(f, path) for f in self._folders]
+        else:
+            tried = [path if os.path.isabs(path) else os.path.join(self._root, path)]
+            tried.append(os.path.join(self._root, os.path.basename(path)))
+        return list(dict.fromkeys(os.path.normpath(p) for p in tried))
+
+    def __call__(self, written: Any) -> str:
+        """The file `written` means: the first of its candidates that exists.
+
+        Raises:
+            FileNotFoundError: If none exists, naming the metadata file and the paths tried.
+        """
+        found = self._found.get(written)
+        if found is None:
+            tried = self.candidates(written)
+            found = next((p for p in tried if os.path.exists(p)), None)
+            if found is None:
+                hint = (
+                    "; name the folder the paths are relative to as root (--root)"
+                    if self._root is None
+                    else ""
+                )
+                raise FileNotFoundError(
+                    f"{self._metadata}: {os.fsdecode(written)!r} is not at {' nor '.join(tried)}{hint}"
+                )
+            self._found[written] = found
+        return found
+
+
+def read_stack_list(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> list[str]:
+    """Read a list of stacks, a `.txt` file of one stack path a line, as cryoDRGN takes them.
+
+    Blank lines and lines starting with `#` are left out. Each path is
+    resolved as those of STAR and `.cs` files are (docs/paths-and-types.md).
+
+    Args:
+        path: The list.
+        root: The folder the paths are relative to. Defaults to the folder of
+            the list, then the folders above it.
+
+    Returns:
+        The stacks, in the order of the list.
+
+    Raises:
+        FileNotFoundError: If there is no list at `path`, or a stack is
+            nowhere to be found (naming the paths tried).
+        ValueError: If the list names no stack, or is not text.
+    """
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = [line.strip() for line in file]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a list of stacks, one path a line: {error}") from None
+    written = [line for line in lines if line and not line.startswith("#")]
+    if not written:
+        raise ValueError(f"{path}: names no stack")
+    resolve = PathResolver(path, root)
+    return [resolve(line) for line in written]
+
+
+def stack_locations(
+    paths: Iterable[str | os.PathLike[str]], loader: ImageLoader | None = None
+) -> list[ImageLocation]:
+    """The location of every image of some stacks, stack by stack, as their headers say.
+
+    A file that is not a stack (one image or volume) is one location, of the whole file.
+
+    Args:
+        paths: The stacks, as `read_stack_list` gives them.
+        loader: What opens the files. Defaults to opening each at its path.
+
+    Returns:
+        The locations, in the order of `paths`, each stack's in its order.
+
+    Raises:
+        FileNotFoundError: If a stack does not exist.
+        ValueError: If a file is of no known format, or malformed.
+    """
+    readers = None if loader is None else loader.readers
+    locations: list[ImageLocation] = []
+    for path in paths:
+        key = os.fspath(path)
+        descriptor = query_descriptor(key, readers)
+        if descriptor.is_stack:
+            locations.extend(ImageLocation(key, index) for index in range(descriptor.image_count))
+        else:
+            locations.append(ImageLocation(key))
+    return locations

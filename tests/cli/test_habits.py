@@ -1,0 +1,285 @@
+"""The command as users meet it: without the extras, on several files at once, through `python -m vitrio`,
+with an HDF5 plug-in installed through its entry point, and converting into types that cannot hold
+the values."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+
+import vitrio as vio
+from vitrio.data import particle_locations, read_particles
+
+from .helpers import assert_fails, leftovers
+
+SOURCES = Path(__file__).resolve().parents[2] / "src"
+
+
+def _command(
+    *args: object, blocked: tuple[str, ...] = (), path: tuple[Path, ...] = ()
+) -> subprocess.CompletedProcess:
+    """Run `vitrio ARGS...` in a fresh interpreter in which the modules `blocked` cannot be imported."""
+    script = (
+        "import sys\n"
+        f"for name in {blocked!r}:\n    sys.modules[name] = None\n"
+        "from vitrio.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (*path, SOURCES)))}
+    return subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    values = (np.random.default_rng(3).standard_normal((4, 8, 8)) * 1.5).astype(np.float32)
+    values[0, 0, 0] = -2.33
+    path = tmp_path / "stack.mrcs"
+    with mrcfile.new(path) as mrc:
+        mrc.set_data(values)
+        mrc.set_image_stack()
+    return path, values
+
+
+# ---------------------------------------------------------------- the extras
+
+
+def test_the_core_commands_work_without_the_extras(stack, tmp_path: Path):
+    path, values = stack
+    blocked = ("tqdm", "pandas", "starfile", "mrcfile", "matplotlib", "torch")
+    result = _command("convert", path, tmp_path / "out.tif", blocked=blocked)
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "out.tif"), values)
+    assert _command("info", path, blocked=blocked).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "missing", "extra"),
+    [
+        (
+            (
+                "extract",
+                "--micrographs",
+                "m.star",
+                "--coordinates",
+                "c.star",
+                "--box-size",
+                "8",
+                "-o",
+                "p.star",
+            ),
+            "pandas",
+            "cli",
+        ),
+        (
+            (
+                "extract",
+                "--micrographs",
+                "m.star",
+                "--coordinates",
+                "c.star",
+                "--box-size",
+                "8",
+                "-o",
+                "p.star",
+            ),
+            "starfile",
+            "cli",
+        ),
+        (("demo", "--out", "demo"), "torch", "cli,torch"),
+        (("demo", "--out", "demo"), "matplotlib", "cli,torch"),
+        (("bench", "--quick"), "mrcfile", "bench"),
+        (("bench", "--quick"), "matplotlib", "bench"),
+    ],
+)
+def test_a_command_that_needs_an_extra_names_it(tmp_path: Path, arguments, missing, extra):
+    (tmp_path / "m.star").write_text("data_\nloop_\n_rlnMicrographName\na.mrc\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.modules[{missing!r}] = None\nfrom vitrio.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))",
+            *arguments,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(SOURCES)},
+    )
+    assert result.returncode == 1
+    needs = f"needs {missing}, which is not installed: pip install 'vitrio[{extra}]'"
+    assert result.stderr.strip().splitlines() == [f"vitrio {arguments[0]}: error: {needs}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.star"]
+
+
+def test_python_dash_m_vitrio(stack):
+    result = subprocess.run(
+        [sys.executable, "-m", "vitrio", "info", "--json", stack[0]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(SOURCES)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)[0]["shape"] == [4, 8, 8]
+
+
+# ---------------------------------------------------------------- info on several files
+
+
+def test_info_reports_every_readable_file_and_fails_at_the_end(vitrio, stack, tmp_path: Path):
+    (tmp_path / "notes.txt").write_text("not an image")
+    result = vitrio("info", tmp_path / "gone.mrc", stack[0], tmp_path / "notes.txt", stack[0])
+    assert result.status == 1
+    assert result.out.count("a stack of 4 images of 8 x 8, float32") == 2
+    errors = result.err.strip().splitlines()
+    assert len(errors) == 2 and "gone.mrc: no such file" in errors[0] and "notes.txt" in errors[1]
+    result = vitrio("info", "--json", stack[0], tmp_path / "gone.mrc")
+    assert result.status == 1
+    described, failed = json.loads(result.out)
+    assert described["count"] == 4 and failed["file"] == str(tmp_path / "gone.mrc")
+    assert "no such file" in failed["error"]
+
+
+def _plugin(folder: Path) -> Path:
+    """A folder on the path holding an installed package's metadata declaring cryovit's HDF5 format."""
+    info = folder / "site" / "hdf5_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hdf5-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[vitrio.formats]\nhdf5 = cryovit.hdf5:Hdf5Format\n")
+    return folder / "site"
+
+
+def test_hdf5_is_read_through_the_entry_point_of_its_plugin(tmp_path: Path):
+    volume = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
+    with h5py.File(tmp_path / "tomogram.h5", "w") as file:
+        file["data"] = volume
+    result = _command("info", "--json", tmp_path / "tomogram.h5", path=(_plugin(tmp_path),))
+    assert result.returncode == 0, result.stderr
+    (info,) = json.loads(result.stdout)
+    assert info["format"] == "hdf5" and info["shape"] == [4, 5, 6] and info["kind"] == "volume"
+    # where the plug-in cannot be loaded, it is left out with a warning, and the error says what to install
+    result = _command("info", tmp_path / "tomogram.h5", blocked=("h5py",), path=(_plugin(tmp_path / "b"),))
+    assert result.returncode == 1
+    warning, error = result.stderr.strip().splitlines()
+    assert warning.startswith("vitrio: warning: format plug-in hdf5 (cryovit.hdf5:Hdf5Format) left out")
+    assert "tomogram.h5" in error and error.endswith("pip install 'vitrio[cryovit]'")
+
+
+# ---------------------------------------------------------------- convert: types that cannot hold the values
+
+
+def test_a_type_the_format_cannot_store_is_refused_naming_those_it_can(vitrio, stack, tmp_path: Path):
+    path, _ = stack
+    assert_fails(
+        vitrio("convert", path, tmp_path / "out.mrc", "--data-type", "uint8"),
+        "out.mrc",
+        "uint8",
+        "int16, uint16",
+    )
+    tifffile.imwrite(tmp_path / "counts.tif", np.arange(64, dtype=np.int32).reshape(8, 8))
+    tifffile.imwrite(tmp_path / "double.tif", np.linspace(0, 1, 64).reshape(8, 8))
+    for name, dtype in (("counts.tif", "int32"), ("double.tif", "float64")):
+        assert_fails(
+            vitrio("convert", tmp_path / name, tmp_path / "out.mrc"), "out.mrc", dtype, "--data-type"
+        )
+    assert (
+        vitrio("convert", tmp_path / "double.tif", tmp_path / "out.mrc", "--data-type", "float32").status == 0
+    )
+    with mrcfile.open(tmp_path / "out.mrc") as mrc:
+        np.testing.assert_array_equal(mrc.data, np.linspace(0, 1, 64).reshape(8, 8).astype(np.float32))
+    assert leftovers(tmp_path) == ["counts.tif", "double.tif", "out.mrc", "stack.mrcs"]
+
+
+def test_values_a_type_cannot_hold_stop_the_conversion_unless_scaled_or_clipped(
+    vitrio, stack, tmp_path: Path
+):
+    path, values = stack
+    out = tmp_path / "out.tif"
+    result = vitrio("convert", path, out, "--data-type", "uint8")
+    assert_fails(
+        result, "stack.mrcs", f"values from {values.min():.6g} to {values.max():.6g}", "uint8 (0 to 255)"
+    )
+    assert "--scale" in result.err and not out.exists()
+    assert vitrio("convert", path, out, "--data-type", "uint8", "--clip").status == 0
+    np.testing.assert_array_equal(tifffile.imread(out), np.clip(np.rint(values), 0, 255).astype(np.uint8))
+    assert vitrio("convert", path, out, "--data-type", "uint8", "--scale", "--force").status == 0
+    scaled = tifffile.imread(out)
+    assert scaled.dtype == np.uint8 and scaled.min() == 0 and scaled.max() == 255
+    assert scaled.flat[np.argmin(values)] == 0 and scaled.flat[np.argmax(values)] == 255
+    expected = np.rint((values - values.min()) * (255 / (values.max() - values.min())))
+    np.testing.assert_allclose(scaled, expected, atol=1)
+    # whole numbers within the range go as they are; fractions do not
+    whole = tmp_path / "whole.mrcs"
+    with mrcfile.new(whole) as mrc:
+        mrc.set_data(np.array([[[-300.0, 2.0], [7.0, 30000.0]]], np.float32))
+    assert vitrio("convert", whole, tmp_path / "whole.mrc", "--data-type", "int16").status == 0
+    with mrcfile.open(tmp_path / "whole.mrc") as mrc:
+        assert mrc.data.dtype == np.int16 and mrc.data.ravel().tolist() == [-300, 2, 7, 30000]
+    assert_fails(
+        vitrio("convert", path, tmp_path / "f.mrc", "--data-type", "int16"), "stack.mrcs", "fractions"
+    )
+    assert_fails(
+        vitrio("convert", path, tmp_path / "g.mrc", "--data-type", "float16", "--scale"), "--scale", "integer"
+    )
+
+
+def test_a_voxel_size_that_is_not_carried_over_is_said(vitrio, tmp_path: Path):
+    with mrcfile.new(tmp_path / "map.mrc") as mrc:
+        mrc.set_data(np.zeros((4, 6, 8), np.float32))
+        mrc.voxel_size = 1.06
+    result = vitrio("convert", tmp_path / "map.mrc", tmp_path / "map.tif")
+    assert result.status == 0
+    assert result.err.strip() == (
+        f"vitrio: warning: {tmp_path / 'map.tif'}: the voxel size of {tmp_path / 'map.mrc'}, "
+        "1.06 x 1.06 x 1.06 Å, is not written into it"
+    )
+
+
+# ---------------------------------------------------------------- extract: paths as RELION means them
+
+
+def test_extract_finds_micrographs_as_relion_names_them_and_keeps_the_pixel_size(
+    vitrio, picked, tmp_path: Path, monkeypatch
+):
+    # the micrographs STAR file sits in its job's folder, its paths relative to the project two folders up
+    job = tmp_path / "CtfFind" / "job003"
+    job.mkdir(parents=True)
+    star = picked.micrographs.rename(job / "micrographs_ctf.star")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    output = tmp_path / "Extract" / "job004" / "particles.star"
+    arguments = ["--micrographs", star, "--coordinates", picked.coordinates, "--box-size", 16, "-o", output]
+    assert vitrio("extract", *arguments, "--root", tmp_path).status == 0
+    particles = read_particles(output)
+    assert particles["rlnImageName"][0].split("@")[1].startswith("Extract/job004/")  # relative to --root
+    assert particles["rlnImagePixelSize"].tolist() == [1.5] * len(picked.picks)
+    images = np.empty((len(particles), 16, 16), np.float32)
+    vio.read_batch_async(vio.loader(), images, particle_locations(particles, output)).get()
+    first = picked.picks.iloc[0]
+    y, x = round(first["rlnCoordinateY"]), round(first["rlnCoordinateX"])
+    assert images[0][8, 8] == picked.images[first["rlnMicrographName"]][y, x]
+    # without --root, the micrographs are found two folders above the STAR file all the same
+    assert vitrio("extract", *arguments, "--force").status == 0
+    # a data directory holding the micrographs by their bare names, as cryoDRGN's --datadir
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for name in picked.images:
+        (flat / Path(name).name).write_bytes((tmp_path / name).read_bytes())
+    (tmp_path / "Micrographs" / "a.mrc").unlink()
+    assert vitrio("extract", *arguments, "--force", "--root", flat).status == 0
+    result = vitrio("extract", *arguments, "--force")
+    assert_fails(
+        result, star, "'Micrographs/a.mrc' is not at", tmp_path / "Micrographs/a.mrc", "as root (--root)"
+    )
