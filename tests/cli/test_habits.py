@@ -177,6 +177,25 @@ def test_hdf5_is_read_through_the_entry_point_of_its_plugin(tmp_path: Path):
     assert "tomogram.h5" in error and error.endswith("pip install 'vitrio[cryovit]'")
 
 
+def test_a_program_registers_the_plugins_with_load_plugin_formats(tmp_path: Path):
+    volume = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
+    with h5py.File(tmp_path / "tomogram.h5", "w") as file:
+        file["data"] = volume
+    script = (
+        "import sys, numpy as np, vitrio as vio\n"
+        "assert 'cryovit.hdf5' not in sys.modules\n"
+        "vio.formats.load_plugin_formats()\n"
+        f"values = np.asarray(vio.read({str(tmp_path / 'tomogram.h5')!r}))\n"
+        "print(vio.formats.registered_formats()[0].name, values.shape, float(values.sum()))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (_plugin(tmp_path), SOURCES)))}
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["hdf5", "(4,", "5,", "6)", str(float(volume.sum()))]
+
+
 # ---------------------------------------------------------------- convert: types that cannot hold the values
 
 

@@ -114,6 +114,19 @@ _UNPICKLING_CALLS = {
 _UNPICKLING_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "joblib", "cloudpickle"}
 
 
+def _numpy_load_without_pickles(module: str, name: str, call: ast.Call) -> bool:
+    """Whether `call` is numpy's `load` told `allow_pickle=False` in so many words (a `.npy` file, such as
+    cryoSPARC's `.cs`, read as data only)."""
+    return (
+        module in ("np", "numpy")
+        and name == "load"
+        and any(
+            k.arg == "allow_pickle" and isinstance(k.value, ast.Constant) and k.value.value is False
+            for k in call.keywords
+        )
+    )
+
+
 def _unpickling(tree: ast.AST) -> list[str]:
     found = []
     for node in ast.walk(tree):
@@ -129,6 +142,7 @@ def _unpickling(tree: ast.AST) -> list[str]:
                 isinstance(function, ast.Attribute)
                 and isinstance(function.value, ast.Name)
                 and (function.value.id, function.attr) in _UNPICKLING_CALLS
+                and not _numpy_load_without_pickles(function.value.id, function.attr, node)
             ):
                 found.append(f"{function.value.id}.{function.attr}()")
             found += [
@@ -141,13 +155,17 @@ def _unpickling(tree: ast.AST) -> list[str]:
 
 
 def test_the_scan_finds_unpickling():
-    source = "import pickle\nnp.load(f, allow_pickle=True)\ntorch.load(f)\neval(x)\nmodel.eval()\n"
+    source = (
+        "import pickle\nnp.load(f, allow_pickle=True)\ntorch.load(f)\neval(x)\nmodel.eval()\n"
+        "np.load(f, allow_pickle=False)\nnumpy.load(f)\n"
+    )
     assert _unpickling(ast.parse(source)) == [
         "import pickle",
         "np.load()",
         "allow_pickle=True",
         "torch.load()",
         "eval()",
+        "numpy.load()",
     ]
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import vitrio as vio
-from vitrio.formats._registry import load_plugin_formats
+from vitrio.formats import load_plugin_formats
 
 from ._common import CliError
 

@@ -6,6 +6,9 @@ file finds its format. Importing this package registers MRC, TIFF, DM and
 EER (EER after TIFF, so that an EER file, a TIFF container, is tried as EER
 first). `PartialFile` and `new_file` are how a format's writer creates its
 file: privately beside its path, moved there when complete.
+`load_plugin_formats()` registers the formats installed packages declare
+under the entry point group `vitrio.formats` (the `vitrio` command calls it;
+a program calls it, or imports the plug-in's module).
 """
 
 from . import dm, mrc, tiff  # noqa: F401, I001
@@ -13,7 +16,14 @@ from . import eer  # noqa: F401, I001
 from .._fs import PartialFile, new_file
 from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
-from ._registry import create_writer, open_reader, register_format, registered_formats, resolve_formats
+from ._registry import (
+    create_writer,
+    load_plugin_formats,
+    open_reader,
+    register_format,
+    registered_formats,
+    resolve_formats,
+)
 
 __all__ = [
     "Format",
@@ -27,6 +37,7 @@ __all__ = [
     "Statistics",
     "PartialFile",
     "new_file",
+    "load_plugin_formats",
     "register_format",
     "registered_formats",
     "resolve_formats",
