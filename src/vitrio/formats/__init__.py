@@ -12,6 +12,12 @@ from . import eer  # noqa: F401, I001
 from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
 from ._registry import create_writer, open_reader, register_format, registered_formats, resolve_formats
+from ._selectors import (
+    DetectorEventTimelineFileReadFormatSelector,
+    FormatSelector,
+    ImageFileReadFormatSelector,
+    ImageFileWriteFormatSelector,
+)
 
 __all__ = [
     "Format",
@@ -28,4 +34,8 @@ __all__ = [
     "resolve_formats",
     "open_reader",
     "create_writer",
+    "FormatSelector",
+    "ImageFileReadFormatSelector",
+    "ImageFileWriteFormatSelector",
+    "DetectorEventTimelineFileReadFormatSelector",
 ]
