@@ -104,7 +104,9 @@ def test_binning_resolves_to_blocks_of_position_quanta():
     descriptor = vio.DetectorEventTimelineDescriptor((16, 32), (4, 4), 10, 0.0)
     one, two = vio.DetectorEventBinning(1), vio.DetectorEventBinning(2)
     assert one.resolve(descriptor) == (4, 4) and two.resolve(descriptor) == (8, 8)
-    assert two == vio.DetectorEventBinning(2) and hash(two) == hash(vio.DetectorEventBinning(2)) and one != two
+    assert (
+        two == vio.DetectorEventBinning(2) and hash(two) == hash(vio.DetectorEventBinning(2)) and one != two
+    )
     assert repr(two) == "DetectorEventBinning(factor=2)" and two.factor == 2
     with pytest.raises(ValueError):
         vio.DetectorEventBinning(3).resolve(descriptor)
@@ -187,7 +189,9 @@ def test_read_events_takes_a_provider_or_a_timeline(tmp_path, rng):
     movie = _movie(tmp_path / "gaps.eer", rng, frames=3, empty=(1,))
     assert vio.read_events(movie.path).timestamps.tolist() == [0, 2]
     assert vio.read_events(movie.path, 2, 3).timestamps.tolist() == [2]
-    provider = vio.FileDetectorEventTimelineReaderProvider(vio.DetectorEventTimelineFileReadFormatSelector.get_shared())
+    provider = vio.FileDetectorEventTimelineReaderProvider(
+        vio.DetectorEventTimelineFileReadFormatSelector.get_shared()
+    )
     assert vio.read_events(movie.path, events=provider).timestamps.tolist() == [0, 2]
     timeline = vio.read_events(movie.path, 0, 1, events=vio.DetectorEventTimeline())
     assert vio.read_events(movie.path, 2, 3, events=timeline) is timeline
@@ -225,9 +229,9 @@ def test_event_image_provider_reads_fractions_at_the_detectors_resolution(tmp_pa
     movie_frames = vio.read(movie.path, readers=provider)
     assert movie_frames.shape == (4, 6, 8) and movie_frames.dtype == np.uint32
     np.testing.assert_array_equal(movie_frames, movie.counts())
-    # the published helper reads the same, through the format's native renderer
+    # the published helper reads the same values through the format's native renderer, as uint16
     native = vio.read(movie.path, readers=vio.detector_event_image_reader_provider(4))
-    assert native.dtype == np.uint32
+    assert native.shape == (4, 6, 8) and native.dtype == np.uint16
     np.testing.assert_array_equal(native, movie_frames)
 
 
@@ -269,7 +273,12 @@ def test_event_image_provider_refuses_wrong_arguments():
     events = vio.detector_event_timeline_reader_provider()
     fractions = vio.DetectorEventFractionation(2)
     renderer = vio.CountingDetectorEventRenderer(vio.DetectorEventBinning(1))
-    for arguments in [(None, fractions, renderer), (events, 2, renderer), (events, fractions, None), (events,)]:
+    for arguments in [
+        (None, fractions, renderer),
+        (events, 2, renderer),
+        (events, fractions, None),
+        (events,),
+    ]:
         with pytest.raises(TypeError):
             vio.DetectorEventImageReaderProvider(*arguments)
 

@@ -186,7 +186,7 @@ def test_fractions_are_sums_of_frames(movie, fractions):
     configured = EerFormat.configured(fractions)
     with open_reader(movie.path, [configured]) as reader:  # one fraction is a single image
         assert reader.descriptor.extents == ((fractions,) if fractions > 1 else ()) + SHAPE
-        assert reader.descriptor.data_type.value == "uint32"
+        assert reader.descriptor.data_type.value == "uint16"
     images = read_all(movie.path, [configured]).reshape(fractions, *SHAPE)
     for image, (a, b) in zip(images, cuts(FRAMES, fractions)):
         assert np.array_equal(image, expected[a:b].sum(axis=0))

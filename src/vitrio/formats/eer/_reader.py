@@ -111,7 +111,10 @@ class EerReader(ImageReader):
             dtype = np.dtype(np.float32)
             self._direct = {dtype}
         else:
-            dtype = np.dtype(np.uint8 if fractions is None and most <= 0xFF else np.uint32)
+            if fractions is None and most <= 0xFF:
+                dtype = np.dtype(np.uint8)
+            else:
+                dtype = np.dtype(np.uint16 if most <= 0xFFFF else np.uint32)
             self._direct = {t for t in _KINDS if t.kind == "f" or np.iinfo(t).max >= most}
         stack = () if fractions == 1 else (len(self._bounds) - 1,)
         super().__init__(key, ImageDescriptor((*stack, out_height, out_width), 2, dtype))
@@ -245,8 +248,9 @@ class EerFormat(Format):
 
         Fraction k is the per-pixel count of the events of frames
         `k * F // fractions` to `(k + 1) * F // fractions` of the file's F
-        frames. Counts are uint32; with a gain, float32. One fraction is a
-        single 2-D image, more a stack of them.
+        frames. Counts are uint16 (uint32 if a fraction could hold more than
+        65535 events in one pixel), which MRC files hold as they are; with a
+        gain, float32. One fraction is a single 2-D image, more a stack of them.
 
         Args:
             fractions: How many images to cut the frames into; at most the number of frames.
