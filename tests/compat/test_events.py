@@ -58,7 +58,8 @@ def test_descriptor_members_equality_and_repr():
     assert descriptor == vio.DetectorEventTimelineDescriptor([16, 32], [4, 4], 10, 0.5)
     assert descriptor != vio.DetectorEventTimelineDescriptor((16, 32), (4, 4), 10, 0.0)
     assert repr(descriptor) == (
-        "DetectorEventTimelineDescriptor(extents=(16, 32), subdivisions=(4, 4), time_extent=10, time_quantum=0.5)"
+        "DetectorEventTimelineDescriptor(extents=(16, 32), subdivisions=(4, 4), "
+        "time_extent=10, time_quantum=0.5)"
     )
 
 
