@@ -6,7 +6,10 @@ around centres. `vitrio.data` feeds datasets to PyTorch and JAX.
 """
 
 from . import data, formats
-from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor
+from ._array import Array, HalfComplexArray
+from ._concurrency import Completion, Executor, SynchronousExecutor, ThreadPoolExecutor
+from ._event_images import DetectorEventImageReaderProvider
+from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
 from ._functions import (
     loader,
     query_descriptor,
@@ -34,15 +37,39 @@ from ._providers import (
 )
 from ._saving import ImageSaver, write_batch_async
 from ._types import (
+    DeclaredTwiceError,
     ImageDescriptor,
+    ImageFileNotFoundError,
     ImageLocation,
     ImageLocationGrouping,
     IndexTable,
     NumericalType,
+    ReadOnlyDestinationError,
     get_core_extents,
 )
-from .formats import Format, FormatError, FormatWarning, register_format
-from .formats.eer import DetectorEventTimeline, read_events
+from ._writers import ImageWriterProvider
+from .formats import (
+    DetectorEventTimelineFileReadFormatSelector,
+    Format,
+    FormatError,
+    FormatWarning,
+    ImageFileReadFormatSelector,
+    ImageFileWriteFormatSelector,
+    register_format,
+)
+from .formats.eer import (
+    CountingDetectorEventRenderer,
+    DetectorEventBinning,
+    DetectorEventFractionation,
+    DetectorEventRenderer,
+    DetectorEventTimeline,
+    DetectorEventTimelineDescriptor,
+    DetectorEventTimelineReader,
+    DetectorEventTimelineReaderProvider,
+    FileDetectorEventTimelineReaderProvider,
+    detector_event_timeline_reader_provider,
+    read_events,
+)
 from .scratch import (
     ImageScratch,
     ScratchImageReaderProvider,
@@ -55,23 +82,44 @@ from .scratch import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Array",
     "CachingImageReaderProvider",
     "Completion",
+    "CountingDetectorEventRenderer",
+    "DeclaredTwiceError",
+    "DetectorEventBinning",
+    "DetectorEventFractionation",
+    "DetectorEventImageReaderProvider",
+    "DetectorEventRenderer",
     "DetectorEventTimeline",
+    "DetectorEventTimelineDescriptor",
+    "DetectorEventTimelineFileReadFormatSelector",
+    "DetectorEventTimelineReader",
+    "DetectorEventTimelineReaderProvider",
+    "Executor",
+    "ExecutorImageLoader",
+    "ExecutorImageSaver",
+    "FileDetectorEventTimelineReaderProvider",
     "FileImageReaderProvider",
     "FileImageWriterProvider",
     "Format",
     "FormatError",
     "FormatWarning",
+    "HalfComplexArray",
     "ImageDescriptor",
+    "ImageFileNotFoundError",
+    "ImageFileReadFormatSelector",
+    "ImageFileWriteFormatSelector",
     "ImageLoader",
     "ImageLocation",
     "ImageLocationGrouping",
     "ImageReaderProvider",
     "ImageSaver",
     "ImageScratch",
+    "ImageWriterProvider",
     "IndexTable",
     "NumericalType",
+    "ReadOnlyDestinationError",
     "ScratchImageReaderProvider",
     "SynchronousExecutor",
     "ThreadPoolExecutor",
@@ -81,6 +129,7 @@ __all__ = [
     "create_host_image_scratch",
     "create_mapped_file_image_scratch",
     "detector_event_image_reader_provider",
+    "detector_event_timeline_reader_provider",
     "get_core_extents",
     "loader",
     "prefetch_scratch_async",

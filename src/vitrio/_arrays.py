@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ._types import ReadOnlyDestinationError
+
 __all__ = ["as_destination", "as_source", "gather"]
 
 
@@ -35,11 +37,12 @@ def as_destination(array: Any) -> np.ndarray:
 
     Raises:
         TypeError: If `array` exposes no host memory.
-        ValueError: If that memory is read only, or not on the host.
+        ReadOnlyDestinationError: If that memory is read only (a `TypeError` and a `ValueError`).
+        ValueError: If it is not on the host.
     """
     view = _view(array, "destination")
     if not view.flags.writeable:
-        raise ValueError(f"the destination is read only ({type(array).__name__})")
+        raise ReadOnlyDestinationError(f"the destination is read only ({type(array).__name__})")
     return view
 
 

@@ -13,6 +13,7 @@ its arrays for good rather than free memory a frozen thread may write.
 
 from __future__ import annotations
 
+import abc
 import atexit
 import os
 import queue
@@ -22,7 +23,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["Completion", "ThreadPoolExecutor", "SynchronousExecutor", "run_tasks"]
+__all__ = ["Completion", "Executor", "ThreadPoolExecutor", "SynchronousExecutor", "run_tasks"]
 
 Task = Callable[[], None]
 
@@ -134,9 +135,7 @@ def _run(work: _Work, task: Task) -> None:
         work.finish_one(None)
 
 
-def run_tasks(
-    executor: ThreadPoolExecutor | SynchronousExecutor, tasks: Sequence[Task], keep: Any = None
-) -> Completion:
+def run_tasks(executor: Executor, tasks: Sequence[Task], keep: Any = None) -> Completion:
     """Submit `tasks` to `executor`; the completion keeps `keep` alive until they are done."""
     work = _Work(len(tasks), keep)
     if tasks and not isinstance(executor, SynchronousExecutor):
@@ -146,7 +145,29 @@ def run_tasks(
     return Completion([work])
 
 
-class SynchronousExecutor:
+class Executor(abc.ABC):
+    """Somewhere work can run: the base of `ThreadPoolExecutor` and `SynchronousExecutor`.
+
+    Loaders, savers and `prefetch_scratch_async` take any executor, and one
+    executor can serve several of them at once. A completion must not be
+    waited for from inside a task that runs on the executor completing it.
+    A subclass implements `submit` and `worker_count`.
+
+    Raises:
+        TypeError: When called: it is abstract.
+    """
+
+    @property
+    @abc.abstractmethod
+    def worker_count(self) -> int:
+        """How many tasks run at once."""
+
+    @abc.abstractmethod
+    def submit(self, function: Callable[..., None], *args: Any) -> None:
+        """Run `function(*args)`, now or later; it must not raise."""
+
+
+class SynchronousExecutor(Executor):
     """Runs every task at once, on the thread that submits it."""
 
     @property
@@ -175,7 +196,7 @@ def _serve(tasks: queue.SimpleQueue) -> None:
         del item, function, args
 
 
-class ThreadPoolExecutor:
+class ThreadPoolExecutor(Executor):
     """A pool of `worker_count` threads, started on first use and stopped when the pool is dropped.
 
     Safe across `fork`: a child process starts threads of its own on first use.

@@ -81,12 +81,24 @@ class PartialFile:
     def publish(self, mode: int | None = None) -> None:
         """Give the file `mode` (by default the umask's), close it and move it onto its target."""
         try:
-            os.fchmod(self.fd, created_mode() if mode is None else mode)
+            self.expose(mode)
             self._close()
-            os.replace(self.path, self.target)
         except BaseException:
             self.discard()
             raise
+
+    def expose(self, mode: int | None = None) -> None:
+        """Give the file `mode` (by default the umask's) and move it onto its target, keeping it open.
+
+        The file is then read at its target while it is still written;
+        `publish` closes it, `discard` removes it from there. Once exposed, a
+        second call does nothing.
+        """
+        if self.path == self.target:
+            return
+        os.fchmod(self.fd, created_mode() if mode is None else mode)
+        os.replace(self.path, self.target)
+        self.path = self.target
 
     def discard(self) -> None:
         """Close and remove the unfinished file."""

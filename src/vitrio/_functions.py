@@ -8,17 +8,18 @@ from typing import Any
 
 import numpy as np
 
+from ._array import HalfComplexArray, finish_half_complex, new_array
 from ._arrays import as_destination, as_source
-from ._concurrency import SynchronousExecutor, ThreadPoolExecutor
-from ._loading import ImageLoader
+from ._concurrency import Executor, ThreadPoolExecutor
+from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
 from ._providers import (
     CachingImageReaderProvider,
     FileImageReaderProvider,
     FileImageWriterProvider,
     ImageReaderProvider,
 )
-from ._saving import ImageSaver
-from ._types import ImageDescriptor, ImageLocation, as_key, numpy_dtype
+from ._types import ImageDescriptor, ImageLocation, as_key, as_numerical_type
+from ._writers import ImageWriterProvider
 from .formats import Format, create_writer
 from .scratch import ScratchImageReaderProvider
 
@@ -33,8 +34,6 @@ __all__ = [
     "reader_provider",
     "writer_provider",
 ]
-
-Executor = ThreadPoolExecutor | SynchronousExecutor
 
 
 def reader_provider(
@@ -83,8 +82,8 @@ def loader(
     formats: Iterable[type[Format]] | None = None,
     executor: Executor | None = None,
     scratch: Any = None,
-) -> ImageLoader:
-    """An `ImageLoader`: a thread pool and a reader provider, for `read_batch_async` and friends.
+) -> ExecutorImageLoader:
+    """An `ExecutorImageLoader`: a thread pool and a reader provider, for `read_batch_async` and friends.
 
     Args:
         workers: How many threads read. Defaults to the machine's cores.
@@ -96,33 +95,34 @@ def loader(
     Raises:
         ValueError: If `workers` or `cache` is not positive, or both `workers` and `executor` are given.
     """
-    return ImageLoader(_executor(workers, executor), reader_provider(cache, formats, scratch))
+    return ExecutorImageLoader(reader_provider(cache, formats, scratch), _executor(workers, executor))
 
 
 def saver(
-    writers: FileImageWriterProvider, workers: int | None = None, executor: Executor | None = None
-) -> ImageSaver:
-    """An `ImageSaver`: a thread pool and the declared files, for `write_batch_async`.
+    writers: ImageWriterProvider, workers: int | None = None, executor: Executor | None = None
+) -> ExecutorImageSaver:
+    """An `ExecutorImageSaver`: a thread pool and the declared files, for `write_batch_async`.
 
     Args:
-        writers: The files written into, from `writer_provider`.
+        writers: The files written into, from `writer_provider`: an `ImageWriterProvider`.
         workers: How many threads write. Defaults to the machine's cores.
         executor: An executor to share with loaders and other savers.
 
     Raises:
+        TypeError: If `writers` is not an `ImageWriterProvider`.
         ValueError: If `workers` is not positive, or both `workers` and `executor` are given.
     """
-    if not isinstance(writers, FileImageWriterProvider):
-        raise TypeError(f"writers is a FileImageWriterProvider, not {type(writers).__name__}")
-    return ImageSaver(_executor(workers, executor), writers)
+    if not isinstance(writers, ImageWriterProvider):
+        raise TypeError(f"writers is an ImageWriterProvider, not {type(writers).__name__}")
+    return ExecutorImageSaver(writers, _executor(workers, executor))
 
 
 def query_descriptor(key: Any, readers: ImageReaderProvider | None = None) -> ImageDescriptor:
     """What the file at `key` holds, from its header alone.
 
     Raises:
-        FileNotFoundError: If there is no file at `key`.
-        ValueError: If the file is of no known format, or malformed.
+        ImageFileNotFoundError: If there is no file at `key` (a `FileNotFoundError` and a `RuntimeError`).
+        FormatError: If the file is of no known format, or malformed (a `ValueError` and a `RuntimeError`).
     """
     return (readers or FileImageReaderProvider()).query_descriptor(as_key(key))
 
@@ -143,12 +143,16 @@ def read(
         out: An array to read into, of the shape read.
 
     Returns:
-        A new numpy array, or `out`, filled.
+        A new `vitrio.Array` (a numpy array), or `out`, filled. Read as
+        `complex_float16`, which numpy has no type for, a `HalfComplexArray`
+        that holds the values and hands them to no one.
 
     Raises:
         ValueError: If `data_type` and `out` are both given, or `out` does not have the shape read.
+        ReadOnlyDestinationError: If `out` is read only (a `TypeError` and a `ValueError`).
         IndexError: If the index is past the end of its stack.
-        FileNotFoundError: If there is no file at the key.
+        ImageFileNotFoundError: If there is no file at the key (a `FileNotFoundError` and a `RuntimeError`).
+        FormatError: If the file is of no known format, or malformed (a `ValueError` and a `RuntimeError`).
     """
     if out is not None and data_type is not None:
         raise ValueError("give data_type or out, not both")
@@ -164,8 +168,8 @@ def read(
             reader.check_run(index, 1)  # before allocating: an empty stack may claim any image shape
         shape = descriptor.extents if index < 0 else descriptor.core_extents
         if out is None:
-            result = np.empty(shape, dtype=numpy_dtype(data_type or descriptor.data_type))
-            target = result
+            wanted = descriptor.data_type if data_type is None else as_numerical_type(data_type)
+            result, target = new_array(shape, wanted)
         else:
             result, target = out, as_destination(out)
             if target.shape != tuple(shape):
@@ -175,9 +179,34 @@ def read(
             reader.read_run(0, [target[i] for i in np.ndindex(*stack)] if stack else [target])
         else:
             reader.read_run(index, [target])
+        if isinstance(result, HalfComplexArray):
+            finish_half_complex(result, target)
         return result
     finally:
         readers.release(reader)
+
+
+def _written(array: Any, key: str) -> np.ndarray:
+    """A numpy view of an array to write, refused as the published package refuses it.
+
+    Raises:
+        TypeError: If `array` is not an array or is not in native byte order.
+        ValueError: If its memory is not aligned for its type.
+    """
+    if isinstance(array, (list, tuple)):
+        raise TypeError(
+            f"{key}: the values to write are an array, not a {type(array).__name__}; pass numpy.asarray(...)"
+        )
+    if isinstance(array, HalfComplexArray):
+        raise TypeError(f"{key}: complex_float16 values cannot be handed to a writer")
+    values = as_source(array)
+    if not values.dtype.isnative:
+        raise TypeError(
+            f"{key}: the values are not in the machine's byte order ({values.dtype.str}); convert them first"
+        )
+    if not values.flags.aligned:
+        raise ValueError(f"{key}: the values' memory is not aligned for {values.dtype}")
+    return values
 
 
 def write(
@@ -190,11 +219,15 @@ def write(
     it once complete, so a failed write leaves nothing at `path`.
 
     Raises:
-        ValueError: If `array`'s shape is not the descriptor's extents, or no
-            format writes files with that extension.
+        TypeError: If `array` is not an array (a list is not converted: pass
+            `numpy.asarray` of it), is not in the machine's byte order, or
+            holds values that are not numbers (objects, records).
+        ValueError: If `array`'s shape is not the descriptor's extents, or its
+            memory is not aligned for its type.
+        FormatError: If no format writes files with that extension (a `ValueError` and a `RuntimeError`).
     """
     key = as_key(path)
-    values = as_source(array)
+    values = _written(array, key)
     if values.shape != descriptor.extents:
         raise ValueError(f"{key}: an array of shape {values.shape} does not fit {descriptor}")
     writer = create_writer(key, descriptor, formats)
@@ -213,9 +246,10 @@ def write_single(
     """Write one image (2-D) or volume (3-D) to a new file at `path`.
 
     Raises:
-        ValueError: If `array` is not 2-D or 3-D.
+        ValueError: If `array` is not 2-D or 3-D; and as `write` raises.
+        TypeError: As `write` raises.
     """
-    values = as_source(array)
+    values = _written(array, as_key(path))
     if values.ndim not in (2, 3):
         raise ValueError(
             f"{as_key(path)}: a single image or volume is 2-D or 3-D, not of shape {values.shape}"
@@ -229,9 +263,10 @@ def write_stack(
     """Write a stack of images (3-D) or volumes (4-D), stacked along the leading axis, to a new file.
 
     Raises:
-        ValueError: If `array` is not 3-D or 4-D.
+        ValueError: If `array` is not 3-D or 4-D; and as `write` raises.
+        TypeError: As `write` raises.
     """
-    values = as_source(array)
+    values = _written(array, as_key(path))
     if values.ndim not in (3, 4):
         raise ValueError(f"{as_key(path)}: a stack is 3-D or 4-D, not of shape {values.shape}")
     write(values, path, ImageDescriptor(values.shape, values.ndim - 1, data_type or values.dtype), formats)

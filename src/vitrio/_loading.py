@@ -234,7 +234,9 @@ def read_batch_async(loader: ImageLoader, destination: Any, locations: Sequence[
 
 def _centre_array(centres: Any) -> np.ndarray:
     if isinstance(centres, IndexTable):
-        return np.asarray(centres)
+        return np.asarray(centres).astype(np.int64)
+    if not isinstance(centres, (np.ndarray, Sequence)) and not hasattr(centres, "__array__"):
+        raise TypeError(f"centres are an IndexTable, an array or a sequence, not {type(centres).__name__}")
     values = np.asarray(centres)
     if values.size == 0:
         values = values.reshape(0, values.shape[-1] if values.ndim == 2 else 0).astype(np.int64)

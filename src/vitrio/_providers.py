@@ -13,7 +13,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._types import ImageDescriptor, as_key
+from ._types import DeclaredTwiceError, ImageDescriptor, as_key
+from ._writers import ImageWriterProvider
 from .formats import Format, ImageReader, ImageWriter, create_writer, open_reader, resolve_formats
 from .formats.eer import EerFormat
 
@@ -215,11 +216,13 @@ class CachingImageReaderProvider(ImageReaderProvider):
         return f"CachingImageReaderProvider({self._backing!r}, capacity={self._capacity})"
 
 
-class FileImageWriterProvider:
+class FileImageWriterProvider(ImageWriterProvider):
     """Files being written a batch at a time: declared first, created on the first write, finished on close.
 
-    A file is written beside its path and moved onto it when closed, so an
-    unfinished file never stands at its path. Used as a context manager, it
+    A file is written beside its path; the first `flush` after a write
+    moves it onto its path (header complete as of then), so that what was
+    written can be read there, and `close` completes it. A file discarded
+    or never flushed leaves nothing at its path. Used as a context manager, it
     closes every file at the end of the block, or discards them all if the
     block raised.
 
@@ -239,7 +242,7 @@ class FileImageWriterProvider:
         """Say what the file at `key` will hold.
 
         Raises:
-            RuntimeError: If `key` is declared already.
+            DeclaredTwiceError: If `key` is declared already (a `ValueError` and a `RuntimeError`).
             TypeError: If `descriptor` is not an `ImageDescriptor`.
         """
         key = as_key(key)
@@ -247,7 +250,7 @@ class FileImageWriterProvider:
             raise TypeError(f"{key}: a descriptor is an ImageDescriptor, not {type(descriptor).__name__}")
         with self._lock:
             if key in self._declared:
-                raise RuntimeError(f"{key}: is declared already")
+                raise DeclaredTwiceError(f"{key}: is declared already")
             self._declared[key] = descriptor
             self._creating[key] = threading.Lock()
 
@@ -303,7 +306,7 @@ class FileImageWriterProvider:
             writer.discard()
 
     def flush(self) -> None:
-        """Hand what was written to every open file so far to the operating system."""
+        """Hand what was written to every open file so far to the system, and make it readable at its path."""
         for writer in list(self._writers.values()):
             writer.flush()
 

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from ._arrays import as_source
-from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
+from ._concurrency import Completion, Executor, run_tasks
 from ._loading import check_leading_extent, plan_locations, task_bounds
-from ._providers import FileImageWriterProvider
+from ._writers import ImageWriterProvider
 
 __all__ = ["ImageSaver", "write_batch_async"]
 
@@ -20,10 +20,10 @@ class ImageSaver:
 
     Args:
         executor: Where the writes run.
-        writers: The files written into.
+        writers: The files written into, an `ImageWriterProvider`.
     """
 
-    def __init__(self, executor: ThreadPoolExecutor | SynchronousExecutor, writers: FileImageWriterProvider):
+    def __init__(self, executor: Executor, writers: ImageWriterProvider):
         self.executor = executor
         self.writers = writers
 

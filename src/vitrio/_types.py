@@ -25,6 +25,9 @@ __all__ = [
     "group_ids",
     "past_the_end",
     "PastTheEndError",
+    "ImageFileNotFoundError",
+    "ReadOnlyDestinationError",
+    "DeclaredTwiceError",
     "as_numerical_type",
     "numpy_dtype",
     "as_key",
@@ -221,7 +224,7 @@ class ImageDescriptor:
     def __repr__(self) -> str:
         return (
             f"ImageDescriptor(extents={self._extents}, core_rank={self._core_rank}, "
-            f"data_type={self._data_type.name})"
+            f"data_type=NumericalType.{self._data_type.name})"
         )
 
     def __reduce__(self):
@@ -233,16 +236,20 @@ def get_core_extents(descriptor: ImageDescriptor) -> tuple[int, ...]:
     return descriptor.core_extents
 
 
+_PUBLISHED_NO_STACK_INDEX = 2**64 - 1
 _LOCATION_TEXT = re.compile(r"^\s*(?:(\d+)@)?(.*\S)\s*$", re.DOTALL)
 
 
 class ImageLocation:
     """One image of a stack, or a whole file.
 
+    `ImageLocation()` names nothing: its key is `''`.
+
     Args:
         key: The file, a `str` or `os.PathLike`.
         index_in_stack: The index of the image in its stack, counting from
-            zero, or `ImageLocation.no_stack_index` for the whole file.
+            zero, or `ImageLocation.no_stack_index` for the whole file
+            (`2**64 - 1`, the value of the published package, is taken as it too).
 
     Raises:
         TypeError: If `key` is not a str or os.PathLike.
@@ -254,8 +261,10 @@ class ImageLocation:
     no_stack_index = -1
     """The index of a location that names a whole file."""
 
-    def __init__(self, key: Any, index_in_stack: int = -1):
+    def __init__(self, key: Any = "", index_in_stack: int = -1):
         index = int(index_in_stack)
+        if index == _PUBLISHED_NO_STACK_INDEX:
+            index = -1
         if index < -1:
             raise ValueError(f"index_in_stack must not be negative: {index_in_stack}")
         self._key = as_key(key)
@@ -332,8 +341,8 @@ class ImageLocation:
 
     def __repr__(self) -> str:
         if self._index >= 0:
-            return f"ImageLocation({self._key!r}, {self._index})"
-        return f"ImageLocation({self._key!r})"
+            return f"ImageLocation(key={self._key!r}, index_in_stack={self._index})"
+        return f"ImageLocation(key={self._key!r})"
 
     def __reduce__(self):
         return (ImageLocation, (self._key, self._index))
@@ -346,6 +355,20 @@ class PastTheEndError(IndexError, ValueError):
     sources of `vitrio.data` are specified to raise it: callers of either
     catch it.
     """
+
+
+class ImageFileNotFoundError(FileNotFoundError, RuntimeError):
+    """No file at a key: a `FileNotFoundError` (errno kept), and the published package's `RuntimeError`."""
+
+
+class ReadOnlyDestinationError(TypeError, ValueError):
+    """A destination that reads cannot land in (read-only memory): a `TypeError`, as the published
+    package raises it, and a `ValueError`, as earlier versions of this one did."""
+
+
+class DeclaredTwiceError(ValueError, RuntimeError):
+    """A file declared twice to a writer provider: the `ValueError` the published package raises, and
+    the `RuntimeError` its docstring names."""
 
 
 def past_the_end(key: str, index: int, count: int) -> PastTheEndError:
@@ -406,32 +429,55 @@ def group_ids(ids: np.ndarray, within: np.ndarray | None = None) -> list[tuple[i
 
 
 class _LocationGroup:
-    """The locations of one file: its key, the indices, where they were."""
+    """The locations of one file, as `ImageLocationGrouping` holds them."""
 
-    __slots__ = ("key", "indices", "positions")
+    __slots__ = ("key", "location_indices", "positions", "_indices")
 
-    def __init__(self, key: str, indices: np.ndarray, positions: np.ndarray):
+    def __init__(self, key: str, location_indices: np.ndarray, positions: np.ndarray):
         self.key = key
-        self.indices = indices
+        self.location_indices = location_indices
         self.positions = positions
+        self._indices: tuple[int, ...] | None = None
+
+    @property
+    def is_whole(self) -> bool:
+        """Whether a location names the whole file (has no index in its stack)."""
+        return bool(len(self.location_indices)) and int(self.location_indices[0]) < 0
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        """The indices asked of the file, ascending and each once; `()` for a whole file."""
+        if self._indices is None:
+            self._indices = () if self.is_whole else tuple(np.unique(self.location_indices).tolist())
+        return self._indices
 
     def __len__(self) -> int:
-        return len(self.indices)
+        return len(self.location_indices)
 
     def __repr__(self) -> str:
-        return f"<locations of {self.key!r}: {len(self.indices)}>"
+        return f"ImageLocationGrouping.Group(key={self.key!r}, indices={self.indices})"
+
+
+_LocationGroup.__name__ = "Group"
+_LocationGroup.__qualname__ = "ImageLocationGrouping.Group"
 
 
 class ImageLocationGrouping:
     """Locations gathered by file, in ascending order of key.
 
-    Each group has `key`, `indices` (the index in its stack of each location,
-    `no_stack_index` for whole files, ascending) and `positions` (where each
-    location stood in the sequence given).
+    Each group has `key`; `indices`, the indices asked of the file, a tuple
+    ascending and without duplicates (`()` for a group that is whole); and
+    `is_whole`, whether a location of the file has no index in its stack.
+    For planning, a group also has `location_indices` (the index of each of
+    its locations, `no_stack_index` for whole files, ascending) and
+    `positions` (where each of them stood in the sequence given). `len()` of a
+    group counts its locations.
 
     Args:
         locations: `ImageLocation` objects, or keys of whole files.
     """
+
+    Group = _LocationGroup
 
     def __init__(self, locations: Iterable[ImageLocation | str | os.PathLike]):
         keys, key_ids, indices = index_locations(locations)
@@ -452,20 +498,28 @@ class ImageLocationGrouping:
     def __iter__(self):
         return iter(self._groups)
 
+    def __repr__(self) -> str:
+        return f"ImageLocationGrouping({self._groups!r})"
+
 
 class IndexTable:
     """A table of integer coordinates, a row of `rank` of them per entry: the centres of patches.
+
+    `IndexTable()` has rank 0 and no entry; the rank never changes.
+    `numpy.asarray(table)` is a copy of the entries, of type `numpy.uintp`
+    and shape `(len(table), rank)`; asking for no copy (`copy=False`)
+    raises `ValueError`.
 
     Args:
         rank: How many coordinates an entry has.
 
     Raises:
-        ValueError: If `rank` is not positive.
+        ValueError: If `rank` is negative.
     """
 
-    def __init__(self, rank: int):
-        if int(rank) < 1:
-            raise ValueError(f"rank must be positive: {rank}")
+    def __init__(self, rank: int = 0):
+        if int(rank) < 0:
+            raise ValueError(f"rank must not be negative: {rank}")
         self._rows = np.empty((0, int(rank)), dtype=np.int64)
         self._count = 0
 
@@ -473,11 +527,15 @@ class IndexTable:
     def from_array(cls, array: Any) -> IndexTable:
         """A table holding the rows of a 2-D integer array.
 
+        Only arrays that expose their memory are taken (a numpy array, a
+        `memoryview`, a DLPack tensor); a list is not converted: pass
+        `numpy.asarray(rows)`.
+
         Raises:
-            TypeError: If the array does not hold integers.
+            TypeError: If `array` exposes no memory, or does not hold integers.
             ValueError: If it is not 2-D, has no column, or holds a negative index.
         """
-        values = np.asarray(array)
+        values = _exposed(array)
         if values.dtype.kind not in "iu" and not (values.size == 0 and values.dtype.kind == "f"):
             raise TypeError(f"an index table holds integers, not {values.dtype}")
         if values.ndim != 2 or values.shape[1] < 1:
@@ -510,9 +568,9 @@ class IndexTable:
         values = np.asarray(entry)
         if values.shape != (self.rank,):
             raise ValueError(f"an entry of this table has {self.rank} values, not {values.shape}")
-        if values.dtype.kind not in "iu":
+        if values.size and values.dtype.kind not in "iu":
             raise TypeError(f"an index table holds integers, not {values.dtype}")
-        if values.min() < 0:
+        if values.size and values.min() < 0:
             raise ValueError(f"an index table holds no negative index: {entry}")
         if self._count == len(self._rows):
             self.reserve(max(8, 2 * self._count))
@@ -532,8 +590,28 @@ class IndexTable:
         return tuple(int(v) for v in self._rows[item % self._count])
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        rows = self._rows[: self._count]
-        return rows.astype(dtype, copy=True) if dtype is not None else rows.copy()
+        if copy is False:
+            raise ValueError("an IndexTable hands out a copy of its entries, never a view")
+        return self._rows[: self._count].astype(np.uintp if dtype is None else dtype, copy=True)
 
     def __repr__(self) -> str:
         return f"IndexTable(rank={self.rank}, entries={self._count})"
+
+
+def _exposed(array: Any) -> np.ndarray:
+    """A view of an object that exposes its memory (numpy, buffer protocol, DLPack), never a conversion.
+
+    Raises:
+        TypeError: If `array` exposes no memory, such as a list or an object with only `__array__`.
+    """
+    if isinstance(array, np.ndarray):
+        return array
+    if hasattr(array, "__dlpack__") and not isinstance(array, memoryview):
+        return np.from_dlpack(array)
+    try:
+        return np.asarray(memoryview(array))
+    except TypeError:
+        raise TypeError(
+            f"an array that exposes its memory is needed (numpy, memoryview, DLPack), not "
+            f"{type(array).__name__}; pass numpy.asarray(...) of it"
+        ) from None

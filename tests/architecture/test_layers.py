@@ -25,12 +25,12 @@ import pytest
 SOURCES = Path(__file__).resolve().parents[2] / "src"
 
 FLOORS = (
-    ("vitrio._types", "vitrio._arrays", "vitrio._fs", "vitrio._native"),
+    ("vitrio._types", "vitrio._arrays", "vitrio._array", "vitrio._fs", "vitrio._native"),
     ("vitrio.formats",),
-    ("vitrio._providers",),
+    ("vitrio._providers", "vitrio._writers", "vitrio._event_images"),
     ("vitrio._concurrency",),
     ("vitrio.scratch", "vitrio._scratch"),
-    ("vitrio._loading", "vitrio._saving"),
+    ("vitrio._loading", "vitrio._saving", "vitrio._executor_io"),
     ("vitrio._functions",),
     ("vitrio.data", "vitrio.extract"),
     ("vitrio.testing", "vitrio.bench", "vitrio.cli", "vitrio.__main__", "vitrio"),

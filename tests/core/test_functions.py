@@ -138,7 +138,9 @@ def test_write_from_views_tensors_and_lists(tmp_path, rng):
     np.testing.assert_array_equal(vio.read(tmp_path / "t.mrc"), data.T)
     vio.write_single(torch.from_numpy(data), tmp_path / "torch.tif")
     np.testing.assert_array_equal(vio.read(tmp_path / "torch.tif"), data)
-    vio.write_single([[1, 2], [3, 4]], tmp_path / "list.tif", data_type="int16")
+    with pytest.raises(TypeError, match="numpy.asarray"):  # a list is not converted, as published
+        vio.write_single([[1, 2], [3, 4]], tmp_path / "list.tif", data_type="int16")
+    vio.write_single(np.asarray([[1, 2], [3, 4]]), tmp_path / "list.tif", data_type="int16")
     np.testing.assert_array_equal(vio.read(tmp_path / "list.tif"), [[1, 2], [3, 4]])
 
 

@@ -9,30 +9,19 @@ by the process), and hands back what to wait for.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from .._arrays import as_destination
 from .._loading import ImageLoader
 from ._shared import shared_loader
-from ._source import ArraySource, Source
+from ._source import ArraySource, Source, Waitable, waitables
 
 __all__ = ["Dataset", "PendingBatch", "Allocator", "resolve_rows"]
 
 Allocator = Callable[[tuple[int, ...], np.dtype], Any]
 """Makes the array of a field, given its shape and its numpy type."""
-
-
-class Pending(Protocol):
-    """What a source returns to wait for: a `Completion` or anything that waits like one."""
-
-    @property
-    def is_ready(self) -> bool: ...
-
-    def wait(self) -> None: ...
-
-    def get(self) -> None: ...
 
 
 def resolve_rows(rows: Any, count: int) -> np.ndarray:
@@ -80,7 +69,7 @@ class PendingBatch:
 
     __slots__ = ("_values", "_pending")
 
-    def __init__(self, values: Mapping[str, np.ndarray], pending: Iterable[Pending]):
+    def __init__(self, values: Mapping[str, np.ndarray], pending: Iterable[Waitable]):
         self._values = dict(values)
         self._pending = tuple(pending)
 
@@ -150,6 +139,7 @@ class Dataset:
         sources = {
             name: field if isinstance(field, Source) else ArraySource(field) for name, field in fields.items()
         }
+        self._columns = frozenset(name for name, field in fields.items() if not isinstance(field, Source))
         if not sources:
             raise ValueError("a dataset needs at least one field")
         if index is not None and index in sources:
@@ -206,10 +196,10 @@ class Dataset:
         loader = loader or shared_loader()
         allocate = allocator or np.empty
         values: dict[str, np.ndarray] = {}
-        pending: list[Pending] = []
+        pending: list[Waitable] = []
         for name, source in self._sources.items():
             out = _allocate(allocate, (len(rows), *source.shape), np.dtype(source.dtype), name)
-            pending.append(source.read_async(loader, rows, out))
+            pending.extend(waitables(source.read_async(loader, rows, out)))
             values[name] = out
         if self._index is not None:
             indices = _allocate(allocate, (len(rows),), np.dtype(np.int64), self._index)
@@ -226,7 +216,9 @@ class Dataset:
             rows: The rows, named as read_async takes them.
         """
         rows = resolve_rows(rows, self._length)
-        return Dataset({name: source.subset(rows) for name, source in self._sources.items()}, self._index)
+        subset = Dataset({name: source.subset(rows) for name, source in self._sources.items()}, self._index)
+        subset._columns = self._columns
+        return subset
 
     def preload(self, names: Iterable[str] | None = None, loader: ImageLoader | None = None) -> Dataset:
         """Get a dataset whose sources have all been read into memory.
@@ -239,6 +231,7 @@ class Dataset:
 
         Raises:
             KeyError: If a name is not a field's.
+            ValueError: If a name is that of a column given as values, not as a source.
         """
         if names is None:
             names = [name for name, source in self._sources.items() if not isinstance(source, ArraySource)]
@@ -246,6 +239,11 @@ class Dataset:
         unknown = [name for name in names if name not in self._sources]
         if unknown:
             raise KeyError(f"no fields named {unknown}; the fields are {list(self._sources)}")
+        columns = [name for name in names if name in self._columns]
+        if columns:
+            raise ValueError(
+                f"fields {columns} are columns of values, not sources: there is nothing to preload"
+            )
         reading = [name for name in names if not isinstance(self._sources[name], ArraySource)]
         batch = Dataset({name: self._sources[name] for name in reading}, None) if reading else None
         loaded = batch.read_async(slice(None), loader=loader).get() if batch is not None else {}
@@ -253,7 +251,9 @@ class Dataset:
             name: ArraySource(loaded[name]) if name in loaded else source
             for name, source in self._sources.items()
         }
-        return Dataset(fields, self._index)
+        preloaded = Dataset(fields, self._index)
+        preloaded._columns = self._columns
+        return preloaded
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}: {type(source).__name__}" for name, source in self._sources.items())

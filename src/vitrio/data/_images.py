@@ -19,7 +19,7 @@ from .._functions import reader_provider
 from .._loading import ImageLoader, plan_locations, read_indexed_async
 from .._providers import ImageReaderProvider
 from .._types import ImageDescriptor, ImageLocation, numpy_dtype, past_the_end
-from ._source import Explained, Source, describe_failure
+from ._source import Explained, Pendings, Source, describe_failure
 
 __all__ = ["ImageSource"]
 
@@ -70,7 +70,8 @@ class ImageSource(Source):
             first file is asked.
 
     Raises:
-        ValueError: If two locations name images of different shapes, or
+        ValueError: If two locations name images of different shapes, a
+            location has an index into a file that is not a stack, or
             there are no locations.
         IndexError: If an index is past the end of its stack.
     """
@@ -87,6 +88,7 @@ class ImageSource(Source):
         readers = readers or reader_provider()
         whole = bool(indices[0] < 0)
         first = readers.query_descriptor(keys[0])
+        _check_stack(keys[0], first, whole)
         image_shape = _image_shape(first, whole)
         if check:
             _check_files(readers, first, keys, key_ids, indices, whole)
@@ -138,7 +140,7 @@ class ImageSource(Source):
             flat[i] = ImageLocation(self._keys[key_id], index)
         return flat.reshape(self._key_ids.shape) if self._multiple else flat
 
-    def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Explained:
+    def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Pendings:
         """Start reading the values of some rows, as Source.read_async."""
         rows = np.asarray(rows, dtype=np.int64)
         key_ids, indices = self._key_ids[rows], self._indices[rows]
@@ -161,9 +163,10 @@ class ImageSource(Source):
             )
             return f"{int(rows[position])} ({locations})"
 
-        return Explained(
+        explained = Explained(
             completion, lambda error: describe_failure(error, rows, key_ids, self._keys, describe_row)
         )
+        return Pendings([explained])
 
     def subset(self, rows: np.ndarray) -> ImageSource:
         """Get the source of only these rows, in this order."""
@@ -179,6 +182,12 @@ class ImageSource(Source):
 
 def _image_shape(descriptor: ImageDescriptor, whole: bool) -> tuple[int, ...]:
     return descriptor.extents if whole else descriptor.core_extents
+
+
+def _check_stack(key: str, descriptor: ImageDescriptor, whole: bool) -> None:
+    """Raise `ValueError` if images of the file at `key` are asked for by index and it is not a stack."""
+    if not whole and not descriptor.is_stack:
+        raise ValueError(f"{key}: holds a single image, not a stack: name the file, not an index in it")
 
 
 def _check_files(
@@ -198,6 +207,7 @@ def _check_files(
     np.maximum.at(largest, key_ids, indices)
     for number, (key, index) in enumerate(zip(keys, largest.tolist())):
         descriptor = readers.query_descriptor(key) if number else first
+        _check_stack(key, descriptor, whole)
         found = _image_shape(descriptor, whole)
         if found != shape:
             what = "holds" if whole else "holds images of"

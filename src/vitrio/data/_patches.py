@@ -18,7 +18,7 @@ from .._functions import reader_provider
 from .._loading import ImageLoader, read_patches_indexed_async
 from .._providers import ImageReaderProvider
 from .._types import ImageDescriptor, ImageLocation, index_locations, numpy_dtype, past_the_end
-from ._source import Explained, Source, describe_failure
+from ._source import Explained, Pendings, Source, describe_failure
 
 __all__ = ["PatchSource"]
 
@@ -78,7 +78,7 @@ class PatchSource(Source):
         ValueError: If the images, centres and patches are not of one rank,
             there are not as many centres as images, a centre is negative, or
             there are no rows; also if an image is a whole stack rather than
-            one image of it.
+            one image of it, or an index into a file that is not a stack.
         IndexError: If an index is past the end of its stack.
         TypeError: If the centres are not integers.
     """
@@ -120,7 +120,9 @@ class PatchSource(Source):
                 )
             if index < 0 and descriptor.is_stack:
                 raise ValueError(f"{key}: is a stack of {descriptor.image_count}; name one of its images")
-            if index >= (descriptor.image_count if descriptor.is_stack else 1):
+            if index >= 0 and not descriptor.is_stack:
+                raise ValueError(f"{key}: holds a single image, not a stack: it has no image {index}")
+            if index >= descriptor.image_count:
                 raise past_the_end(key, index, descriptor.image_count)
         self._images = distinct
         self._image_ids = image_ids
@@ -170,7 +172,7 @@ class PatchSource(Source):
         view.flags.writeable = False
         return view
 
-    def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Explained:
+    def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Pendings:
         """Start reading the values of some rows, as Source.read_async."""
         rows = np.asarray(rows, dtype=np.int64)
         image_ids, centres = self._image_ids[rows], self._centres[rows]
@@ -184,9 +186,10 @@ class PatchSource(Source):
             image = ImageLocation(key, index)
             return f"{int(rows[position])} (a patch at {centres[position].tolist()} of {image})"
 
-        return Explained(
+        explained = Explained(
             completion, lambda error: describe_failure(error, rows, image_ids, keys, describe_row)
         )
+        return Pendings([explained])
 
     def subset(self, rows: np.ndarray) -> PatchSource:
         """Get the source of only these rows, in this order."""

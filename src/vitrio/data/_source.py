@@ -1,13 +1,16 @@
 """What a field of a dataset is: the `Source` protocol, and `ArraySource`, values already in memory.
 
 A source reads the values of some of its rows into an array it is given and
-returns what to wait for. Sources that read files (`ImageSource`,
-`PatchSource`) return a completion whose failure names the rows it belongs to.
+returns a list of what to wait for (`Pendings`), empty when the values are
+in place already. Sources that read files (`ImageSource`, `PatchSource`)
+return completions whose failures name the rows they belong to. What a
+user's source returns is taken either way: a sequence of things to wait on,
+or one thing to wait on (`waitables`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -15,10 +18,61 @@ import numpy as np
 from .._concurrency import Completion, run_tasks
 from .._loading import ImageLoader
 
-__all__ = ["Source", "ArraySource", "Explained", "describe_failure"]
+__all__ = ["Source", "ArraySource", "Explained", "Pendings", "Waitable", "waitables", "describe_failure"]
 
 _INLINE_BYTES = 1 << 20
 """Copies of rows smaller than this are made at once; larger ones run on the loader's threads."""
+
+
+class Waitable(Protocol):
+    """What a source returns to wait for: a `Completion` or anything that waits like one."""
+
+    @property
+    def is_ready(self) -> bool: ...
+
+    def wait(self) -> None: ...
+
+    def get(self) -> None: ...
+
+
+class Pendings(list):
+    """The list of things to wait on that a source's `read_async` returns; empty when there is nothing.
+
+    It can also be waited on as one: `wait()`, `get()` and `is_ready` go
+    through its elements, so callers that treat the result as one
+    completion keep working.
+    """
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether every element is ready."""
+        return all(pending.is_ready for pending in self)
+
+    def wait(self) -> None:
+        """Block until every element is done. Raises nothing."""
+        for pending in self:
+            pending.wait()
+
+    def get(self) -> None:
+        """Block until every element is done, then raise the first failure, if any."""
+        self.wait()
+        for pending in self:
+            pending.get()
+
+
+def waitables(returned: Any) -> list[Waitable]:
+    """What to wait for, from what a source's `read_async` returned: a sequence of them, one, or None.
+
+    Raises:
+        TypeError: If `returned` is none of these.
+    """
+    if returned is None:
+        return []
+    if isinstance(returned, Iterable) and not hasattr(returned, "get") or isinstance(returned, Pendings):
+        return list(returned)
+    if hasattr(returned, "get") and hasattr(returned, "wait"):
+        return [returned]
+    raise TypeError(f"read_async returns a sequence of things to wait on, not {type(returned).__name__}")
 
 
 @runtime_checkable
@@ -43,7 +97,7 @@ class Source(Protocol):
         """How many rows there are."""
         ...
 
-    def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Completion:
+    def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Sequence[Waitable]:
         """Start reading the values of some rows.
 
         Args:
@@ -53,8 +107,9 @@ class Source(Protocol):
                 shape is (len(rows), *shape) and its type dtype.
 
         Returns:
-            What to wait for before out holds the values. It may be empty,
-            when the values are in out already.
+            What to wait for before out holds the values: a sequence of
+            things with `wait()` and `get()`. It may be empty, when the
+            values are in out already.
         """
         ...
 
@@ -98,21 +153,21 @@ class ArraySource(Source):
     def __len__(self) -> int:
         return len(self._array)
 
-    def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Completion:
+    def read_async(self, loader: ImageLoader | None, rows: np.ndarray, out: np.ndarray) -> Pendings:
         """Start reading the values of some rows, as Source.read_async.
 
-        Small copies are made at once and return an empty completion; large
-        ones run on the loader's threads.
+        Small copies, and all copies without a loader, are made at once and
+        return an empty list; large ones run on the loader's threads.
         """
         rows = np.asarray(rows, dtype=np.int64)
 
         def copy() -> None:
             np.take(self._array, rows, axis=0, out=out, mode="clip")
 
-        if out.nbytes < _INLINE_BYTES or self._array.dtype.hasobject:
+        if loader is None or out.nbytes < _INLINE_BYTES or self._array.dtype.hasobject:
             copy()
-            return Completion()
-        return run_tasks(loader.executor, [copy], keep=(out, self._array))
+            return Pendings()
+        return Pendings([run_tasks(loader.executor, [copy], keep=(out, self._array))])
 
     def subset(self, rows: np.ndarray) -> ArraySource:
         """Get the source of only these rows, in this order."""

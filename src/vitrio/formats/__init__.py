@@ -24,6 +24,12 @@ from ._registry import (
     registered_formats,
     resolve_formats,
 )
+from ._selectors import (
+    DetectorEventTimelineFileReadFormatSelector,
+    FormatSelector,
+    ImageFileReadFormatSelector,
+    ImageFileWriteFormatSelector,
+)
 
 __all__ = [
     "Format",
@@ -43,4 +49,8 @@ __all__ = [
     "resolve_formats",
     "open_reader",
     "create_writer",
+    "FormatSelector",
+    "ImageFileReadFormatSelector",
+    "ImageFileWriteFormatSelector",
+    "DetectorEventTimelineFileReadFormatSelector",
 ]

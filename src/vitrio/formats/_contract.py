@@ -29,8 +29,12 @@ from .._types import ImageDescriptor, numpy_dtype, past_the_end
 __all__ = ["Format", "FormatError", "FormatWarning", "HeaderStatistics", "ImageReader", "ImageWriter"]
 
 
-class FormatError(ValueError):
-    """A file that is not of its format, is truncated, or whose header does not fit it."""
+class FormatError(ValueError, RuntimeError):
+    """A file not of its format, truncated, or whose header does not fit it; or no format for a file.
+
+    A `ValueError`, and the `RuntimeError` the published package raises for
+    every file-level failure.
+    """
 
 
 class FormatWarning(UserWarning):
@@ -54,11 +58,15 @@ class Format(ABC):
         read_extensions: The extensions (lower case, with the dot) read files have.
         write_extensions: The extensions written files may have; empty if the
             format is read only.
+        events: Whether the format's files hold detector events, which
+            `open_events` reads; such a format is left out of
+            `ImageFileReadFormatSelector.get_shared()`.
     """
 
     name: ClassVar[str]
     read_extensions: ClassVar[tuple[str, ...]] = ()
     write_extensions: ClassVar[tuple[str, ...]] = ()
+    events: ClassVar[bool] = False
 
     @classmethod
     def recognizes(cls, head: bytes, extension: str) -> bool:
@@ -73,6 +81,15 @@ class Format(ABC):
     @abstractmethod
     def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
         """Open a reader of the file at `key`, already open as `fd`, which the reader then owns."""
+
+    @classmethod
+    def open_events(cls, key: str, fd: int, head: bytes) -> Any:
+        """Open a `DetectorEventTimelineReader` of the file at `key`, open as `fd`, which it then owns.
+
+        Raises:
+            FormatError: If the format holds no detector events.
+        """
+        raise FormatError(f"{key}: the {cls.name} format holds no detector events")
 
     @classmethod
     def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
@@ -181,8 +198,8 @@ class ImageReader(ABC):
 class ImageWriter(ABC):
     """A new file of one format being written, images at any index, from many threads at once.
 
-    Nothing appears at the file's path until `finish`; `discard` removes
-    everything written so far.
+    Nothing appears at the file's path until `flush` or `finish`; `discard`
+    removes everything written so far.
     """
 
     def __init__(self, key: str, descriptor: ImageDescriptor):
@@ -197,7 +214,11 @@ class ImageWriter(ABC):
 
     @abstractmethod
     def flush(self) -> None:
-        """Hand what was written so far to the operating system."""
+        """Hand what was written so far to the operating system, and make it readable at the file's path.
+
+        A writer that cannot do the second (a format whose file is complete
+        only at the end) does the first alone.
+        """
 
     @abstractmethod
     def finish(self) -> None:

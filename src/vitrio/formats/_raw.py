@@ -13,7 +13,8 @@ reads it as zeros instead and counts it, and the read raises `OSError`; the
 reader raises it from then on.
 
 Writers write with `os.pwrite` into a private file made beside the
-destination (`vitrio._fs.PartialFile`) and renamed onto it when finished.
+destination (`vitrio._fs.PartialFile`) and renamed onto it when flushed or
+finished.
 An `OSError` of the system (a full disk, a file too large) is raised again
 with the same errno and the file's key.
 """
@@ -298,10 +299,12 @@ class RawArrayWriter(ImageWriter):
                 self._statistics.record(start + i, stored)
 
     def flush(self) -> None:
+        """Complete the header as of now, hand the file to the system and move it onto its path."""
         with _naming(self.key):
             if self._complete is not None:
                 self._complete(self._fd, self._statistics)
             os.fsync(self._fd)
+            self._partial.expose()
 
     def finish(self) -> None:
         try:

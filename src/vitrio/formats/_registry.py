@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterable
 
 from .._fs import open_readonly
-from .._types import ImageDescriptor, as_key
+from .._types import ImageDescriptor, ImageFileNotFoundError, as_key
 from ._contract import Format, FormatError, ImageReader, ImageWriter
 
 __all__ = [
@@ -105,15 +105,15 @@ def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageRead
     The reader's `format_name` is that format's `name`.
 
     Raises:
-        FileNotFoundError: If there is no file at `key`.
+        ImageFileNotFoundError: If there is no file at `key` (a `FileNotFoundError` and a `RuntimeError`).
         FormatError: If no format claims the file, or the one that does finds it malformed.
     """
     key = as_key(key)
     candidates = resolve_formats(formats)
     try:
         fd = open_readonly(key)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{key}: no such file") from None
+    except FileNotFoundError as error:
+        raise ImageFileNotFoundError(error.errno, f"{key}: no such file") from None
     except IsADirectoryError:
         raise IsADirectoryError(f"{key}: is a directory, not an image file") from None
     try:
@@ -139,11 +139,11 @@ def create_writer(
     """Start writing a new file at `key` in the format its extension names.
 
     Raises:
-        ValueError: If no format writes files with that extension.
+        FormatError: If no format writes files with that extension (a `ValueError` and a `RuntimeError`).
     """
     key = as_key(key)
     extension = _extension(key)
     for candidate in resolve_formats(formats):
         if extension in candidate.write_extensions:
             return candidate.create(key, descriptor)
-    raise ValueError(f"{key}: no format writes files ending {extension or 'without an extension'!r}")
+    raise FormatError(f"{key}: no format writes files ending {extension or 'without an extension'!r}")

@@ -55,7 +55,7 @@ def group(locations: Iterable[Any] | ImageLocationGrouping) -> dict[str, np.ndar
     """The distinct indices asked of each file, by key in ascending order; -1 for a whole file."""
     if not isinstance(locations, ImageLocationGrouping):
         locations = ImageLocationGrouping(locations)
-    return {found.key: np.unique(found.indices) for found in locations}
+    return {found.key: np.unique(found.location_indices) for found in locations}
 
 
 def digest(grouped: dict[str, np.ndarray], run_length: int, max_size: int | None) -> bytes:

@@ -17,12 +17,50 @@ weighted by a gain reference. `read_events` reads the events themselves.
 
 Frames are decoded by the C extension `vitrio._native`, without the GIL.
 
+Events are also read through the published API's objects: a
+`DetectorEventTimelineReaderProvider` hands out a `DetectorEventTimelineReader`
+of an acquisition (its `DetectorEventTimelineDescriptor`), and a
+`DetectorEventRenderer` turns the events of a fraction of time
+(`DetectorEventFractionation`) into an image at a `DetectorEventBinning`.
+
 Modules: `_sniff` tells an EER file by its first bytes, `_layout` finds its
 strips, `_gain` loads gain references, `_reader` holds the format and its
-reader, `_events` the event timeline and `read_events`.
+image reader, `_events` the event timeline and the decoding of frames into
+it, `_timeline` the event readers, their providers and `read_events`,
+`_render` fractionation, binning and renderers.
 """
 
-from ._events import DetectorEventTimeline, read_events
+from ._events import DetectorEventTimeline
 from ._reader import EerFormat, EerReader
+from ._render import (
+    CountingDetectorEventRenderer,
+    DetectorEventBinning,
+    DetectorEventFractionation,
+    DetectorEventRenderer,
+)
+from ._timeline import (
+    DetectorEventTimelineDescriptor,
+    DetectorEventTimelineReader,
+    DetectorEventTimelineReaderProvider,
+    EerTimelineReader,
+    FileDetectorEventTimelineReaderProvider,
+    detector_event_timeline_reader_provider,
+    read_events,
+)
 
-__all__ = ["DetectorEventTimeline", "EerFormat", "EerReader", "read_events"]
+__all__ = [
+    "CountingDetectorEventRenderer",
+    "DetectorEventBinning",
+    "DetectorEventFractionation",
+    "DetectorEventRenderer",
+    "DetectorEventTimeline",
+    "DetectorEventTimelineDescriptor",
+    "DetectorEventTimelineReader",
+    "DetectorEventTimelineReaderProvider",
+    "EerFormat",
+    "EerReader",
+    "EerTimelineReader",
+    "FileDetectorEventTimelineReaderProvider",
+    "detector_event_timeline_reader_provider",
+    "read_events",
+]

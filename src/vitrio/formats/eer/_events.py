@@ -1,20 +1,17 @@
-"""Detector events: the timeline of groups of positions, and `read_events`, the events of an EER file."""
+"""Detector events: the timeline of groups of positions, and the decoding of an EER file's frames into one."""
 
 from __future__ import annotations
 
 import operator
-import os
 import weakref
 from typing import Any
 
 import numpy as np
 
 from ... import _native
-from ..._fs import open_readonly
-from ..._types import as_key
 from ._layout import Layout
 
-__all__ = ["DetectorEventTimeline", "read_events"]
+__all__ = ["DetectorEventTimeline", "decode_frames"]
 
 _BATCH_BYTES = 64 << 20
 
@@ -34,21 +31,37 @@ class _ViewOwner:
 class DetectorEventTimeline:
     """Detector events in groups, each group with a timestamp: the events of the frames of a movie.
 
-    A position is a row of uint32 coordinates, slowest axis first: (y, x) on
-    the sub-pixel grid for EER files. The arrays handed out (`timestamps`,
+    A position is a row of `rank` uint32 coordinates, slowest axis first:
+    (y, x) on the sub-pixel grid for EER files. Timestamps increase from
+    group to group. The arrays handed out (`timestamps`,
     `get_positions`) are read-only views of the timeline's memory; while any
     of them, or an array made from one, is alive, the timeline cannot change:
     `add_group`, `clear` and `reserve` raise `BufferError`. Not safe to change
     from several threads at once.
+
+    Args:
+        rank: How many coordinates a position has. The published package
+            requires it; here it defaults to 2, the rank of EER events.
+
+    Raises:
+        ValueError: If `rank` is not positive.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rank: int = 2) -> None:
+        rank = operator.index(rank)
+        if rank < 1:
+            raise ValueError(f"a timeline's rank is positive: {rank}")
         self._timestamps = np.empty(0, dtype=np.int64)
         self._ends = np.empty(0, dtype=np.int64)
-        self._positions = np.empty((0, 2), dtype=np.uint32)
+        self._positions = np.empty((0, rank), dtype=np.uint32)
         self._groups = 0
         self._events = 0
         self._views: weakref.WeakSet[_ViewOwner] = weakref.WeakSet()
+
+    @property
+    def rank(self) -> int:
+        """How many coordinates a position has."""
+        return self._positions.shape[1]
 
     @property
     def group_count(self) -> int:
@@ -89,24 +102,27 @@ class DetectorEventTimeline:
         """Append a group of events.
 
         Args:
-            timestamp: The group's timestamp, an integer.
-            positions: The events' positions, rows of 2 non-negative integers below 2**32.
+            timestamp: The group's timestamp, an integer later than the last group's.
+            positions: The events' positions, rows of `rank` non-negative integers below 2**32.
 
         Raises:
             BufferError: If a view is alive.
             TypeError: If a timestamp or position is not an integer.
-            ValueError: If the positions are not rows of 2 or one is out of range.
+            ValueError: If the timestamp is not later than the last, the positions
+                are not rows of `rank`, or one is out of range.
         """
         timestamp = operator.index(timestamp)
+        rank = self.rank
         rows = np.asarray(positions)
         if rows.size == 0:
-            rows = rows.reshape(0, 2)
-        if rows.ndim != 2 or rows.shape[1] != 2:
-            raise ValueError(f"positions are rows of 2 coordinates, not of shape {rows.shape}")
+            rows = rows.reshape(0, rank)
+        if rows.ndim != 2 or rows.shape[1] != rank:
+            raise ValueError(f"positions are rows of {rank} coordinates, not of shape {rows.shape}")
         if rows.size and rows.dtype.kind not in "iu":
             raise TypeError(f"positions are integers, not {rows.dtype}")
         if rows.size and (rows.min() < 0 or rows.max() > 0xFFFFFFFF):
             raise ValueError("positions must be within 0 and 2**32 - 1")
+        self._check_later(timestamp)
         self._grow(1, len(rows))
         self._positions[self._events : self._events + len(rows)] = rows
         self._events += len(rows)
@@ -161,16 +177,26 @@ class DetectorEventTimeline:
             max(events, 2 * len(self._positions)) if events > len(self._positions) else 0,
         )
 
+    def _check_later(self, timestamp: int) -> None:
+        if self._groups and timestamp <= int(self._timestamps[self._groups - 1]):
+            raise ValueError(
+                f"timestamp {timestamp} is not later than the last, {int(self._timestamps[self._groups - 1])}"
+            )
+
     def _view(self, array: np.ndarray) -> np.ndarray:
         owner = _ViewOwner(array)
         self._views.add(owner)
         return np.asarray(owner)
 
     def _commit(self, timestamps: np.ndarray, counts: np.ndarray) -> None:
-        """Append groups whose positions were written past the last event already."""
+        """Append groups whose positions were written past the last event already, leaving out empty ones."""
+        kept = counts > 0
+        timestamps, ends = timestamps[kept], self._events + np.cumsum(counts)[kept]
+        if len(timestamps):
+            self._check_later(int(timestamps[0]))
         groups = len(timestamps)
         self._timestamps[self._groups : self._groups + groups] = timestamps
-        self._ends[self._groups : self._groups + groups] = self._events + np.cumsum(counts)
+        self._ends[self._groups : self._groups + groups] = ends
         self._groups += groups
         self._events += int(counts.sum())
 
@@ -178,44 +204,19 @@ class DetectorEventTimeline:
         self._groups, self._events = groups, events
 
 
-def read_events(
-    key: Any, begin: int | None = None, end: int | None = None, events: DetectorEventTimeline | None = None
-) -> DetectorEventTimeline:
-    """The events of frames `begin..end` of the EER file at `key`, a group per frame.
+def decode_frames(layout: Layout, fd: int, timeline: DetectorEventTimeline, begin: int, end: int) -> None:
+    """Append the events of frames `begin..end` of an EER file to `timeline`, a group per frame with events.
 
-    Each group's timestamp is its frame's index; positions are (y, x) on the
-    sub-pixel grid (4 times the detector's resolution per axis for 2
-    sub-pixel bits, as in files of compression 65000 and 65001).
-
-    Args:
-        key: The file.
-        begin, end: The frames to read; None for the first and past the last.
-        events: A timeline to append to (reusing its memory); None for a new one.
-
-    Returns:
-        The timeline, `events` if given.
+    Each group's timestamp is its frame's index. On failure the timeline is as it was.
 
     Raises:
-        FileNotFoundError: If there is no file at `key`.
-        IndexError: If the frames are not within the file's.
-        FormatError: If the file is not an EER file or a frame is malformed; the timeline is
-            then as it was.
-        BufferError: If `events` has a live view.
+        FormatError: If a frame is malformed or the file is truncated.
+        ValueError: If `begin` is not later than the timeline's last timestamp.
+        BufferError: If the timeline has a live view.
     """
-    key = as_key(key)
-    timeline = DetectorEventTimeline() if events is None else events
     timeline._check_unshared()
-    try:
-        fd = open_readonly(key)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{key}: no such file") from None
     groups, count = timeline.group_count, timeline.event_count
     try:
-        layout = Layout(key, fd)
-        begin = 0 if begin is None else operator.index(begin)
-        end = layout.frame_count if end is None else operator.index(end)
-        if not 0 <= begin <= end <= layout.frame_count:
-            raise IndexError(f"{key}: frames {begin} to {end} are not within its {layout.frame_count} frames")
         timeline._grow(end - begin, layout.most_events(begin, end))
         frame = begin
         while frame < end:
@@ -243,6 +244,3 @@ def read_events(
     except BaseException:
         timeline._truncate(groups, count)
         raise
-    finally:
-        os.close(fd)
-    return timeline

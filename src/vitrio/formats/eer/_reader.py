@@ -17,6 +17,7 @@ from .._registry import register_format
 from ._gain import load_gain
 from ._layout import Layout
 from ._sniff import EER_COMPRESSIONS, TIFF_MAGICS, first_compression
+from ._timeline import EerTimelineReader
 
 __all__ = ["EerFormat", "EerReader"]
 
@@ -115,7 +116,8 @@ class EerReader(ImageReader):
             else:
                 dtype = np.dtype(np.uint16 if most <= 0xFFFF else np.uint32)
             self._direct = {t for t in _KINDS if t.kind == "f" or np.iinfo(t).max >= most}
-        super().__init__(key, ImageDescriptor((len(self._bounds) - 1, out_height, out_width), 2, dtype))
+        stack = () if fractions == 1 else (len(self._bounds) - 1,)
+        super().__init__(key, ImageDescriptor((*stack, out_height, out_width), 2, dtype))
         self._fd = fd
         self._layout = layout
         self._gain = gain
@@ -206,6 +208,7 @@ class EerFormat(Format):
 
     name = "eer"
     read_extensions = (".eer",)
+    events = True
     fractions: ClassVar[int | None] = None
     binning: ClassVar[int] = 1
     superres: ClassVar[int] = 1
@@ -229,6 +232,15 @@ class EerFormat(Format):
         return EerReader(key, fd, Layout(key, fd), cls.fractions, cls.binning, cls.superres, cls.gain)
 
     @classmethod
+    def open_events(cls, key: str, fd: int, head: bytes) -> EerTimelineReader:
+        """Open a reader of the events of the EER file at `key`, open as `fd`, which the reader then owns.
+
+        Raises:
+            FormatError: If the file is not a TIFF file of EER frames, or is truncated.
+        """
+        return EerTimelineReader(key, fd)
+
+    @classmethod
     def configured(
         cls, fractions: int, binning: int = 1, superres: int = 1, gain: Any = None
     ) -> type[EerFormat]:
@@ -237,7 +249,8 @@ class EerFormat(Format):
         Fraction k is the per-pixel count of the events of frames
         `k * F // fractions` to `(k + 1) * F // fractions` of the file's F
         frames. Counts are uint16 (uint32 if a fraction could hold more than
-        65535 events in one pixel); with a gain, float32.
+        65535 events in one pixel), which MRC files hold as they are; with a
+        gain, float32. One fraction is a single 2-D image, more a stack of them.
 
         Args:
             fractions: How many images to cut the frames into; at most the number of frames.
