@@ -25,6 +25,7 @@ __all__ = [
     "group_ids",
     "past_the_end",
     "PastTheEndError",
+    "LocationAsKeyError",
     "ImageFileNotFoundError",
     "ReadOnlyDestinationError",
     "DeclaredTwiceError",
@@ -127,18 +128,23 @@ def numpy_dtype(data_type: Any) -> np.dtype:
     return np.dtype(member.value)
 
 
+class LocationAsKeyError(ValueError, RuntimeError):
+    """A location written as text ("7@stack.mrcs") given where a file's path is expected: a `ValueError`
+    with a hint, and the `RuntimeError` the published package raises for a file that is not there."""
+
+
 def as_key(key: Any) -> str:
     """A key as a string: a `str` as it is, an `os.PathLike` through `os.fspath`.
 
     Raises:
         TypeError: If `key` is neither.
-        ValueError: If `key` is written "index@path", as RELION writes an
-            image of a stack, and no file has that name.
+        LocationAsKeyError: If `key` is written "index@path", as RELION writes
+            an image of a stack, and no file has that name.
     """
     if isinstance(key, str):
         if re.match(r"\s*\d+@", key) and not os.path.exists(key):
             hint = "for an image of a stack, pass ImageLocation.from_string(text), or parse_locations(texts)"
-            raise ValueError(f"{key!r}: a key is a file's path, and there is no such file; {hint}")
+            raise LocationAsKeyError(f"{key!r}: a key is a file's path, and there is no such file; {hint}")
         return key
     if isinstance(key, os.PathLike):
         path = os.fspath(key)
