@@ -1,0 +1,372 @@
+"""`vitrio montage`: a picture of image files, a grid of tiles with a label under each.
+
+Stacks, micrographs and movies give an image a tile (the first `--count`,
+every `--every`-th, or the `--indices` named), labelled as RELION names
+images (`n@file`, counting from one); a STAR file of particles gives the
+particles it names, labelled with a column's values. A volume gives its
+three central sections (XY, XZ, YZ) or `--sections N` evenly spaced XY
+sections, its voxel size in the label and a scale bar where the header
+knows it; an EER movie the sum of its first fraction and of all its frames.
+
+The images are read through the batched core: all the 2-D images of one
+shape in one `read_batch_async` (in chunks of bounded memory), a volume's
+sections as patches, never the whole volume. Each tile is its image binned
+(by whole pixels) into the tile, its contrast set by percentiles of the
+binned image, so that a tile is exactly what `tile_values` makes of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import vitrio as vio
+from vitrio.formats import new_file, open_reader
+
+from ._common import CliError, check_output, pyplot
+
+__all__ = [
+    "Tile",
+    "fit_image",
+    "indices",
+    "percentiles",
+    "plan",
+    "read_tiles",
+    "render",
+    "run",
+    "tile_values",
+]
+
+LABEL_HEIGHT = 16  # pixels of the strip under each tile that holds its label
+GAP = 4  # pixels between cells
+BACKGROUND = 24  # the grey of the canvas around the tiles
+_FONT_POINTS = 7.0
+_DPI = 100
+_CHARACTER_WIDTH = 0.6  # of a character of the label's font, in ems, on average
+_CHUNK_BYTES = 256 << 20  # the most one read of 2-D images holds at once
+
+
+@dataclass
+class Tile:
+    """One tile of the montage: what to read for it, and what it shows once read.
+
+    Attributes:
+        label: The text under the tile.
+        key: The file.
+        index: The image in its stack, or -1 for the whole file.
+        kind: "image" (a 2-D image), "section" (a patch of a volume), or "eer" (EER fractions).
+        patch: Of a section, the shape of the patch (depth, height, width, one of them 1).
+        centre: Of a section, the centre of the patch in the volume.
+        fractions: Of an EER tile, how many fractions the movie is cut into (1: all its frames).
+        scale: Of a section, the voxel size in Å where it is known: a scale bar is drawn.
+        pixels: The image, once read, fitted into the tile by `fit_image` (float32).
+        step: How many pixels of the image one pixel of the tile spans.
+    """
+
+    label: str
+    key: str
+    index: int = -1
+    kind: str = "image"
+    patch: tuple[int, ...] = ()
+    centre: tuple[int, ...] = ()
+    fractions: int = 1
+    scale: float | None = None
+    pixels: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    step: float = 1.0
+
+
+def _selected(count: int, args: argparse.Namespace, where: str) -> list[int]:
+    """The indices of `count` images that `--indices` or `--every` choose."""
+    if args.indices is not None:
+        past = [i for i in args.indices if i >= count]
+        if past:
+            raise CliError(f"{where}: index {past[0]} is past the end ({count} images)")
+        return list(args.indices)
+    return list(range(0, count, args.every))
+
+
+def _nice_length(most: float) -> float:
+    """The largest of 1, 2, 5 times a power of ten that is at most `most` (> 0)."""
+    power = 10.0 ** math.floor(math.log10(most))
+    return max(step * power for step in (1, 2, 5) if step * power <= most)
+
+
+def _length_text(angstroms: float) -> str:
+    return f"{angstroms / 10:g} nm" if angstroms >= 10 else f"{angstroms:g} Å"
+
+
+def _file_tiles(path: Path, args: argparse.Namespace) -> list[Tile]:
+    """The tiles of one file, from its header alone."""
+    key = str(path)
+    name = path.name
+    with open_reader(key) as reader:
+        descriptor, voxel, format_name = reader.descriptor, reader.voxel_size, reader.format_name
+    if format_name == "eer":
+        frames = descriptor.image_count
+        fractions = min(args.fractions, frames)
+        return [
+            Tile(
+                f"{name} 1st of {fractions} fractions",
+                key,
+                0 if fractions > 1 else -1,
+                "eer",
+                fractions=fractions,
+            ),
+            Tile(f"{name} sum of {frames} frames", key, -1, "eer", fractions=1),
+        ]
+    if descriptor.core_rank == 2:
+        if not descriptor.is_stack:
+            return [Tile(name, key, 0)]
+        return [Tile(f"{i + 1}@{name}", key, i) for i in _selected(descriptor.image_count, args, key)]
+    volumes = _selected(descriptor.image_count, args, key) if descriptor.is_stack else [-1]
+    depth, height, width = descriptor.core_extents
+    size = None if voxel is None else voxel[-1]
+    where = f" {size:.3g} Å" if size is not None else ""
+    if args.sections:
+        planes = (
+            np.arange(depth) if args.sections >= depth else np.linspace(0, depth - 1, args.sections + 2)[1:-1]
+        )
+        cuts = [
+            (f"z={z}{where}", (1, height, width), (z, height // 2, width // 2))
+            for z in planes.round().astype(int).tolist()
+        ]
+    else:
+        middle = (depth // 2, height // 2, width // 2)
+        cuts = [
+            (f"XY{where}", (1, height, width), middle),
+            ("XZ", (depth, 1, width), middle),
+            ("YZ", (depth, height, 1), middle),
+        ]
+    tiles = []
+    for volume in volumes:
+        prefix = f"{volume + 1}@{name}" if volume >= 0 else name
+        tiles += [
+            Tile(f"{prefix} {cut}", key, volume, "section", patch, centre, scale=size)
+            for cut, patch, centre in cuts
+        ]
+    return tiles
+
+
+def _star_tiles(args: argparse.Namespace) -> list[Tile]:
+    """The tiles of the particles a STAR file names, labelled with `--label`'s column or `n@file`."""
+    particles = vio.data.read_star_particles(args.star)
+    if args.label is not None and args.label not in particles.columns:
+        raise CliError(
+            f"{args.star}: no column {args.label}; it has {', '.join(map(str, particles.columns))}"
+        )
+    rows = _selected(len(particles), args, str(args.star))[: args.count]
+    chosen = particles.iloc[rows]
+    locations = vio.data.particle_locations(chosen, args.star, root=args.root)
+    if args.label is None:
+        labels = [f"{loc.index_in_stack + 1}@{Path(loc.key).name}" for loc in locations]
+    else:
+        labels = [f"{value:g}" if isinstance(value, float) else str(value) for value in chosen[args.label]]
+    return [Tile(label, loc.key, loc.index_in_stack) for label, loc in zip(labels, locations)]
+
+
+def plan(args: argparse.Namespace) -> list[Tile]:
+    """The tiles `args` ask for, at most `args.count`, from the headers of the files.
+
+    Raises:
+        CliError: If nothing is named, an index is past the end, or the label column is missing.
+        FileNotFoundError, FormatError: If a file is missing or of no known format.
+    """
+    if not args.files and args.star is None:
+        raise CliError("name image files, or a STAR file of particles with --star")
+    tiles = _star_tiles(args) if args.star is not None else []
+    for path in args.files:
+        tiles += _file_tiles(path, args)
+    if not tiles:
+        raise CliError("no image chosen")
+    return tiles[: args.count]
+
+
+def fit_image(image: np.ndarray, tile: int) -> tuple[np.ndarray, float]:
+    """`image` fitted into `tile` x `tile` by a whole factor: binned (the mean of each block) if larger,
+    each pixel repeated if it fits twice or more.
+
+    Rows and columns past the last whole block of a binned image are left out.
+
+    Returns:
+        The fitted image (float32), and how many pixels of `image` one of its pixels spans.
+    """
+    image = np.asarray(image, np.float32)
+    factor = math.ceil(max(image.shape) / tile)
+    if factor > 1:
+        height, width = image.shape[0] // factor, image.shape[1] // factor
+        blocks = image[: height * factor, : width * factor].reshape(height, factor, width, factor)
+        return blocks.mean(axis=(1, 3), dtype=np.float64).astype(np.float32), float(factor)
+    zoom = max(1, tile // max(image.shape))
+    return np.repeat(np.repeat(image, zoom, axis=0), zoom, axis=1), 1.0 / zoom
+
+
+def tile_values(pixels: np.ndarray, clip: tuple[float, float]) -> np.ndarray:
+    """The grey levels (uint8) of a tile: `pixels` mapped from their `clip` percentiles onto 0 to 255."""
+    low, high = np.percentile(pixels, clip) if pixels.size else (0.0, 0.0)
+    span = high - low
+    if not span > 0:
+        return np.full(pixels.shape, 128, np.uint8)
+    return np.rint(np.clip((pixels - low) / span, 0.0, 1.0) * 255).astype(np.uint8)
+
+
+def _read_images(tiles: list[Tile], executor: vio.Executor, tile: int) -> None:
+    """Read the 2-D images, those of one shape in one batch read (in chunks of bounded memory)."""
+    loader = vio.ExecutorImageLoader(vio.reader_provider(cache=64), executor)
+    by_shape: dict[tuple[int, ...], list[Tile]] = {}
+    for t in tiles:
+        by_shape.setdefault(vio.query_descriptor(t.key).core_extents, []).append(t)
+    for shape, group in by_shape.items():
+        chunk = max(1, _CHUNK_BYTES // (4 * math.prod(shape)))
+        for start in range(0, len(group), chunk):
+            part = group[start : start + chunk]
+            batch = np.empty((len(part), *shape), np.float32)
+            vio.read_batch_async(loader, batch, [vio.ImageLocation(t.key, t.index) for t in part]).get()
+            for t, image in zip(part, batch):
+                t.pixels, t.step = fit_image(image, tile)
+
+
+def _read_sections(tiles: list[Tile], executor: vio.Executor, tile: int) -> None:
+    """Read each section as a patch of its volume: the volume itself is never read whole."""
+    loader = vio.ExecutorImageLoader(vio.reader_provider(cache=16), executor)
+    reads = []
+    for t in tiles:
+        out = np.zeros((1, *t.patch), np.float32)
+        reads.append(
+            (t, out, vio.read_patches_async(loader, out, vio.ImageLocation(t.key, t.index), [t.centre]))
+        )
+    for t, out, completion in reads:
+        completion.get()
+        # XY: height x width; XZ: depth x width; YZ: depth x height (depth runs down the tile)
+        t.pixels, t.step = fit_image(out[0].reshape([n for n in t.patch if n != 1] or [1, 1]), tile)
+
+
+def _read_eer(tiles: list[Tile], executor: vio.Executor, tile: int) -> None:
+    """Render each EER tile: the first of its fractions, or the sum of all frames."""
+    for t in tiles:
+        readers = vio.detector_event_image_reader_provider(t.fractions)
+        loader = vio.ExecutorImageLoader(readers, executor)
+        shape = vio.query_descriptor(t.key, readers).core_extents
+        out = np.empty((1, *shape), np.float32)
+        vio.read_batch_async(loader, out, [vio.ImageLocation(t.key, t.index)]).get()
+        t.pixels, t.step = fit_image(out[0], tile)
+
+
+def read_tiles(tiles: list[Tile], tile: int, workers: int) -> None:
+    """Read and bin the image of every tile, on `workers` threads."""
+    executor = vio.ThreadPoolExecutor(workers)
+    try:
+        _read_images([t for t in tiles if t.kind == "image"], executor, tile)
+        _read_sections([t for t in tiles if t.kind == "section"], executor, tile)
+        _read_eer([t for t in tiles if t.kind == "eer"], executor, tile)
+    finally:
+        executor.shutdown()
+
+
+def _scale_bar(canvas: np.ndarray, top: int, left: int, t: Tile) -> str:
+    """Draw a scale bar in the bottom left of a section's tile; return its length in words."""
+    height, width = t.pixels.shape
+    angstroms_per_pixel = t.scale * t.step
+    length = _nice_length(width * angstroms_per_pixel / 4)
+    pixels = max(1, round(length / angstroms_per_pixel))
+    thick = max(2, height // 40)
+    row = top + height - 2 * thick
+    canvas[row : row + thick, left + thick : left + thick + pixels] = 255
+    return _length_text(length)
+
+
+def _fit_text(text: str, width: int) -> str:
+    """`text`, its start cut off (marked by an ellipsis) where it is wider than `width` pixels."""
+    most = max(4, int(width / (_FONT_POINTS * _DPI / 72 * _CHARACTER_WIDTH)))
+    return text if len(text) <= most else "…" + text[len(text) - most + 1 :]
+
+
+def render(
+    tiles: list[Tile], tile: int, clip: tuple[float, float], columns: int | None
+) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
+    """Lay the tiles out in a grid.
+
+    Returns:
+        The canvas (uint8, height x width), and each label's centre (x, y in pixels from the top
+        left) and text.
+    """
+    columns = columns or math.ceil(math.sqrt(len(tiles)))
+    rows = math.ceil(len(tiles) / columns)
+    cell_width, cell_height = tile + GAP, tile + LABEL_HEIGHT + GAP
+    canvas = np.full((rows * cell_height + GAP, columns * cell_width + GAP), BACKGROUND, np.uint8)
+    labels = []
+    for slot, t in enumerate(tiles):
+        top = GAP + (slot // columns) * cell_height
+        left = GAP + (slot % columns) * cell_width
+        height, width = t.pixels.shape
+        canvas[top : top + height, left : left + width] = tile_values(t.pixels, clip)
+        text = t.label
+        if t.scale is not None and t.kind == "section":
+            text += f", bar {_scale_bar(canvas, top, left, t)}"
+        labels.append((left + tile / 2, top + tile + LABEL_HEIGHT / 2, _fit_text(text, tile + GAP)))
+    return canvas, labels
+
+
+def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], path: Path) -> None:
+    """Write the canvas and its labels as a PNG at `path`, pixel for pixel, the labels its Description."""
+    plt = pyplot()
+    height, width = canvas.shape
+    figure = plt.figure(figsize=(width / _DPI, height / _DPI), dpi=_DPI)
+    try:
+        figure.figimage(canvas, 0, 0, cmap="gray", vmin=0, vmax=255, origin="upper", resize=False)
+        for x, y, text in labels:
+            figure.text(
+                x / width,
+                1 - y / height,
+                text,
+                ha="center",
+                va="center",
+                color="white",
+                fontsize=_FONT_POINTS,
+                clip_on=True,
+            )
+        metadata = {
+            "Software": f"vitrio {vio.__version__}",
+            "Description": "\n".join(t for _, _, t in labels),
+        }
+        with new_file(path) as partial, partial.file() as file:
+            figure.savefig(file, format="png", dpi=_DPI, metadata=metadata)
+    finally:
+        plt.close(figure)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Plan the tiles, read them, and write the PNG; nothing is written if a file cannot be read."""
+    check_output(args.output, args.force)
+    if args.output.suffix.lower() != ".png":
+        raise CliError(f"{args.output}: the picture is a PNG; name it .png")
+    tiles = plan(args)
+    read_tiles(tiles, args.tile, args.threads)
+    canvas, labels = render(tiles, args.tile, args.clip, args.columns)
+    _save(canvas, labels, args.output)
+    print(f"{args.output}: {len(tiles)} tiles, {canvas.shape[1]} x {canvas.shape[0]} pixels")
+
+
+def indices(text: str) -> list[int]:
+    """A `--indices` argument: indices counting from zero, separated by commas."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = [-1]
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"not indices from zero separated by commas: {text!r}")
+    return values
+
+
+def percentiles(text: str) -> tuple[float, float]:
+    """A `--clip` argument: two percentiles `low,high`, 0 <= low < high <= 100."""
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        low = high = -1.0
+    if not 0 <= low < high <= 100:
+        raise argparse.ArgumentTypeError(f"not two percentiles low,high from 0 to 100: {text!r}")
+    return low, high
