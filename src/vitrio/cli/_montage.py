@@ -306,22 +306,26 @@ def render(
         text = t.label
         if t.scale is not None and t.kind == "section":
             text += f", bar {_scale_bar(canvas, top, left, t)}"
-        labels.append((left + tile / 2, top + tile + LABEL_HEIGHT / 2, _fit_text(text, tile + GAP)))
+        labels.append((left + tile / 2, top + tile + LABEL_HEIGHT / 2, text))
     return canvas, labels
 
 
-def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], path: Path) -> None:
-    """Write the canvas and its labels as a PNG at `path`, pixel for pixel, the labels its Description."""
+def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], tile: int, path: Path) -> None:
+    """Write the canvas and its labels as a PNG at `path`, pixel for pixel.
+
+    A label wider than its `tile` is cut short on the picture; the PNG's Description lists them whole.
+    """
     plt = pyplot()
     height, width = canvas.shape
     figure = plt.figure(figsize=(width / _DPI, height / _DPI), dpi=_DPI)
     try:
-        figure.figimage(canvas, 0, 0, cmap="gray", vmin=0, vmax=255, origin="upper", resize=False)
+        # grey levels as RGB bytes, which matplotlib draws as they are (a colour map would round them)
+        figure.figimage(np.repeat(canvas[..., None], 3, axis=2), 0, 0, origin="upper", resize=False)
         for x, y, text in labels:
             figure.text(
                 x / width,
                 1 - y / height,
-                text,
+                _fit_text(text, tile + GAP),
                 ha="center",
                 va="center",
                 color="white",
@@ -346,7 +350,7 @@ def run(args: argparse.Namespace) -> None:
     tiles = plan(args)
     read_tiles(tiles, args.tile, args.threads)
     canvas, labels = render(tiles, args.tile, args.clip, args.columns)
-    _save(canvas, labels, args.output)
+    _save(canvas, labels, args.tile, args.output)
     print(f"{args.output}: {len(tiles)} tiles, {canvas.shape[1]} x {canvas.shape[0]} pixels")
 
 
