@@ -231,3 +231,18 @@ def test_fit_image_factor() -> None:
     assert fitted.shape == (100, 30) and step == 3.0
     fitted, step = _montage.fit_image(np.ones((20, 30), np.float32), 128)
     assert fitted.shape == (80, 120) and step == 0.25
+
+
+def test_the_demo_draws_its_particles_with_montage(vitrio: Run, tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = vitrio("demo", "--out", out, "--micrographs", 1, "--size", 384, "--epochs", 1)
+    assert result.status == 0, result.err
+    pixels, labels = picture(out / "particles.png")
+    kinds = ("monomer", "dimer", "trimer")
+    particles = vio.data.read_particles(out / "particles.star")
+    classes = particles["rlnClassNumber"].to_numpy() - 1
+    rows = np.concatenate([np.flatnonzero(classes == k)[:8] for k in range(3)])
+    assert [label.split(" → ")[0] for label in labels] == [kinds[k] for k in classes[rows]]
+    assert all(label.split(" → ")[1] in kinds for label in labels)
+    first = vio.read(vio.data.particle_locations(particles, out / "particles.star", root=out)[rows[0]])
+    np.testing.assert_array_equal(cell(pixels, 0, 8, 96, (64, 64)), tile_values(first, (1, 99)))
