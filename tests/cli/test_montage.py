@@ -13,7 +13,7 @@ from PIL import Image
 
 import vitrio as vio
 from vitrio.cli import _montage
-from vitrio.cli._montage import BACKGROUND, GAP, LABEL_HEIGHT, tile_values
+from vitrio.cli._montage import BACKGROUND, GAP, LABEL_MARGIN, LINE_HEIGHT, tile_values
 from vitrio.data import write_star
 from vitrio.testing.eer import random_movie
 
@@ -35,16 +35,19 @@ def picture(path: str | Path) -> tuple[np.ndarray, list[str]]:
     return rgb[..., 0], description.split("\n")
 
 
-def cell(pixels: np.ndarray, slot: int, columns: int, tile: int, shape: tuple[int, int]) -> np.ndarray:
-    """What the montage shows in tile `slot`, `shape` pixels from its top left."""
-    top = GAP + (slot // columns) * (tile + LABEL_HEIGHT + GAP)
-    left = GAP + (slot % columns) * (tile + GAP)
+def cell(
+    pixels: np.ndarray, slot: int, columns: int, size: int, shape: tuple[int, int], lines: int = 1
+) -> np.ndarray:
+    """What the montage shows in tile `slot`, of `shape` centred in its cell of `size`, with labels of
+    `lines` under the cells."""
+    top = GAP + (slot // columns) * (size + lines * LINE_HEIGHT + LABEL_MARGIN + GAP) + (size - shape[0]) // 2
+    left = GAP + (slot % columns) * (size + GAP) + (size - shape[1]) // 2
     return pixels[top : top + shape[0], left : left + shape[1]]
 
 
-def grid_size(count: int, columns: int, tile: int) -> tuple[int, int]:
+def grid_size(count: int, columns: int, size: int, lines: int = 1) -> tuple[int, int]:
     rows = -(-count // columns)
-    return rows * (tile + LABEL_HEIGHT + GAP) + GAP, columns * (tile + GAP) + GAP
+    return rows * (size + lines * LINE_HEIGHT + LABEL_MARGIN + GAP) + GAP, columns * (size + GAP) + GAP
 
 
 def test_a_stack_shows_the_images_it_names_each_mapped_from_its_percentiles(vitrio: Run) -> None:
@@ -61,7 +64,7 @@ def test_a_stack_shows_the_images_it_names_each_mapped_from_its_percentiles(vitr
         )
     assert (pixels[:GAP] == BACKGROUND).all()
     # The label strip under a tile holds its text: light pixels on the background.
-    strip = pixels[GAP + 32 : GAP + 32 + LABEL_HEIGHT, GAP : GAP + 32]
+    strip = pixels[GAP + 32 : GAP + 32 + LINE_HEIGHT + LABEL_MARGIN, GAP : GAP + 32]
     assert strip.max() > 128
 
 
@@ -94,7 +97,8 @@ def test_a_micrograph_is_binned_by_a_whole_factor_into_its_tile(vitrio: Run) -> 
     assert labels == ["micrograph.mrc"]
     binned = image[:99].reshape(33, 3, 50, 3).mean(axis=(1, 3))
     np.testing.assert_array_equal(cell(pixels, 0, 1, 50, (33, 50)), tile_values(binned, (1, 99)))
-    assert (cell(pixels, 0, 1, 50, (50, 50))[33:] == BACKGROUND).all()
+    around = cell(pixels, 0, 1, 50, (50, 50))
+    assert (around[:8] == BACKGROUND).all() and (around[41:] == BACKGROUND).all()
 
 
 def test_a_small_image_is_enlarged_by_a_whole_factor(vitrio: Run) -> None:
@@ -103,7 +107,8 @@ def test_a_small_image_is_enlarged_by_a_whole_factor(vitrio: Run) -> None:
     assert vitrio("montage", "small.mrc", "-o", "m.png", "--tile", "40").status == 0
     pixels, _ = picture("m.png")
     enlarged = np.repeat(np.repeat(image, 3, axis=0), 3, axis=1)
-    np.testing.assert_array_equal(cell(pixels, 0, 1, 40, (30, 36)), tile_values(enlarged, (1, 99)))
+    assert pixels.shape == grid_size(1, 1, 36)
+    np.testing.assert_array_equal(cell(pixels, 0, 1, 36, (30, 36)), tile_values(enlarged, (1, 99)))
 
 
 def tomogram(shape: tuple[int, int, int], voxel: float | None) -> np.ndarray:
@@ -119,7 +124,7 @@ def test_a_tomogram_shows_its_three_central_sections_with_a_scale_bar(vitrio: Ru
     volume = tomogram((20, 24, 32), 2.5)
     assert vitrio("montage", "tomogram.mrc", "-o", "m.png", "--tile", "32").status == 0
     pixels, labels = picture("m.png")
-    assert pixels.shape == grid_size(3, 2, 32)
+    assert pixels.shape == grid_size(3, 2, 32, lines=2)
     assert [label.split(",")[0] for label in labels] == [
         "tomogram.mrc XY 2.5 Å",
         "tomogram.mrc XZ",
@@ -130,7 +135,7 @@ def test_a_tomogram_shows_its_three_central_sections_with_a_scale_bar(vitrio: Ru
     assert [label.split(", ")[1] for label in labels] == ["bar 2 nm", "bar 2 nm", "bar 1 nm"]
     sections = [volume[10], volume[:, 12, :], volume[:, :, 16]]
     for slot, (section, length) in enumerate(zip(sections, (8, 8, 4))):
-        shown = cell(pixels, slot, 2, 32, section.shape)
+        shown = cell(pixels, slot, 2, 32, section.shape, lines=2)
         bar = np.zeros(section.shape, bool)
         rows, thick = section.shape[0], 2
         bar[rows - 2 * thick : rows - thick, thick : thick + length] = True
@@ -145,7 +150,8 @@ def test_sections_are_evenly_spaced_xy_sections(vitrio: Run) -> None:
     # mrcfile leaves the cell zero: the voxel size is not known, and no bar is drawn.
     assert labels == [f"tomogram.mrc z={z}" for z in (2, 4, 6)]
     for slot, z in enumerate((2, 4, 6)):
-        np.testing.assert_array_equal(cell(pixels, slot, 2, 16, (16, 16)), tile_values(volume[z], (1, 99)))
+        shown = cell(pixels, slot, 2, 16, (16, 16), lines=2)
+        np.testing.assert_array_equal(shown, tile_values(volume[z], (1, 99)))
 
 
 def test_an_eer_movie_shows_its_first_fraction_and_its_sum(vitrio: Run) -> None:
@@ -153,11 +159,13 @@ def test_an_eer_movie_shows_its_first_fraction_and_its_sum(vitrio: Run) -> None:
     result = vitrio("montage", "movie.eer", "-o", "m.png", "--fractions", "4", "--tile", "64")
     assert result.status == 0, result.err
     pixels, labels = picture("m.png")
-    assert pixels.shape == grid_size(2, 2, 64)
+    assert pixels.shape == grid_size(2, 2, 64, lines=2)
     assert labels == ["movie.eer 1st of 4 fractions", "movie.eer sum of 20 frames"]
     counts = movie.counts().astype(np.float32)
-    np.testing.assert_array_equal(cell(pixels, 0, 2, 64, (64, 64)), tile_values(counts[:5].sum(0), (1, 99)))
-    np.testing.assert_array_equal(cell(pixels, 1, 2, 64, (64, 64)), tile_values(counts.sum(0), (1, 99)))
+    np.testing.assert_array_equal(
+        cell(pixels, 0, 2, 64, (64, 64), 2), tile_values(counts[:5].sum(0), (1, 99))
+    )
+    np.testing.assert_array_equal(cell(pixels, 1, 2, 64, (64, 64), 2), tile_values(counts.sum(0), (1, 99)))
 
 
 def particles_star(files: int, per_file: int, box: int) -> tuple[np.ndarray, pd.DataFrame]:
@@ -245,4 +253,4 @@ def test_the_demo_draws_its_particles_with_montage(vitrio: Run, tmp_path: Path) 
     assert [label.split(" → ")[0] for label in labels] == [kinds[k] for k in classes[rows]]
     assert all(label.split(" → ")[1] in kinds for label in labels)
     first = vio.read(vio.data.particle_locations(particles, out / "particles.star", root=out)[rows[0]])
-    np.testing.assert_array_equal(cell(pixels, 0, 8, 96, (64, 64)), tile_values(first, (1, 99)))
+    np.testing.assert_array_equal(cell(pixels, 0, 8, 64, (64, 64)), tile_values(first, (1, 99)))

@@ -33,6 +33,7 @@ __all__ = [
     "Tile",
     "fit_image",
     "indices",
+    "origin",
     "percentiles",
     "plan",
     "read_tiles",
@@ -41,12 +42,13 @@ __all__ = [
     "tile_values",
 ]
 
-LABEL_HEIGHT = 16  # pixels of the strip under each tile that holds its label
+LINE_HEIGHT = 11  # pixels of a line of a label
+LABEL_MARGIN = 4  # pixels of the label's strip beside its lines
 GAP = 4  # pixels between cells
 BACKGROUND = 24  # the grey of the canvas around the tiles
 _FONT_POINTS = 7.0
 _DPI = 100
-_CHARACTER_WIDTH = 0.6  # of a character of the label's font, in ems, on average
+_CHARACTER_WIDTH = 0.55  # of a character of the label's font, in ems, on average
 _CHUNK_BYTES = 256 << 20  # the most one read of 2-D images holds at once
 
 
@@ -55,7 +57,8 @@ class Tile:
     """One tile of the montage: what to read for it, and what it shows once read.
 
     Attributes:
-        label: The text under the tile.
+        label: The text under the tile: what it shows, and on a second line (after a newline) which
+            part of it, for sections and EER sums.
         key: The file.
         index: The image in its stack, or -1 for the whole file.
         kind: "image" (a 2-D image), "section" (a patch of a volume), or "eer" (EER fractions).
@@ -110,13 +113,13 @@ def _file_tiles(path: Path, args: argparse.Namespace) -> list[Tile]:
         fractions = min(args.fractions, frames)
         return [
             Tile(
-                f"{name} 1st of {fractions} fractions",
+                f"{name}\n1st of {fractions} fractions",
                 key,
                 0 if fractions > 1 else -1,
                 "eer",
                 fractions=fractions,
             ),
-            Tile(f"{name} sum of {frames} frames", key, -1, "eer", fractions=1),
+            Tile(f"{name}\nsum of {frames} frames", key, -1, "eer", fractions=1),
         ]
     if descriptor.core_rank == 2:
         if not descriptor.is_stack:
@@ -145,7 +148,7 @@ def _file_tiles(path: Path, args: argparse.Namespace) -> list[Tile]:
     for volume in volumes:
         prefix = f"{volume + 1}@{name}" if volume >= 0 else name
         tiles += [
-            Tile(f"{prefix} {cut}", key, volume, "section", patch, centre, scale=size)
+            Tile(f"{prefix}\n{cut}", key, volume, "section", patch, centre, scale=size)
             for cut, patch, centre in cuts
         ]
     return tiles
@@ -279,42 +282,57 @@ def _scale_bar(canvas: np.ndarray, top: int, left: int, t: Tile) -> str:
 
 
 def _fit_text(text: str, width: int) -> str:
-    """`text`, its start cut off (marked by an ellipsis) where it is wider than `width` pixels."""
+    """Each line of `text`, its start cut off (marked by an ellipsis) where wider than `width` pixels."""
     most = max(4, int(width / (_FONT_POINTS * _DPI / 72 * _CHARACTER_WIDTH)))
-    return text if len(text) <= most else "…" + text[len(text) - most + 1 :]
+    return "\n".join(
+        line if len(line) <= most else "…" + line[len(line) - most + 1 :] for line in text.split("\n")
+    )
+
+
+def origin(slot: int, columns: int, size: int, lines: int) -> tuple[int, int]:
+    """The top left pixel of tile `slot` of a grid of `columns`, of cells of `size` and labels of `lines`."""
+    row, column = divmod(slot, columns)
+    return GAP + row * (size + lines * LINE_HEIGHT + LABEL_MARGIN + GAP), GAP + column * (size + GAP)
 
 
 def render(
-    tiles: list[Tile], tile: int, clip: tuple[float, float], columns: int | None
-) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
-    """Lay the tiles out in a grid.
+    tiles: list[Tile], clip: tuple[float, float], columns: int | None
+) -> tuple[np.ndarray, list[tuple[float, float, str]], int]:
+    """Lay the tiles out in a grid of square cells as large as the largest tile, each centred in its cell.
 
     Returns:
-        The canvas (uint8, height x width), and each label's centre (x, y in pixels from the top
-        left) and text.
+        The canvas (uint8, height x width), each label's centre (x, y in pixels from the top left) and
+        text, and the size of a cell.
     """
     columns = columns or math.ceil(math.sqrt(len(tiles)))
     rows = math.ceil(len(tiles) / columns)
-    cell_width, cell_height = tile + GAP, tile + LABEL_HEIGHT + GAP
-    canvas = np.full((rows * cell_height + GAP, columns * cell_width + GAP), BACKGROUND, np.uint8)
+    size = max(max(t.pixels.shape) for t in tiles)
+    lines = max(t.label.count("\n") + 1 for t in tiles)
+    height = origin(rows * columns, columns, size, lines)[0]
+    canvas = np.full((height, columns * (size + GAP) + GAP), BACKGROUND, np.uint8)
     labels = []
     for slot, t in enumerate(tiles):
-        top = GAP + (slot // columns) * cell_height
-        left = GAP + (slot % columns) * cell_width
-        height, width = t.pixels.shape
-        canvas[top : top + height, left : left + width] = tile_values(t.pixels, clip)
+        top, left = origin(slot, columns, size, lines)
+        rows_of, columns_of = t.pixels.shape
+        top, left = top + (size - rows_of) // 2, left + (size - columns_of) // 2  # centred in its cell
+        canvas[top : top + rows_of, left : left + columns_of] = tile_values(t.pixels, clip)
         text = t.label
         if t.scale is not None and t.kind == "section":
             text += f", bar {_scale_bar(canvas, top, left, t)}"
-        labels.append((left + tile / 2, top + tile + LABEL_HEIGHT / 2, text))
-    return canvas, labels
+        below = origin(slot, columns, size, lines)[0] + size
+        labels.append((left + columns_of / 2, below + (lines * LINE_HEIGHT + LABEL_MARGIN) / 2, text))
+    return canvas, labels, size
 
 
-def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], tile: int, path: Path) -> None:
-    """Write the canvas and its labels as a PNG at `path`, pixel for pixel.
+def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], size: int, path: Path) -> None:
+    """Write the canvas and its labels as a greyscale PNG at `path`, pixel for pixel.
 
-    A label wider than its `tile` is cut short on the picture; the PNG's Description lists them whole.
+    A line of a label wider than its cell of `size` is cut short on the picture; the PNG's
+    Description lists the labels whole, one a line.
     """
+    from PIL import Image  # matplotlib's own dependency, which writes its PNG files
+    from PIL.PngImagePlugin import PngInfo
+
     plt = pyplot()
     height, width = canvas.shape
     figure = plt.figure(figsize=(width / _DPI, height / _DPI), dpi=_DPI)
@@ -325,19 +343,21 @@ def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], tile: int,
             figure.text(
                 x / width,
                 1 - y / height,
-                _fit_text(text, tile + GAP),
+                _fit_text(text, size + GAP),
                 ha="center",
                 va="center",
                 color="white",
                 fontsize=_FONT_POINTS,
+                linespacing=1.1,
                 clip_on=True,
             )
-        metadata = {
-            "Software": f"vitrio {vio.__version__}",
-            "Description": "\n".join(t for _, _, t in labels),
-        }
+        figure.canvas.draw()
+        grey = np.asarray(figure.canvas.buffer_rgba())[..., 0]  # white text on grey: R = G = B
+        text = PngInfo()
+        text.add_text("Software", f"vitrio {vio.__version__}")
+        text.add_text("Description", "\n".join(t.replace("\n", " ") for _, _, t in labels))
         with new_file(path) as partial, partial.file() as file:
-            figure.savefig(file, format="png", dpi=_DPI, metadata=metadata)
+            Image.fromarray(np.ascontiguousarray(grey)).save(file, format="PNG", pnginfo=text)
     finally:
         plt.close(figure)
 
@@ -349,8 +369,8 @@ def run(args: argparse.Namespace) -> None:
         raise CliError(f"{args.output}: the picture is a PNG; name it .png")
     tiles = plan(args)
     read_tiles(tiles, args.tile, args.threads)
-    canvas, labels = render(tiles, args.tile, args.clip, args.columns)
-    _save(canvas, labels, args.tile, args.output)
+    canvas, labels, size = render(tiles, args.clip, args.columns)
+    _save(canvas, labels, size, args.output)
     print(f"{args.output}: {len(tiles)} tiles, {canvas.shape[1]} x {canvas.shape[0]} pixels")
 
 
