@@ -33,7 +33,6 @@ import vitrio as vio
 from vitrio.formats import load_plugin_formats
 
 from ._common import CliError
-from ._montage import indices, percentiles
 
 __all__ = ["main", "build_parser"]
 
@@ -43,7 +42,7 @@ _USER_ERRORS = (CliError, OSError, ValueError, IndexError, ModuleNotFoundError)
 # The extra that installs what each command needs beyond the core, for those that need more.
 _EXTRAS = {"extract": "cli", "montage": "cli", "demo": "cli,torch", "bench": "bench"}
 # The optional dependencies the commands import; a missing module of another name is a bug.
-_OPTIONAL = ("tqdm", "pandas", "starfile", "matplotlib", "torch", "mrcfile", "h5py")
+_OPTIONAL = ("tqdm", "pandas", "starfile", "matplotlib", "PIL", "torch", "mrcfile", "h5py")
 # The commands that read files of any format, which load the formats of plug-ins first.
 _READING = ("info", "convert", "montage")
 
@@ -65,6 +64,28 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
     return value
+
+
+def _indices(text: str) -> list[int]:
+    """A `--indices` argument: indices counting from zero, separated by commas."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = [-1]
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"not indices from zero separated by commas: {text!r}")
+    return values
+
+
+def _percentiles(text: str) -> tuple[float, float]:
+    """A `--clip` argument: two percentiles `low,high`, 0 <= low < high <= 100."""
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        low = high = -1.0
+    if not 0 <= low < high <= 100:
+        raise argparse.ArgumentTypeError(f"not two percentiles low,high from 0 to 100: {text!r}")
+    return low, high
 
 
 def _add_force(parser: argparse.ArgumentParser) -> None:
@@ -91,11 +112,11 @@ def _add_montage(commands: argparse._SubParsersAction) -> None:
     chosen = montage.add_mutually_exclusive_group()
     chosen.add_argument("--every", type=_positive, default=1, metavar="K", help="every K-th image of a stack")
     chosen.add_argument(
-        "--indices", type=indices, metavar="I,J,...", help="these images of each stack (or rows of --star)"
+        "--indices", type=_indices, metavar="I,J,...", help="these images of each stack (or rows of --star)"
     )
     montage.add_argument(
         "--clip",
-        type=percentiles,
+        type=_percentiles,
         default=(1.0, 99.0),
         metavar="LOW,HIGH",
         help="the percentiles of each tile shown black and white (default: 1,99)",

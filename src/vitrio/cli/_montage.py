@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from PIL import Image  # matplotlib's own dependency (the cli extra), which writes its PNG files
+from PIL.PngImagePlugin import PngInfo
 
 import vitrio as vio
 from vitrio.formats import new_file, open_reader
@@ -32,9 +34,7 @@ from ._common import CliError, check_output, pyplot
 __all__ = [
     "Tile",
     "fit_image",
-    "indices",
     "origin",
-    "percentiles",
     "plan",
     "read_tiles",
     "render",
@@ -330,9 +330,6 @@ def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], size: int,
     A line of a label wider than its cell of `size` is cut short on the picture; the PNG's
     Description lists the labels whole, one a line.
     """
-    from PIL import Image  # matplotlib's own dependency, which writes its PNG files
-    from PIL.PngImagePlugin import PngInfo
-
     plt = pyplot()
     height, width = canvas.shape
     figure = plt.figure(figsize=(width / _DPI, height / _DPI), dpi=_DPI)
@@ -372,25 +369,3 @@ def run(args: argparse.Namespace) -> None:
     canvas, labels, size = render(tiles, args.clip, args.columns)
     _save(canvas, labels, size, args.output)
     print(f"{args.output}: {len(tiles)} tiles, {canvas.shape[1]} x {canvas.shape[0]} pixels")
-
-
-def indices(text: str) -> list[int]:
-    """A `--indices` argument: indices counting from zero, separated by commas."""
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        values = [-1]
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"not indices from zero separated by commas: {text!r}")
-    return values
-
-
-def percentiles(text: str) -> tuple[float, float]:
-    """A `--clip` argument: two percentiles `low,high`, 0 <= low < high <= 100."""
-    try:
-        low, high = (float(part) for part in text.split(","))
-    except ValueError:
-        low = high = -1.0
-    if not 0 <= low < high <= 100:
-        raise argparse.ArgumentTypeError(f"not two percentiles low,high from 0 to 100: {text!r}")
-    return low, high
