@@ -10,9 +10,11 @@ knows it; an EER movie the sum of its first fraction and of all its frames.
 
 The images are read through the batched core: all the 2-D images of one
 shape in one `read_batch_async` (in chunks of bounded memory), a volume's
-sections as patches, never the whole volume. Each tile is its image binned
-(by whole pixels) into the tile, its contrast set by percentiles of the
-binned image, so that a tile is exactly what `tile_values` makes of it.
+sections as patches, never the whole volume. Each tile is its image fitted
+into the tile by a whole factor (`fit_image`), its contrast set by
+percentiles of the fitted image, so that a tile is exactly what
+`tile_values` makes of it. The labels are drawn by Pillow in matplotlib's
+DejaVu Sans (both come with the cli extra), and the PNG is greyscale.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib
 import numpy as np
-from PIL import Image  # matplotlib's own dependency (the cli extra), which writes its PNG files
+from PIL import Image, ImageDraw, ImageFont  # matplotlib's own dependency: the cli extra installs both
 from PIL.PngImagePlugin import PngInfo
 
 import vitrio as vio
 from vitrio.formats import new_file, open_reader
 
-from ._common import CliError, check_output, pyplot
+from ._common import CliError, check_output
 
 __all__ = [
     "Tile",
@@ -42,14 +45,15 @@ __all__ = [
     "tile_values",
 ]
 
-LINE_HEIGHT = 11  # pixels of a line of a label
+LINE_HEIGHT = 12  # pixels of a line of a label
 LABEL_MARGIN = 4  # pixels of the label's strip beside its lines
 GAP = 4  # pixels between cells
 BACKGROUND = 24  # the grey of the canvas around the tiles
-_FONT_POINTS = 7.0
-_DPI = 100
-_CHARACTER_WIDTH = 0.55  # of a character of the label's font, in ems, on average
+_FONT_PIXELS = 10
+# the font of the labels: the DejaVu Sans that comes with matplotlib
+_FONT = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
 _CHUNK_BYTES = 256 << 20  # the most one read of 2-D images holds at once
+_OPEN_FILES = 256  # the most files kept open while the images are read
 
 
 @dataclass
@@ -203,7 +207,9 @@ def fit_image(image: np.ndarray, tile: int) -> tuple[np.ndarray, float]:
         height, width = image.shape[0] // factor, image.shape[1] // factor
         blocks = image[: height * factor, : width * factor].reshape(height, factor, width, factor)
         return blocks.mean(axis=(1, 3), dtype=np.float64).astype(np.float32), float(factor)
-    zoom = max(1, tile // max(image.shape))
+    zoom = tile // max(image.shape)
+    if zoom < 2:
+        return image, 1.0
     return np.repeat(np.repeat(image, zoom, axis=0), zoom, axis=1), 1.0 / zoom
 
 
@@ -217,11 +223,17 @@ def tile_values(pixels: np.ndarray, clip: tuple[float, float]) -> np.ndarray:
 
 
 def _read_images(tiles: list[Tile], executor: vio.Executor, tile: int) -> None:
-    """Read the 2-D images, those of one shape in one batch read (in chunks of bounded memory)."""
-    loader = vio.ExecutorImageLoader(vio.reader_provider(cache=64), executor)
+    """Read the 2-D images, those of one shape in one batch read (in chunks of bounded memory).
+
+    Each file is opened once: its shape is asked of the readers the batch then reads through.
+    """
+    keys = list(dict.fromkeys(t.key for t in tiles))
+    readers = vio.reader_provider(cache=max(1, min(len(keys), _OPEN_FILES)))
+    shapes = {key: readers.query_descriptor(key).core_extents for key in keys}
+    loader = vio.ExecutorImageLoader(readers, executor)
     by_shape: dict[tuple[int, ...], list[Tile]] = {}
     for t in tiles:
-        by_shape.setdefault(vio.query_descriptor(t.key).core_extents, []).append(t)
+        by_shape.setdefault(shapes[t.key], []).append(t)
     for shape, group in by_shape.items():
         chunk = max(1, _CHUNK_BYTES // (4 * math.prod(shape)))
         for start in range(0, len(group), chunk):
@@ -281,12 +293,16 @@ def _scale_bar(canvas: np.ndarray, top: int, left: int, t: Tile) -> str:
     return _length_text(length)
 
 
-def _fit_text(text: str, width: int) -> str:
+def _fit_text(text: str, width: int, font: ImageFont.FreeTypeFont) -> str:
     """Each line of `text`, its start cut off (marked by an ellipsis) where wider than `width` pixels."""
-    most = max(4, int(width / (_FONT_POINTS * _DPI / 72 * _CHARACTER_WIDTH)))
-    return "\n".join(
-        line if len(line) <= most else "…" + line[len(line) - most + 1 :] for line in text.split("\n")
-    )
+    lines = []
+    for line in text.split("\n"):
+        cut = line
+        while len(cut) > 1 and font.getlength(cut) > width:
+            line = line[1:]
+            cut = "…" + line
+        lines.append(cut)
+    return "\n".join(lines)
 
 
 def origin(slot: int, columns: int, size: int, lines: int) -> tuple[int, int]:
@@ -330,33 +346,17 @@ def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], size: int,
     A line of a label wider than its cell of `size` is cut short on the picture; the PNG's
     Description lists the labels whole, one a line.
     """
-    plt = pyplot()
-    height, width = canvas.shape
-    figure = plt.figure(figsize=(width / _DPI, height / _DPI), dpi=_DPI)
-    try:
-        # grey levels as RGB bytes, which matplotlib draws as they are (a colour map would round them)
-        figure.figimage(np.repeat(canvas[..., None], 3, axis=2), 0, 0, origin="upper", resize=False)
-        for x, y, text in labels:
-            figure.text(
-                x / width,
-                1 - y / height,
-                _fit_text(text, size + GAP),
-                ha="center",
-                va="center",
-                color="white",
-                fontsize=_FONT_POINTS,
-                linespacing=1.1,
-                clip_on=True,
-            )
-        figure.canvas.draw()
-        grey = np.asarray(figure.canvas.buffer_rgba())[..., 0]  # white text on grey: R = G = B
-        text = PngInfo()
-        text.add_text("Software", f"vitrio {vio.__version__}")
-        text.add_text("Description", "\n".join(t.replace("\n", " ") for _, _, t in labels))
-        with new_file(path) as partial, partial.file() as file:
-            Image.fromarray(np.ascontiguousarray(grey)).save(file, format="PNG", pnginfo=text)
-    finally:
-        plt.close(figure)
+    image = Image.fromarray(canvas)
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.truetype(str(_FONT), _FONT_PIXELS)
+    for x, y, text in labels:
+        lines = _fit_text(text, size + GAP, font)
+        draw.multiline_text((x, y), lines, fill=255, font=font, anchor="mm", align="center", spacing=2)
+    info = PngInfo()
+    info.add_text("Software", f"vitrio {vio.__version__}")
+    info.add_text("Description", "\n".join(t.replace("\n", " ") for _, _, t in labels))
+    with new_file(path) as partial, partial.file() as file:
+        image.save(file, format="PNG", pnginfo=info)
 
 
 def run(args: argparse.Namespace) -> None:
