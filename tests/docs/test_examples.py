@@ -17,15 +17,21 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def python_blocks(page: Path) -> tuple[int, int]:
-    """How many Python blocks `page` has, and how many of them are marked `notest`."""
+    """How many Python blocks `page` has, and how many of them are marked `notest`.
+
+    A block's options follow its language (```python) or, as the site's Markdown reads them, sit in
+    braces (```{.python notest}).
+    """
     infos = re.findall(r"^ *```+ *(\S.*)$", page.read_text("utf8"), flags=re.MULTILINE)
-    python = [info.split() for info in infos if info.split()[0] in ("py", "python", "python3")]
-    return len(python), sum("notest" in words for words in python)
+    words = [info.strip("{}").replace(".python", "python").split() for info in infos]
+    python = [w for w in words if w and w[0] in ("py", "python", "python3")]
+    return len(python), sum("notest" in w for w in python)
 
 
 def test_every_example_runs() -> None:
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--markdown-docs"]
+    command += ["--markdown-docs-syntax", "superfences"]
     command += ["-p", "tests.docs.examples", "-o", "addopts=", *map(str, PAGES)]
     result = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]

@@ -71,3 +71,13 @@ def test_the_montage_picture_of_the_docs_is_small() -> None:
     picture = ROOT / "docs" / "images" / "montage.png"
     assert picture.stat().st_size < 200_000
     assert "images/montage.png" in (ROOT / "README.md").read_text("utf8")
+
+
+def test_every_code_block_of_the_pages_is_rendered_as_code(site: Path) -> None:
+    """A fence whose options the site's Markdown cannot read is rendered as text: none is."""
+    for page in (ROOT / "docs").rglob("*.md"):
+        fences = len(re.findall(r"^ *```+ *\S", page.read_text("utf8"), flags=re.MULTILINE))
+        name = page.relative_to(ROOT / "docs").with_suffix("")
+        built = site / ("index.html" if name.name == "index" else name / "index.html")
+        blocks = built.read_text("utf8").count('<div class="highlight">')
+        assert blocks >= fences, f"{name}: {fences} code blocks, {blocks} rendered as code"
