@@ -216,7 +216,11 @@ def test_a_missing_or_unreadable_file_is_one_line_and_nothing_written(vitrio: Ru
     assert_fails(vitrio("montage", "stack.mrcs", "--indices", "2", "-o", "m.png"), "stack.mrcs", "2")
     assert_fails(vitrio("montage", "-o", "m.png"), "--star")
     assert_fails(vitrio("montage", "stack.mrcs", "-o", "m.jpg"), "m.jpg")
-    assert leftovers(tmp_path) == ["junk.mrc", "stack.mrcs"]
+    vio.write_stack(np.zeros((50, 32, 32), np.float32), "whole.mrcs")
+    Path("truncated.mrcs").write_bytes(Path("whole.mrcs").read_bytes()[:20000])
+    Path("whole.mrcs").unlink()
+    assert_fails(vitrio("montage", "stack.mrcs", "truncated.mrcs", "-o", "m.png"), "truncated.mrcs")
+    assert leftovers(tmp_path) == ["junk.mrc", "stack.mrcs", "truncated.mrcs"]
     assert vitrio("montage", "stack.mrcs", "-o", "m.png").status == 0
     assert_fails(vitrio("montage", "stack.mrcs", "-o", "m.png"), "m.png", "--force")
 
@@ -254,3 +258,18 @@ def test_the_demo_draws_its_particles_with_montage(vitrio: Run, tmp_path: Path) 
     assert all(label.split(" → ")[1] in kinds for label in labels)
     first = vio.read(vio.data.particle_locations(particles, out / "particles.star", root=out)[rows[0]])
     np.testing.assert_array_equal(cell(pixels, 0, 8, 64, (64, 64)), tile_values(first, (1, 99)))
+
+
+def test_a_stack_of_volumes_shows_the_sections_of_the_volumes_chosen(vitrio: Run) -> None:
+    volumes = np.random.default_rng(6).normal(0, 1, (3, 8, 16, 16)).astype(np.float32)
+    vio.write(volumes, "volumes.mrc", vio.ImageDescriptor((3, 8, 16, 16), 3, "float32"))
+    assert vitrio("montage", "volumes.mrc", "--indices", "2", "-o", "m.png", "--tile", "16").status == 0
+    pixels, labels = picture("m.png")
+    assert [label.split(",")[0] for label in labels] == [
+        "3@volumes.mrc XY 1 Å",
+        "3@volumes.mrc XZ",
+        "3@volumes.mrc YZ",
+    ]
+    # every XY section of a volume shallower than --sections
+    assert vitrio("montage", "volumes.mrc", "--indices", "0", "--sections", "20", "-o", "s.png").status == 0
+    assert [label.split(" ")[1] for label in picture("s.png")[1]] == [f"z={z}" for z in range(8)]
