@@ -81,3 +81,12 @@ def test_every_code_block_of_the_pages_is_rendered_as_code(site: Path) -> None:
         built = site / ("index.html" if name.name == "index" else name / "index.html")
         blocks = built.read_text("utf8").count('<div class="highlight">')
         assert blocks >= fences, f"{name}: {fences} code blocks, {blocks} rendered as code"
+
+
+def test_the_speed_page_has_the_readme_table() -> None:
+    def table(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("| ")]
+
+    readme = table((ROOT / "README.md").read_text("utf8"))
+    speed = table((ROOT / "docs" / "speed.md").read_text("utf8"))
+    assert speed and all(row in readme for row in speed)
