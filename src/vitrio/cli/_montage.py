@@ -103,6 +103,7 @@ def _nice_length(most: float) -> float:
 
 
 def _length_text(angstroms: float) -> str:
+    """A length in words: "20 nm", or "5 Å" under a nanometre."""
     return f"{angstroms / 10:g} nm" if angstroms >= 10 else f"{angstroms:g} Å"
 
 
