@@ -1,11 +1,12 @@
 # make test: create .venv if missing, install vitrio with its test extras, run the whole suite.
 # make demo: run the main job on built-in example data.
+# make docs: build the documentation site into site/, strictly (tests/docs/test_site.py builds it too).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint bench clean
+.PHONY: test demo docs lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +25,9 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/vitrio demo --out demo-output
 
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(STAMP)
 	$(BIN)/vitrio bench
 
@@ -32,4 +36,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info demo-output
+	rm -rf $(VENV) build src/*.egg-info demo-output site

@@ -290,7 +290,7 @@ class TomogramDataset(torch.utils.data.Dataset):
             into the padded buffers of a batch, which ``collate_tomograms`` then takes as they are.
 
         Raises:
-            As ``__getitem__``.
+            IndexError, FileNotFoundError, KeyError, ValueError: As ``__getitem__``.
         """
         boxes = []
         for index in indices:
@@ -317,7 +317,7 @@ class TomogramDataset(torch.utils.data.Dataset):
 
         Raises:
             ValueError: If the box is not inside the tomogram.
-            Otherwise as ``__getitem__``.
+            IndexError, FileNotFoundError, KeyError: As ``__getitem__``.
         """
         full = self.tomogram_shape(index)
         origin = (int(origin[0]), int(origin[1]), int(origin[2]))
@@ -340,7 +340,7 @@ class TomogramDataset(torch.utils.data.Dataset):
             The shape.
 
         Raises:
-            As ``__getitem__``.
+            IndexError, FileNotFoundError, KeyError, ValueError: As ``__getitem__``.
         """
         return self._entry(index).tomogram.shape
 

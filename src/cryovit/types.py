@@ -255,7 +255,7 @@ class TomogramData(_TensorClassMixin):
     left out of a loss): the spec's type says ``BoolTensor``, which cannot hold -1, so any dtype is
     taken (``TomogramDataset`` gives float32).
 
-    Args:
+    Attributes:
         sample: The sample the tomogram comes from.
         tomo_name: The file name of the tomogram.
         split_id: The split (e.g. cross-validation fold) the tomogram is in, or None.
@@ -317,7 +317,7 @@ class BatchedTomogramMetadata(_TensorClassMixin):
     is one tensordict ``NonTensorData``, not a stack), so that ``identifiers`` of an indexed or
     unbound batch still names its tomograms.
 
-    Args:
+    Attributes:
         samples: The distinct samples of the batch.
         tomo_names: The distinct file names of the batch.
         unique_id: A ``[B, 2]`` long tensor, as above (``from_names`` makes it).
@@ -399,7 +399,7 @@ class BatchedTomogramMetadata(_TensorClassMixin):
 class BatchedTomogramData(_TensorClassMixin):
     """A batch of tomograms padded to the same depth, as a tensorclass of ``batch_size=[B]``.
 
-    Args:
+    Attributes:
         tomo_batch: The tomograms, a ``[B, D, C, H, W]`` or ``[B, D, H, W]`` tensor, each padded
             after its last slice to the greatest depth ``D``.
         tomo_sizes: A ``[B]`` integer tensor, the depth of each tomogram before padding

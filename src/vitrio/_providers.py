@@ -354,7 +354,7 @@ def detector_event_image_reader_provider(
     """A reader provider that reads EER files as `fractions` rendered images, other files with `formats`.
 
     Args:
-        fractions, binning, superres, gain: As `EerFormat.configured` takes them.
+        fractions: As `EerFormat.configured` takes it, and `binning`, `superres` and `gain` likewise.
         cache: How many files to keep open, as `vitrio.reader_provider` takes it.
         formats: The formats of the other files; None for every registered one.
 

@@ -4,6 +4,7 @@
     vitrio convert IN OUT [--data-type T [--scale | --clip]]
     vitrio extract --micrographs M.star --coordinates C.star --box-size N -o particles.star
     vitrio fractionate movie.eer --fractions N [--binning B] [--gain gain.mrc] -o movie.mrc
+    vitrio montage FILE... [--star particles.star [--label COLUMN]] -o picture.png
     vitrio bench [--quick]
     vitrio demo [--out DIR]
 
@@ -39,11 +40,11 @@ __all__ = ["main", "build_parser"]
 # whose optional dependency is not installed names the module and the extra that installs it.
 _USER_ERRORS = (CliError, OSError, ValueError, IndexError, ModuleNotFoundError)
 # The extra that installs what each command needs beyond the core, for those that need more.
-_EXTRAS = {"extract": "cli", "demo": "cli,torch", "bench": "bench"}
+_EXTRAS = {"extract": "cli", "montage": "cli", "demo": "cli,torch", "bench": "bench"}
 # The optional dependencies the commands import; a missing module of another name is a bug.
-_OPTIONAL = ("tqdm", "pandas", "starfile", "matplotlib", "torch", "mrcfile", "h5py")
+_OPTIONAL = ("tqdm", "pandas", "starfile", "matplotlib", "PIL", "torch", "mrcfile", "h5py")
 # The commands that read files of any format, which load the formats of plug-ins first.
-_READING = ("info", "convert")
+_READING = ("info", "convert", "montage")
 
 
 def _data_type(text: str) -> np.dtype:
@@ -65,8 +66,73 @@ def _positive(text: str) -> int:
     return value
 
 
+def _indices(text: str) -> list[int]:
+    """A `--indices` argument: indices counting from zero, separated by commas."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = [-1]
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"not indices from zero separated by commas: {text!r}")
+    return values
+
+
+def _percentiles(text: str) -> tuple[float, float]:
+    """A `--clip` argument: two percentiles `low,high`, 0 <= low < high <= 100."""
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        low = high = -1.0
+    if not 0 <= low < high <= 100:
+        raise argparse.ArgumentTypeError(f"not two percentiles low,high from 0 to 100: {text!r}")
+    return low, high
+
+
 def _add_force(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace outputs that exist already")
+
+
+def _add_montage(commands: argparse._SubParsersAction) -> None:
+    montage = commands.add_parser(
+        "montage",
+        help="a picture of image files: a grid of labelled tiles",
+        description="Draw a grid of images from stacks, micrographs or movies (labelled n@file), the "
+        "particles a STAR file names, the central sections of volumes (XY, XZ, YZ, with a scale bar where "
+        "the voxel size is known), or the sum of an EER movie's first fraction and of all its frames, each "
+        "tile's contrast set by percentiles of its own values. Writes a PNG.",
+    )
+    montage.add_argument("files", nargs="*", type=Path, metavar="FILE", help="image files of any format")
+    montage.add_argument("-o", "--output", type=Path, required=True, help="the PNG to write")
+    montage.add_argument("--star", type=Path, help="a STAR file of particles: their images are shown")
+    montage.add_argument("--label", metavar="COLUMN", help="with --star: the column whose values label tiles")
+    montage.add_argument("--root", type=Path, help="with --star: the project or data directory")
+    montage.add_argument(
+        "-n", "--count", type=_positive, default=64, help="the most tiles in all (default: 64)"
+    )
+    chosen = montage.add_mutually_exclusive_group()
+    chosen.add_argument("--every", type=_positive, default=1, metavar="K", help="every K-th image of a stack")
+    chosen.add_argument(
+        "--indices", type=_indices, metavar="I,J,...", help="these images of each stack (or rows of --star)"
+    )
+    montage.add_argument(
+        "--clip",
+        type=_percentiles,
+        default=(1.0, 99.0),
+        metavar="LOW,HIGH",
+        help="the percentiles of each tile shown black and white (default: 1,99)",
+    )
+    montage.add_argument(
+        "--sections", type=_positive, metavar="N", help="N evenly spaced XY sections of a volume"
+    )
+    montage.add_argument(
+        "--fractions", type=_positive, default=10, help="an EER movie's fractions; the first is shown"
+    )
+    montage.add_argument("--tile", type=_positive, default=128, help="the side of a tile in pixels")
+    montage.add_argument("--columns", type=_positive, help="tiles in a row (default: a square grid)")
+    montage.add_argument(
+        "-j", "--threads", type=_positive, default=os.cpu_count() or 1, help="threads that read"
+    )
+    _add_force(montage)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     fractionate.add_argument("-o", "--output", type=Path, required=True, help="the movie to write")
     fractionate.add_argument("--data-type", type=_data_type, help="the type to write (default: counts)")
     _add_force(fractionate)
+
+    _add_montage(commands)
 
     bench = commands.add_parser(
         "bench",

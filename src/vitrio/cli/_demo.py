@@ -12,8 +12,9 @@
    and the class column, read by a `DataLoader(output="torch", shuffle=True)`
    on a thread pool, with no worker process. Its accuracy is measured on
    particles held out of training.
-4. particles.png (a montage of particles, their kinds and the network's
-   guesses) and training.png (the loss and the held-out accuracy).
+4. particles.png (`vitrio montage` of particles, labelled with their kinds
+   and the network's guesses) and training.png (the loss and the held-out
+   accuracy).
 
 Everything goes under `--out`, replacing the files of an earlier run.
 """
@@ -37,7 +38,9 @@ import vitrio as vio
 from vitrio.data import DataLoader, Dataset, ImageSource, particle_locations, read_particles, write_star
 from vitrio.extract import extract_particles
 
+from . import build_parser
 from ._common import progress, pyplot, save_figure
+from ._montage import run as draw_montage
 
 __all__ = ["KINDS", "make_micrographs", "train", "run"]
 
@@ -196,30 +199,22 @@ def train(
     return model, losses, accuracies
 
 
-def _montage(dataset: Dataset, labels: np.ndarray, model: nn.Module, path: Path) -> None:
-    """Eight particles of each kind, each titled with the network's guess: green if right, red if wrong."""
+def _montage(
+    particles: pd.DataFrame, dataset: Dataset, labels: np.ndarray, model: nn.Module, out: Path
+) -> None:
+    """particles.png, drawn by `vitrio montage`: eight particles of each kind, each labelled with its kind
+    and the network's guess ("dimer → trimer"), from a STAR file of them (shown.star)."""
     columns = 8
     rows = np.concatenate([np.flatnonzero(labels == k)[:columns] for k in range(len(KINDS))])
-    batch = dataset[rows]
     model.eval()
     with torch.no_grad():
-        guesses = model(_standardize(torch.from_numpy(batch["image"]))).argmax(1).numpy()
-    plt = pyplot()
-    figure, axes = plt.subplots(
-        len(KINDS), columns, figsize=(1.4 * columns, 1.55 * len(KINDS)), squeeze=False
-    )
-    for axis in axes.flat:
-        axis.set_axis_off()
-    for slot, (image, label, guess) in enumerate(zip(batch["image"], batch["label"], guesses)):
-        axis = axes[int(label), slot % columns]
-        axis.imshow(image, cmap="gray")
-        axis.set_title(KINDS[guess], fontsize=8, color="green" if guess == label else "red")
-    for kind, name in enumerate(KINDS):
-        axes[kind, 0].text(-0.15, 0.5, name, transform=axes[kind, 0].transAxes, ha="right", va="center")
-    figure.suptitle("extracted particles by kind, titled with the network's guess")
-    figure.tight_layout()
-    save_figure(figure, path, 100)
-    plt.close(figure)
+        guesses = model(_standardize(torch.from_numpy(dataset[rows]["image"]))).argmax(1).numpy()
+    shown = particles.iloc[rows][["rlnImageName"]].reset_index(drop=True)
+    shown["vitrioGuess"] = [f"{KINDS[k]} → {KINDS[g]}" for k, g in zip(labels[rows], guesses)]
+    write_star({"particles": shown}, out / "shown.star")
+    arguments = ["montage", "--star", str(out / "shown.star"), "--label", "vitrioGuess", "--root", str(out)]
+    arguments += ["--columns", str(columns), "--tile", "96", "-n", str(len(rows)), "--force"]
+    draw_montage(build_parser().parse_args([*arguments, "-o", str(out / "particles.png")]))
 
 
 def _curve(losses: list[float], accuracies: list[float], path: Path) -> None:
@@ -289,7 +284,7 @@ def run(args: argparse.Namespace) -> None:
         model, losses, accuracies = train(
             dataset.subset(order[:cut]), dataset.subset(order[cut:]), args.epochs, loader
         )
-        _montage(dataset, labels, model, out / "particles.png")
+        _montage(particles, dataset, labels, model, out)
     _curve(losses, accuracies, out / "training.png")
     print(f"4. saved {out / 'particles.png'} and {out / 'training.png'}")
     print(

@@ -66,7 +66,7 @@ class RawArrayReader(ImageReader):
             read (slowest first); None when stored as read.
         decoder: Turns stored values into another type, for stored types
             numpy cannot cast (such as pairs of integers that make a complex).
-        voxel_size, header_statistics: What the header says, as `ImageReader` has them.
+        voxel_size: What the header says, as `ImageReader` has it; `header_statistics` likewise.
 
     Raises:
         FormatError: If the file is shorter than its images need.

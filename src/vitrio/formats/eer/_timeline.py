@@ -319,7 +319,7 @@ def read_events(
 
     Args:
         key: The file.
-        begin, end: The frames to read; None for the first and past the last.
+        begin: The first frame to read, up to `end` (not included); None: from the first, to the last.
         events: What reads: a `DetectorEventTimelineReaderProvider` (as the
             published package takes it), or a `DetectorEventTimeline` to append
             to, reusing its memory; None for the usual provider.
