@@ -21,7 +21,8 @@ are not a permutation of 1, 2, 3 (taken as 1, 2, 3), a volume stack whose
 `mz` does not divide `nz` (read as a volume).
 
 Written files carry a complete MRC2014 header (map ID, machine stamp,
-`nversion` 20141, cell of one Å per voxel, statistics `dmin dmax dmean rms`
+`nversion` 20141, the cell of the voxel size given, one Å per voxel by
+default, statistics `dmin dmax dmean rms`
 of the values written; complex files get `rms` only, as mrcfile does). Types
 without an MRC mode are widened or narrowed to one: bool and uint8 to uint16,
 other integers and float64 to float32, complex128 to complex64. Since a
@@ -225,8 +226,12 @@ class MrcFormat(Format):
             header_statistics=header.statistics,
         )
 
+    stores_voxel_size = True
+
     @classmethod
-    def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
+    def create(
+        cls, key: str, descriptor: ImageDescriptor, voxel_size: tuple[float, ...] | None = None
+    ) -> ImageWriter:
         mode = _WRITE_MODES.get(descriptor.data_type)
         if mode is None:
             raise ValueError(f"{key}: MRC cannot hold {descriptor.data_type.name} values")
@@ -250,7 +255,8 @@ class MrcFormat(Format):
         else:
             raise ValueError(f"{key}: MRC holds images, volumes and stacks of one of them, not {descriptor}")
         dtype = _MODES[mode]
-        fields = (nx, ny, nz, mode, 0, 0, 0, nx, ny, mz, float(nx), float(ny), float(mz), 90.0, 90.0, 90.0)
+        cell = _cell((mz, ny, nx), voxel_size)
+        fields = (nx, ny, nz, mode, 0, 0, 0, nx, ny, mz, *cell, 90.0, 90.0, 90.0)
         fields += (1, 2, 3)
         data_bytes = nx * ny * nz * dtype.itemsize
 
@@ -268,6 +274,17 @@ class MrcFormat(Format):
             os.pwrite(fd, _header_bytes(fields, ispg, values), 0)
 
         return RawArrayWriter(key, descriptor, dtype, prepare, complete)
+
+
+def _cell(samples: tuple[int, int, int], voxel_size: tuple[float, ...] | None) -> tuple[float, float, float]:
+    """The cell (x, y, z) of `samples` (z, y, x) voxels of `voxel_size` Å (slowest first; 1 Å if None).
+
+    An image's sections are spaced as its columns, as RELION writes them.
+    """
+    sizes = (1.0, 1.0, 1.0) if voxel_size is None else tuple(voxel_size)
+    if len(sizes) == 2:
+        sizes = (sizes[1], *sizes)
+    return tuple(float(n * size) for n, size in zip(reversed(samples), reversed(sizes)))
 
 
 def _header_bytes(fields: tuple, ispg: int, statistics: tuple[float, float, float, float]) -> bytes:

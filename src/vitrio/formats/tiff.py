@@ -29,7 +29,9 @@ centimetre) or, in ImageJ files, from their unit and section spacing.
 
 Written files are uncompressed, one page per image (per section for
 volumes), with tifffile's shape metadata: axes `YX` for an image, `IYX` for a
-stack of images, `ZYX` for a volume, `IZYX` for a stack of volumes. They
+stack of images, `ZYX` for a volume, `IZYX` for a stack of volumes. A voxel
+size given goes in the resolution tags; a volume's section spacing in an
+ImageJ hyperstack's `spacing` (see `_written_layout`). They
 become BigTIFF when the data passes 4 GiB. Bool is written as uint8. An
 empty stack, or an image without pixels, is refused (`ValueError`): a TIFF
 page holds at least one pixel.
@@ -61,6 +63,7 @@ _EXPANSION = {1: 8, 5: 4096, 8: 2048, 32946: 2048, 32773: 128}
 _EXPANSION_SLACK = 1 << 20
 _LZW = 5
 _REVERSED_BITS = bytes(int(f"{value:08b}"[::-1], 2) for value in range(256))
+_IMAGEJ_TYPES = tuple(np.dtype(t) for t in ("uint8", "uint16", "int16", "float32"))
 # Ångströms in a ResolutionUnit (2: inch, 3: centimetre) and in a unit ImageJ names.
 _RESOLUTION_UNITS = {2: 2.54e8, 3: 1e8}
 _IMAGEJ_UNITS = {
@@ -377,6 +380,28 @@ class _TiffPagesReader(ImageReader):
             self._fd = -1
 
 
+def _written_layout(axes: str, dtype: np.dtype, voxel_size: tuple[float, ...] | None) -> dict[str, Any]:
+    """tifffile's arguments for the metadata of a written file: its axes, and its voxel size if given.
+
+    The pixel size goes in the resolution tags, in pixels per centimetre. A
+    volume's section spacing has no TIFF tag: a volume of a type ImageJ
+    reads (uint8, uint16, int16, float32) is written as an ImageJ
+    hyperstack, whose `spacing` and resolution are in nanometres; of any
+    other type, its section spacing is not stored.
+    """
+    if voxel_size is None:
+        return {"metadata": {"axes": axes}}
+    y, x = voxel_size[-2:]
+    if len(voxel_size) == 3 and dtype in _IMAGEJ_TYPES:
+        metadata = {"axes": axes.replace("I", "T"), "spacing": voxel_size[0] / 10, "unit": "nm"}
+        return {"imagej": True, "metadata": metadata, "resolution": (10 / x, 10 / y)}
+    return {
+        "metadata": {"axes": axes},
+        "resolution": (_RESOLUTION_UNITS[3] / x, _RESOLUTION_UNITS[3] / y),
+        "resolutionunit": "CENTIMETER",
+    }
+
+
 @register_format
 class TiffFormat(Format):
     """TIFF and BigTIFF files: `.tif .tiff`.
@@ -430,8 +455,12 @@ class TiffFormat(Format):
             file.close()
             raise
 
+    stores_voxel_size = True
+
     @classmethod
-    def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
+    def create(
+        cls, key: str, descriptor: ImageDescriptor, voxel_size: tuple[float, ...] | None = None
+    ) -> ImageWriter:
         if descriptor.data_type is NumericalType.complex_float16:
             raise ValueError(f"{key}: TIFF cannot hold complex_float16 values")
         if 0 in descriptor.extents:
@@ -449,15 +478,17 @@ class TiffFormat(Format):
         axes = "I" * stack + core
         nbytes = int(np.prod(extents, dtype=np.int64)) * dtype.itemsize
 
+        layout = _written_layout(axes, dtype, voxel_size)
+
         def prepare(file: BinaryIO) -> int:
             offset, _ = tifffile.imwrite(
                 file,
                 shape=extents,
                 dtype=dtype,
                 photometric="minisblack",
-                metadata={"axes": axes},
                 bigtiff=nbytes >= _BIGTIFF_BYTES,
                 returnoffset=True,
+                **layout,
             )
             return offset
 
