@@ -191,12 +191,11 @@ def test_leaving_a_provider_block_closes_its_files_and_refuses_short_ones(tmp_pa
     whole, short = tmp_path / "whole.mrcs", tmp_path / "short.mrcs"
     with pytest.raises(
         vio.IncompleteFileError, match=r"short.mrcs: 1 of its 2 images were never written \(1\)"
-    ):
-        with vio.writer_provider() as writers:
-            for path in (whole, short):
-                writers.declare(path, vio.ImageDescriptor((2, 3, 3), 2, "float32"))
-            writers.writer(whole).write_run(0, [np.ones((3, 3), np.float32)] * 2)
-            writers.writer(short).write_run(0, [np.ones((3, 3), np.float32)])
+    ), vio.writer_provider() as writers:
+        for path in (whole, short):
+            writers.declare(path, vio.ImageDescriptor((2, 3, 3), 2, "float32"))
+        writers.writer(whole).write_run(0, [np.ones((3, 3), np.float32)] * 2)
+        writers.writer(short).write_run(0, [np.ones((3, 3), np.float32)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["whole.mrcs"]
     writers = vio.writer_provider()
     writers.declare(short, vio.ImageDescriptor((2, 3, 3), 2, "float32"))
