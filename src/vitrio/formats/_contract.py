@@ -11,6 +11,9 @@ slots of one array; by default it reads runs of consecutive indices with
 `read_run`. A file that is not a stack is a stack of one image.
 `read_region` crops one box out of one image, for patches.
 
+A header that breaks its format's rules in a way common writers do is read
+with a `FormatWarning` (`warn_header`), once per file and problem in a process.
+
 A reader also says what its file's header tells of the images, for tools
 that describe files: `format_name`, `voxel_size` and `header_statistics`,
 None where the file does not say.
@@ -18,6 +21,8 @@ None where the file does not say.
 
 from __future__ import annotations
 
+import threading
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -39,6 +44,24 @@ class FormatError(ValueError, RuntimeError):
 
 class FormatWarning(UserWarning):
     """A header that breaks its format's rules in a way common writers do, read anyway."""
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_header(message: str, stacklevel: int = 2) -> None:
+    """Warn with a `FormatWarning` of a header read anyway, once per process for each message.
+
+    A message names its file, so a file opened many times (by each worker,
+    or each epoch) warns once. A warning turned into an error raises each time.
+    """
+    with _warned_lock:
+        if message in _warned:
+            return
+    warnings.warn(message, FormatWarning, stacklevel=stacklevel + 1)
+    with _warned_lock:
+        _warned.add(message)
 
 
 class HeaderStatistics(NamedTuple):

@@ -13,7 +13,8 @@ volume and `nz == 1` one image.
 A reader's `voxel_size` is the cell divided by its sampling (`mx my mz`),
 in Å, slowest axis first; its `header_statistics` are `dmin dmax dmean rms`.
 
-Headers as common writers produce them read with a `FormatWarning` where
+Headers as common writers produce them read with a `FormatWarning` (once
+per file and problem in a process) where
 the data is unambiguous (as mrcfile's permissive mode does): a zero or
 unknown machine stamp (the byte order is then inferred), a missing `MAP `
 field, an `nsymbt` that points past a missing extended header, axes that
@@ -36,13 +37,12 @@ from __future__ import annotations
 import os
 import struct
 import time
-import warnings
 from typing import BinaryIO
 
 import numpy as np
 
 from .._types import ImageDescriptor, NumericalType
-from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
+from ._contract import Format, FormatError, HeaderStatistics, ImageReader, ImageWriter, warn_header
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
 from ._registry import register_format
 
@@ -92,10 +92,9 @@ def _byte_order(key: str, head: bytes) -> str:
         return order
     for guess in ("<", ">"):
         if _plausible(head, guess):
-            warnings.warn(
+            warn_header(
                 f"{key}: machine stamp {head[212:216].hex()} is not a valid one; "
                 f"the header reads as {'little' if guess == '<' else 'big'} endian",
-                FormatWarning,
                 stacklevel=4,
             )
             return guess
@@ -129,9 +128,8 @@ def _core_axes(key: str, header: _Header) -> tuple[int, ...] | None:
     if tuple(header.axes) in ((1, 2, 3), (0, 0, 0)):
         return None
     if sorted(header.axes) != [1, 2, 3]:
-        warnings.warn(
+        warn_header(
             f"{key}: mapc, mapr, maps {header.axes} are not a permutation of 1, 2, 3; read as 1, 2, 3",
-            FormatWarning,
             stacklevel=4,
         )
         return None
@@ -151,10 +149,9 @@ def _layout(key: str, header: _Header) -> tuple[tuple[int, ...], int, tuple[int,
         if header.mz > 0 and nz % header.mz == 0:
             count, stored = nz // header.mz, (header.mz, ny, nx)
         else:
-            warnings.warn(
+            warn_header(
                 f"{key}: space group {header.ispg} marks a volume stack, but mz {header.mz} does not "
                 f"divide nz {nz}; read as one volume",
-                FormatWarning,
                 stacklevel=4,
             )
     core = stored if axes is None else tuple(stored[axes[i]] for i in range(3))
@@ -197,7 +194,7 @@ class MrcFormat(Format):
         if header.mode not in _MODES:
             raise FormatError(f"{key}: MRC mode {header.mode} is not supported")
         if not header.has_map:
-            warnings.warn(f"{key}: the MRC map field is not 'MAP '", FormatWarning, stacklevel=3)
+            warn_header(f"{key}: the MRC map field is not 'MAP '", stacklevel=3)
         extents, core_rank, axes = _layout(key, header)
         stored = _MODES[header.mode].newbyteorder(header.order)
         data_type = _READ_TYPES.get(header.mode, _MODES[header.mode])
@@ -206,10 +203,9 @@ class MrcFormat(Format):
         offset = HEADER_BYTES + header.nsymbt
         size = os.fstat(fd).st_size
         if header.nsymbt and offset + data_bytes > size and HEADER_BYTES + data_bytes == size:
-            warnings.warn(
+            warn_header(
                 f"{key}: nsymbt says an extended header of {header.nsymbt} bytes, but the file has "
                 "none; reading the data right after the main header",
-                FormatWarning,
                 stacklevel=3,
             )
             offset = HEADER_BYTES

@@ -2,7 +2,11 @@
 
 The first series of the file is what it holds, as tifffile reads its shape
 and axes: the axes before the last `YX` (or `ZYX`, a volume) stack the
-images. A series stored uncompressed in one block, as tifffile and most
+images. A file written a page at a time (tifffile's `append=True`, or
+`contiguous=False`), which tifffile reads as a series per page, is a stack
+of those pages when they are 2-D images of one shape and type.
+
+A series stored uncompressed in one block, as tifffile and most
 acquisition programs write it, is read like a raw array (out of a memory
 map, see `_raw`); any other series is decoded by tifffile, a page at a
 time.
@@ -177,6 +181,24 @@ def _voxel_size(tiff: tifffile.TiffFile, page: tifffile.TiffPage, core_rank: int
     return tuple(float(size) for size in sizes)
 
 
+def _appended_pages(tiff: tifffile.TiffFile) -> list[tifffile.TiffPage] | None:
+    """The pages of a stack written a page at a time, or None if the file is not one.
+
+    tifffile makes each page appended (`imwrite(..., append=True)`, or
+    `TiffWriter.write(page, contiguous=False)` in a loop) a series of its
+    own; series that are each one 2-D page of one shape and type are the
+    images of one stack.
+    """
+    series = tiff.series
+    if len(series) < 2:
+        return None
+    first = series[0]
+    for one in series:
+        if len(one.pages) != 1 or one.axes != "YX" or one.shape != first.shape or one.dtype != first.dtype:
+            return None
+    return [one.pages[0] for one in series]
+
+
 def _descriptor(key: str, series: tifffile.TiffPageSeries) -> ImageDescriptor:
     axes, shape = series.axes, tuple(series.shape)
     if "S" in axes:
@@ -209,6 +231,7 @@ class _TiffPagesReader(ImageReader):
         fd: int,
         max_expansion: int,
         voxel_size: tuple[float, ...] | None = None,
+        pages: Sequence[tifffile.TiffPage] | None = None,
     ):
         super().__init__(key, descriptor)
         self.voxel_size = voxel_size
@@ -216,7 +239,7 @@ class _TiffPagesReader(ImageReader):
         self._tiff = tiff
         self._fd = fd
         self._size = os.fstat(fd).st_size
-        self._pages = tiff.series[0].pages
+        self._pages = tiff.series[0].pages if pages is None else pages
         pages, images = len(self._pages), max(self.image_count, 1)
         # A page holds whole images (tifffile writes a stack of 1-pixel-wide images as one page),
         # or an image spans whole pages (the sections of a volume).
@@ -434,7 +457,10 @@ class TiffFormat(Format):
             descriptor = _descriptor(key, series)
             voxel_size = _voxel_size(tiff, series.pages[0], descriptor.core_rank)
             offset = series.dataoffset
-            raw = offset is not None and series.dtype != np.dtype(bool)
+            pages = _appended_pages(tiff)
+            if pages is not None:
+                descriptor = ImageDescriptor((len(pages), *descriptor.extents), 2, descriptor.data_type)
+            raw = offset is not None and pages is None and series.dtype != np.dtype(bool)
             if not raw:
                 _check_page(key, series.pages[0], 0, os.fstat(fd).st_size, cls.max_expansion)
         except (FormatError, MemoryError):
@@ -449,7 +475,7 @@ class TiffFormat(Format):
             file.close()
             return RawArrayReader(key, fd, descriptor, stored, offset, voxel_size=voxel_size)
         try:
-            return _TiffPagesReader(key, tiff, descriptor, fd, cls.max_expansion, voxel_size)
+            return _TiffPagesReader(key, tiff, descriptor, fd, cls.max_expansion, voxel_size, pages)
         except BaseException:
             tiff.close()
             file.close()
