@@ -189,9 +189,12 @@ def test_torch_and_numpy_types_name_data_types(tmp_path):
 
 def test_leaving_a_provider_block_closes_its_files_and_refuses_short_ones(tmp_path):
     whole, short = tmp_path / "whole.mrcs", tmp_path / "short.mrcs"
-    with pytest.raises(
-        vio.IncompleteFileError, match=r"short.mrcs: 1 of its 2 images were never written \(1\)"
-    ), vio.writer_provider() as writers:
+    with (
+        pytest.raises(
+            vio.IncompleteFileError, match=r"short.mrcs: 1 of its 2 images were never written \(1\)"
+        ),
+        vio.writer_provider() as writers,
+    ):
         for path in (whole, short):
             writers.declare(path, vio.ImageDescriptor((2, 3, 3), 2, "float32"))
         writers.writer(whole).write_run(0, [np.ones((3, 3), np.float32)] * 2)
@@ -227,3 +230,13 @@ def test_a_cryosparc_cs_file_names_sections_of_its_particle_stack(particles, loa
     assert [location.index_in_stack for location in locations] == [6, 0, 2]
     batch = Dataset({"image": ImageSource(locations)}).read_async([0, 1, 2], loader=loader).get()
     np.testing.assert_array_equal(batch["image"], values[[6, 0, 2]])
+
+
+def test_leaving_a_saver_block_closes_the_files_of_its_writers(tmp_path):
+    writers = vio.writer_provider()
+    writers.declare(tmp_path / "a.tif", vio.ImageDescriptor((2, 3, 3), 2, "uint16"))
+    with vio.saver(writers, workers=1) as saver:
+        locations = [vio.ImageLocation(tmp_path / "a.tif", i) for i in range(2)]
+        vio.write_batch_async(saver, np.arange(18, dtype=np.uint16).reshape(2, 3, 3), locations).get()
+    assert writers.file_count == 0
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "a.tif"), np.arange(18).reshape(2, 3, 3))
