@@ -240,3 +240,20 @@ def test_leaving_a_saver_block_closes_the_files_of_its_writers(tmp_path):
         vio.write_batch_async(saver, np.arange(18, dtype=np.uint16).reshape(2, 3, 3), locations).get()
     assert writers.file_count == 0
     np.testing.assert_array_equal(tifffile.imread(tmp_path / "a.tif"), np.arange(18).reshape(2, 3, 3))
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"), [((1, 4, 5), "float32"), ((3, 4, 5), "float64"), ((2, 3, 4, 5), "uint16")]
+)
+def test_tiff_volumes_of_any_type_and_depth_keep_their_shape_and_pixel_size(tmp_path, shape, dtype):
+    path = tmp_path / "v.tif"
+    values = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+    if len(shape) == 4:
+        vio.write_stack(values, path, voxel_size=(3.0, 2.0, 2.0))
+    else:
+        vio.write_single(values, path, voxel_size=(3.0, 2.0, 2.0))
+    metadata = vio.query_metadata(path)
+    assert metadata.descriptor == vio.ImageDescriptor(shape, 3, dtype)
+    imagej = len(shape) == 4 or (shape[0] > 1 and dtype in ("uint16", "float32"))
+    assert metadata.voxel_size == pytest.approx((3.0, 2.0, 2.0) if imagej else None)
+    np.testing.assert_array_equal(vio.read(path), values)

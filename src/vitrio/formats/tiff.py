@@ -403,19 +403,22 @@ class _TiffPagesReader(ImageReader):
             self._fd = -1
 
 
-def _written_layout(axes: str, dtype: np.dtype, voxel_size: tuple[float, ...] | None) -> dict[str, Any]:
+def _written_layout(
+    axes: str, dtype: np.dtype, depth: int, voxel_size: tuple[float, ...] | None
+) -> dict[str, Any]:
     """tifffile's arguments for the metadata of a written file: its axes, and its voxel size if given.
 
     The pixel size goes in the resolution tags, in pixels per centimetre. A
     volume's section spacing has no TIFF tag: a volume of a type ImageJ
-    reads (uint8, uint16, int16, float32) is written as an ImageJ
-    hyperstack, whose `spacing` and resolution are in nanometres; of any
-    other type, its section spacing is not stored.
+    reads (uint8, uint16, int16, float32) and of more than one section
+    (`depth`) is written as an ImageJ hyperstack, whose `spacing` and
+    resolution are in nanometres; of any other, its section spacing is not
+    stored.
     """
     if voxel_size is None:
         return {"metadata": {"axes": axes}}
     y, x = voxel_size[-2:]
-    if len(voxel_size) == 3 and dtype in _IMAGEJ_TYPES:
+    if len(voxel_size) == 3 and dtype in _IMAGEJ_TYPES and depth > 1:
         metadata = {"axes": axes.replace("I", "T"), "spacing": voxel_size[0] / 10, "unit": "nm"}
         return {"imagej": True, "metadata": metadata, "resolution": (10 / x, 10 / y)}
     return {
@@ -504,7 +507,7 @@ class TiffFormat(Format):
         axes = "I" * stack + core
         nbytes = int(np.prod(extents, dtype=np.int64)) * dtype.itemsize
 
-        layout = _written_layout(axes, dtype, voxel_size)
+        layout = _written_layout(axes, dtype, descriptor.core_extents[0], voxel_size)
 
         def prepare(file: BinaryIO) -> int:
             offset, _ = tifffile.imwrite(
