@@ -240,6 +240,9 @@ class ImageReader(ABC):
         return f"<{type(self).__name__} {self.key!r} {self.descriptor!r}>"
 
 
+_ALL = slice(None)
+
+
 class _SectionReader(ImageReader):
     """The 2-D sections of a single volume, served as a stack of images by the volume's reader."""
 
@@ -267,7 +270,7 @@ class _SectionReader(ImageReader):
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         self.check_run(start, len(outs))
         for i, out in enumerate(outs):
-            self._volume.read_region(0, (slice(start + i, start + i + 1),), out[np.newaxis])
+            self._volume.read_region(0, (slice(start + i, start + i + 1), _ALL, _ALL), out[np.newaxis])
 
     def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
         self.check_run(index, 1)
