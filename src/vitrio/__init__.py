@@ -13,6 +13,7 @@ from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
 from ._functions import (
     loader,
     query_descriptor,
+    query_metadata,
     read,
     reader_provider,
     saver,
@@ -38,10 +39,13 @@ from ._providers import (
 from ._saving import ImageSaver, write_batch_async
 from ._types import (
     DeclaredTwiceError,
+    DestinationTypeError,
     ImageDescriptor,
     ImageFileNotFoundError,
     ImageLocation,
     ImageLocationGrouping,
+    ImageMetadata,
+    IncompleteFileError,
     IndexTable,
     NumericalType,
     ReadOnlyDestinationError,
@@ -134,6 +138,10 @@ __all__ = [
     "loader",
     "prefetch_scratch_async",
     "query_descriptor",
+    "query_metadata",
+    "ImageMetadata",
+    "DestinationTypeError",
+    "IncompleteFileError",
     "read",
     "read_batch_async",
     "read_events",

@@ -8,14 +8,28 @@ so a failed write leaves nothing behind, and a user who plants a symbolic
 link where vitrio will write cannot redirect the write. Code that hands the
 file to another library (tifffile, h5py, starfile) hands it the open file,
 never a path that could be swapped.
+
+A file being written is named `.{name}.{pid}-{host}-{random}.partial`: the
+process's id and a hash of its host's name. A process killed before it
+removes its files cannot leave them forever: SIGTERM (what batch
+schedulers send, and `kill`) removes the hidden files of the process, then
+kills it as the signal would have (a handler installed by the first
+`PartialFile` the main thread makes, where SIGTERM had none); and the first
+`PartialFile` a process makes in a folder removes the hidden files there of
+its own naming, user and host whose process is gone (after SIGKILL, or a
+power cut).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
+import signal
+import socket
 import threading
+import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -45,6 +59,63 @@ def remove_quietly(path: str) -> None:
         os.unlink(path)
 
 
+_HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"
+_PARTIAL = re.compile(r"\..+\.(\d+)-([0-9a-f]{8})-[0-9a-f]{16}\.partial")
+_live: dict[int, tuple[int, str]] = {}  # id of a PartialFile -> (pid that made it, its hidden path)
+_swept: set[str] = set()
+_state_lock = threading.Lock()
+_guarded = False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep(folder: str) -> None:
+    """Remove the hidden files in `folder` of this naming, user and host whose process is gone, once."""
+    with _state_lock:
+        if folder in _swept:
+            return
+        _swept.add(folder)
+    user, me = os.getuid(), os.getpid()
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            found = _PARTIAL.fullmatch(entry.name)
+            if found is None or found[2] != _HOST or int(found[1]) == me or _alive(int(found[1])):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == user:
+                    os.unlink(entry.path)
+
+
+def _on_sigterm(number: int, frame: Any) -> None:
+    """Remove this process's hidden files, then die of SIGTERM as if no handler were installed."""
+    me = os.getpid()
+    for pid, path in list(_live.values()):
+        if pid == me:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(me, signal.SIGTERM)
+
+
+def _guard_sigterm() -> None:
+    """Install `_on_sigterm` where SIGTERM has its default action; only the main thread can."""
+    global _guarded
+    if _guarded or threading.current_thread() is not threading.main_thread():
+        return
+    _guarded = True
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 class PartialFile:
     """A new file being written beside `target`, private to its owner until `publish` moves it there.
 
@@ -62,15 +133,19 @@ class PartialFile:
         folder, name = os.path.split(os.path.abspath(self.target))
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"{self.target}: no directory {folder} to write the file in")
+        _guard_sigterm()
+        _sweep(folder)
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
         while True:
-            path = os.path.join(folder, f".{name}.{secrets.token_hex(8)}.partial")
+            path = os.path.join(folder, f".{name}.{os.getpid()}-{_HOST}-{secrets.token_hex(8)}.partial")
             try:
                 self.fd = os.open(path, flags, 0o600)
             except FileExistsError:
                 continue
             break
         self.path = path
+        with _state_lock:
+            _live[id(self)] = (os.getpid(), path)
 
     def file(self, mode: str = "r+b") -> IO[Any]:
         """A file object over the file, at its start, named by its path; closing it leaves `fd` open."""
@@ -99,16 +174,23 @@ class PartialFile:
         os.fchmod(self.fd, created_mode() if mode is None else mode)
         os.replace(self.path, self.target)
         self.path = self.target
+        _forget(self)
 
     def discard(self) -> None:
         """Close and remove the unfinished file."""
         self._close()
         remove_quietly(self.path)
+        _forget(self)
 
     def _close(self) -> None:
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)
+
+
+def _forget(partial: PartialFile) -> None:
+    with _state_lock:
+        _live.pop(id(partial), None)
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._array import HalfComplexArray, finish_half_complex, new_array
-from ._arrays import as_destination, as_source
+from ._arrays import as_destination, as_source, check_destination_type
 from ._concurrency import Executor, ThreadPoolExecutor
 from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
 from ._providers import (
@@ -18,7 +18,15 @@ from ._providers import (
     FileImageWriterProvider,
     ImageReaderProvider,
 )
-from ._types import ImageDescriptor, ImageLocation, as_key, as_numerical_type
+from ._types import (
+    ImageDescriptor,
+    ImageLocation,
+    ImageMetadata,
+    NumericalType,
+    as_key,
+    as_numerical_type,
+    numpy_dtype,
+)
 from ._writers import ImageWriterProvider
 from .formats import Format, create_writer
 from .scratch import ScratchImageReaderProvider
@@ -26,6 +34,7 @@ from .scratch import ScratchImageReaderProvider
 __all__ = [
     "read",
     "query_descriptor",
+    "query_metadata",
     "write_single",
     "write_stack",
     "write",
@@ -127,6 +136,30 @@ def query_descriptor(key: Any, readers: ImageReaderProvider | None = None) -> Im
     return (readers or FileImageReaderProvider()).query_descriptor(as_key(key))
 
 
+def query_metadata(location: Any, readers: ImageReaderProvider | None = None) -> ImageMetadata:
+    """What the header of the file at `location` says: what it holds, its voxel size, and its format.
+
+    Args:
+        location: An `ImageLocation` (its file is asked) or a key.
+        readers: Where the file is opened. Defaults to opening it at its path.
+
+    Returns:
+        An `ImageMetadata`: the descriptor (as `query_descriptor` has it),
+        the size of a pixel along each axis of an image in Å, slowest first
+        (None where the file does not say), and the format's name.
+
+    Raises:
+        ImageFileNotFoundError, FormatError: As `query_descriptor` raises them.
+    """
+    key = location.key if isinstance(location, ImageLocation) else as_key(location)
+    readers = readers or FileImageReaderProvider()
+    reader = readers.acquire(key)
+    try:
+        return ImageMetadata(reader.descriptor, reader.voxel_size, reader.format_name)
+    finally:
+        readers.release(reader)
+
+
 def read(
     location: Any,
     readers: ImageReaderProvider | None = None,
@@ -134,6 +167,10 @@ def read(
     out: Any = None,
 ) -> Any:
     """Read a whole file, or one image or volume of a stack.
+
+    An index into a file that holds one volume names one of its 2-D sections,
+    as RELION and cryoSPARC name the images of particle stacks whose header
+    says volume.
 
     Args:
         location: An `ImageLocation`, or the key of a whole file (a plain
@@ -150,7 +187,9 @@ def read(
     Raises:
         ValueError: If `data_type` and `out` are both given, or `out` does not have the shape read.
         ReadOnlyDestinationError: If `out` is read only (a `TypeError` and a `ValueError`).
-        IndexError: If the index is past the end of its stack.
+        DestinationTypeError: If `out` or `data_type` cannot hold the file's values (see
+            `docs/paths-and-types.md`; a `TypeError` and a `ValueError`).
+        IndexError: If the index is past the end of its stack, or of a volume's sections.
         ImageFileNotFoundError: If there is no file at the key (a `FileNotFoundError` and a `RuntimeError`).
         FormatError: If the file is of no known format, or malformed (a `ValueError` and a `RuntimeError`).
     """
@@ -163,22 +202,26 @@ def read(
     readers = readers or FileImageReaderProvider()
     reader = readers.acquire(key)
     try:
-        descriptor = reader.descriptor
+        served = reader if index < 0 else reader.indexed()
+        descriptor = served.descriptor
         if index >= 0:
-            reader.check_run(index, 1)  # before allocating: an empty stack may claim any image shape
+            served.check_run(index, 1)  # before allocating: an empty stack may claim any image shape
         shape = descriptor.extents if index < 0 else descriptor.core_extents
         if out is None:
             wanted = descriptor.data_type if data_type is None else as_numerical_type(data_type)
+            if wanted is not NumericalType.complex_float16:
+                check_destination_type(key, descriptor.data_type, numpy_dtype(wanted))
             result, target = new_array(shape, wanted)
         else:
             result, target = out, as_destination(out)
+            check_destination_type(key, descriptor.data_type, target.dtype)
             if target.shape != tuple(shape):
                 raise ValueError(f"{key}: reads as shape {shape}, out has shape {target.shape}")
         if index < 0:
             stack = descriptor.stack_extents
-            reader.read_run(0, [target[i] for i in np.ndindex(*stack)] if stack else [target])
+            served.read_run(0, [target[i] for i in np.ndindex(*stack)] if stack else [target])
         else:
-            reader.read_run(index, [target])
+            served.read_run(index, [target])
         if isinstance(result, HalfComplexArray):
             finish_half_complex(result, target)
         return result
@@ -210,7 +253,11 @@ def _written(array: Any, key: str) -> np.ndarray:
 
 
 def write(
-    array: Any, path: Any, descriptor: ImageDescriptor, formats: Iterable[type[Format]] | None = None
+    array: Any,
+    path: Any,
+    descriptor: ImageDescriptor,
+    formats: Iterable[type[Format]] | None = None,
+    voxel_size: Any = None,
 ) -> None:
     """Write `array` to a new file at `path`, holding what `descriptor` says.
 
@@ -218,19 +265,25 @@ def write(
     the descriptor's type. The file is written beside `path` and moved onto
     it once complete, so a failed write leaves nothing at `path`.
 
+    Args:
+        voxel_size: The size of a pixel in Å: one number, or one per axis of
+            an image, slowest first. MRC stores it in the cell, TIFF in its
+            resolution tags (see `vitrio.formats.tiff`). None stores none.
+
     Raises:
         TypeError: If `array` is not an array (a list is not converted: pass
             `numpy.asarray` of it), is not in the machine's byte order, or
             holds values that are not numbers (objects, records).
-        ValueError: If `array`'s shape is not the descriptor's extents, or its
-            memory is not aligned for its type.
+        ValueError: If `array`'s shape is not the descriptor's extents, its
+            memory is not aligned for its type, or `voxel_size` is not
+            positive numbers, one or one per axis.
         FormatError: If no format writes files with that extension (a `ValueError` and a `RuntimeError`).
     """
     key = as_key(path)
     values = _written(array, key)
     if values.shape != descriptor.extents:
         raise ValueError(f"{key}: an array of shape {values.shape} does not fit {descriptor}")
-    writer = create_writer(key, descriptor, formats)
+    writer = create_writer(key, descriptor, formats, voxel_size)
     try:
         stack = descriptor.stack_extents
         writer.write_run(0, [values[i] for i in np.ndindex(*stack)] if stack else [values])
@@ -241,9 +294,13 @@ def write(
 
 
 def write_single(
-    array: Any, path: Any, formats: Iterable[type[Format]] | None = None, data_type: Any = None
+    array: Any,
+    path: Any,
+    formats: Iterable[type[Format]] | None = None,
+    data_type: Any = None,
+    voxel_size: Any = None,
 ) -> None:
-    """Write one image (2-D) or volume (3-D) to a new file at `path`.
+    """Write one image (2-D) or volume (3-D) to a new file at `path`; `voxel_size` as `write` takes it.
 
     Raises:
         ValueError: If `array` is not 2-D or 3-D; and as `write` raises.
@@ -254,13 +311,20 @@ def write_single(
         raise ValueError(
             f"{as_key(path)}: a single image or volume is 2-D or 3-D, not of shape {values.shape}"
         )
-    write(values, path, ImageDescriptor(values.shape, values.ndim, data_type or values.dtype), formats)
+    descriptor = ImageDescriptor(values.shape, values.ndim, data_type or values.dtype)
+    write(values, path, descriptor, formats, voxel_size)
 
 
 def write_stack(
-    array: Any, path: Any, formats: Iterable[type[Format]] | None = None, data_type: Any = None
+    array: Any,
+    path: Any,
+    formats: Iterable[type[Format]] | None = None,
+    data_type: Any = None,
+    voxel_size: Any = None,
 ) -> None:
     """Write a stack of images (3-D) or volumes (4-D), stacked along the leading axis, to a new file.
+
+    `voxel_size` is the size of a pixel of an image in Å, as `write` takes it.
 
     Raises:
         ValueError: If `array` is not 3-D or 4-D; and as `write` raises.
@@ -269,4 +333,5 @@ def write_stack(
     values = _written(array, as_key(path))
     if values.ndim not in (3, 4):
         raise ValueError(f"{as_key(path)}: a stack is 3-D or 4-D, not of shape {values.shape}")
-    write(values, path, ImageDescriptor(values.shape, values.ndim - 1, data_type or values.dtype), formats)
+    descriptor = ImageDescriptor(values.shape, values.ndim - 1, data_type or values.dtype)
+    write(values, path, descriptor, formats, voxel_size)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import as_destination
+from ._arrays import as_destination, check_destination_type, check_numeric_destination
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
 from ._providers import ImageReaderProvider
 from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations
@@ -116,6 +116,7 @@ def _destination(out: Any) -> np.ndarray:
         raise ValueError("out has a leading extent, a slot per read: it is a 0-d array")
     if not out.flags.writeable:
         raise ValueError("out is read-only")
+    check_numeric_destination(out.dtype)
     return out
 
 
@@ -184,12 +185,14 @@ def read_indexed_async(
             slots = positions + first
             reader = readers.acquire(keys[key_id])
             try:
-                _check_slot(reader, out.shape[1:], whole)
+                served = reader if whole else reader.indexed()  # a single volume's sections
+                _check_slot(served, out.shape[1:], whole)
+                check_destination_type(reader.key, reader.descriptor.data_type, out.dtype)
                 if whole:
                     for slot in slots.tolist():
                         reader.read_run(0, _image_views(out[slot], reader))
                 else:
-                    reader.read_images(indices[slots], out, slots)
+                    served.read_images(indices[slots], out, slots)
             finally:
                 readers.release(reader)
 
@@ -334,7 +337,9 @@ def read_patches_indexed_async(
             key, index = images[image_id]
             reader = readers.acquire(key)
             try:
-                crop(reader, _patch_index(reader, index, len(shape)), positions + first)
+                served = reader if index < 0 else reader.indexed()  # a single volume's sections
+                check_destination_type(reader.key, reader.descriptor.data_type, out.dtype)
+                crop(served, _patch_index(served, index, len(shape)), positions + first)
             finally:
                 readers.release(reader)
 

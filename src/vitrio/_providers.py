@@ -13,8 +13,10 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._types import DeclaredTwiceError, ImageDescriptor, as_key
-from ._writers import ImageWriterProvider
+import numpy as np
+
+from ._types import DeclaredTwiceError, ImageDescriptor, IncompleteFileError, as_key, as_voxel_size
+from ._writers import ImageWriterProvider, TrackedWriter
 from .formats import Format, ImageReader, ImageWriter, create_writer, open_reader, resolve_formats
 from .formats.eer import EerFormat
 
@@ -224,7 +226,8 @@ class FileImageWriterProvider(ImageWriterProvider):
     written can be read there, and `close` completes it. A file discarded
     or never flushed leaves nothing at its path. Used as a context manager, it
     closes every file at the end of the block, or discards them all if the
-    block raised.
+    block raised. A file some of whose images were never written is not
+    closed unless asked with `allow_partial=True`.
 
     Args:
         formats: The formats to write with, chosen by extension. Defaults to
@@ -234,24 +237,32 @@ class FileImageWriterProvider(ImageWriterProvider):
     def __init__(self, formats: Iterable[type[Format]] | None = None):
         self._formats = resolve_formats(formats)
         self._declared: dict[str, ImageDescriptor] = {}
-        self._writers: dict[str, ImageWriter] = {}
+        self._voxel_sizes: dict[str, tuple[float, ...] | None] = {}
+        self._writers: dict[str, TrackedWriter] = {}
         self._creating: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def declare(self, key, descriptor: ImageDescriptor) -> None:
-        """Say what the file at `key` will hold.
+    def declare(self, key, descriptor: ImageDescriptor, voxel_size: Any = None) -> None:
+        """Say what the file at `key` will hold, and the size of its pixels.
+
+        Args:
+            voxel_size: The size of a pixel in Å, one number or one per axis of
+                an image (slowest first), as `vitrio.write` takes it; None for none.
 
         Raises:
             DeclaredTwiceError: If `key` is declared already (a `ValueError` and a `RuntimeError`).
             TypeError: If `descriptor` is not an `ImageDescriptor`.
+            ValueError: If `voxel_size` is not positive numbers, one or one per axis.
         """
         key = as_key(key)
         if not isinstance(descriptor, ImageDescriptor):
             raise TypeError(f"{key}: a descriptor is an ImageDescriptor, not {type(descriptor).__name__}")
+        sizes = as_voxel_size(voxel_size, descriptor.core_rank, key)
         with self._lock:
             if key in self._declared:
                 raise DeclaredTwiceError(f"{key}: is declared already")
             self._declared[key] = descriptor
+            self._voxel_sizes[key] = sizes
             self._creating[key] = threading.Lock()
 
     def writer(self, key) -> ImageWriter:
@@ -271,24 +282,48 @@ class FileImageWriterProvider(ImageWriterProvider):
         with creating:
             writer = self._writers.get(key)
             if writer is None:
-                writer = create_writer(key, self._declared[key], self._formats)
-                self._writers[key] = writer
+                made = create_writer(key, self._declared[key], self._formats, self._voxel_sizes[key])
+                writer = self._writers[key] = TrackedWriter(made)
         return writer
 
-    def close(self, key) -> None:
+    def close(self, key, allow_partial: bool = False) -> None:
         """Finish the file at `key` (header statistics included) and forget it.
 
-        A declared file never written is made, holding zeros.
+        Args:
+            allow_partial: Whether a file some of whose images were never
+                written is made anyway, holding zeros there.
 
         Raises:
             IndexError: If `key` is not declared.
+            IncompleteFileError: If images of the file were never written and
+                `allow_partial` is false (a `ValueError`). The file stays
+                declared: write the rest, close it with `allow_partial=True`,
+                or discard it.
         """
         key = as_key(key)
+        if not allow_partial:
+            self._check_complete(key)
         writer = self.writer(key)
         with self._lock:
-            del self._declared[key], self._creating[key]
+            del self._declared[key], self._creating[key], self._voxel_sizes[key]
             self._writers.pop(key, None)
         writer.finish()
+
+    def _check_complete(self, key: str) -> None:
+        """Raise `IncompleteFileError` if images of the declared file at `key` were never written."""
+        with self._lock:
+            if key not in self._declared:
+                raise IndexError(f"{key}: is not declared")
+            writer = self._writers.get(key)
+            descriptor = self._declared[key]
+        count = descriptor.image_count if descriptor.is_stack else 1
+        missing = np.arange(count) if writer is None else writer.unwritten
+        if len(missing):
+            shown = ", ".join(str(i) for i in missing[:5].tolist()) + (", ..." if len(missing) > 5 else "")
+            raise IncompleteFileError(
+                f"{key}: {len(missing)} of its {count} images were never written ({shown}); write them, "
+                "close it with allow_partial=True to keep zeros there, or discard it"
+            )
 
     def discard(self, key) -> None:
         """Forget the file at `key` and remove what was written of it.
@@ -300,7 +335,7 @@ class FileImageWriterProvider(ImageWriterProvider):
         with self._lock:
             if key not in self._declared:
                 raise IndexError(f"{key}: is not declared")
-            del self._declared[key], self._creating[key]
+            del self._declared[key], self._creating[key], self._voxel_sizes[key]
             writer = self._writers.pop(key, None)
         if writer is not None:
             writer.discard()
@@ -320,11 +355,25 @@ class FileImageWriterProvider(ImageWriterProvider):
         return self
 
     def __exit__(self, kind, error, trace) -> None:
+        """Close every declared file; if the block raised, or a file was not wholly written, discard it.
+
+        Raises:
+            IncompleteFileError: Naming the files discarded for images never written.
+        """
+        incomplete = []
         for key in list(self._declared):
-            if kind is None:
-                self.close(key)
-            else:
+            if kind is not None:
                 self.discard(key)
+                continue
+            try:
+                self._check_complete(key)
+            except IncompleteFileError as short:
+                incomplete.append(str(short))
+                self.discard(key)
+            else:
+                self.close(key)
+        if incomplete:
+            raise IncompleteFileError("discarded, not wholly written: " + "; ".join(incomplete))
 
     def __del__(self) -> None:
         writers = getattr(self, "_writers", {})

@@ -18,6 +18,9 @@ __all__ = ["ImageSaver", "write_batch_async"]
 class ImageSaver:
     """What writes batches: an executor to run writes on, and the declared files.
 
+    Used as a context manager, it closes the declared files at the end of
+    the block as its writers do (see `FileImageWriterProvider`).
+
     Args:
         executor: Where the writes run.
         writers: The files written into, an `ImageWriterProvider`.
@@ -31,6 +34,15 @@ class ImageSaver:
     def worker_count(self) -> int:
         """How many writes run at once."""
         return self.executor.worker_count
+
+    def __enter__(self) -> ImageSaver:
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        """Leave the block as the writers do: a `FileImageWriterProvider` closes every declared file."""
+        leave = getattr(self.writers, "__exit__", None)
+        if leave is not None:
+            leave(kind, error, trace)
 
     def __repr__(self) -> str:
         return f"ImageSaver({self.executor!r}, {self.writers!r})"

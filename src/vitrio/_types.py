@@ -10,7 +10,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,7 +29,12 @@ __all__ = [
     "ImageFileNotFoundError",
     "ReadOnlyDestinationError",
     "DeclaredTwiceError",
+    "DestinationTypeError",
+    "IncompleteFileError",
+    "ImageMetadata",
     "as_numerical_type",
+    "as_voxel_size",
+    "section_view",
     "numpy_dtype",
     "as_key",
 ]
@@ -40,8 +45,8 @@ class NumericalType(enum.Enum):
 
     `NumericalType(x)` takes what every data type argument takes: a member,
     its name (`"complex_float32"`) or value (`"complex64"`), a numpy dtype
-    (of either byte order) or type, or a string numpy reads as one
-    (`"f4"`). Anything else raises `ValueError`.
+    (of either byte order) or type, a string numpy reads as one (`"f4"`),
+    or a PyTorch dtype (`torch.float32`). Anything else raises `ValueError`.
     """
 
     boolean = "bool"
@@ -94,7 +99,7 @@ _BY_NAME = {t.name: t for t in NumericalType} | {t.value: t for t in NumericalTy
 
 
 def as_numerical_type(data_type: Any) -> NumericalType:
-    """Turn a string, a numpy dtype or type, or a member into a `NumericalType`.
+    """Turn a string, a numpy dtype or type, a PyTorch dtype, or a member into a `NumericalType`.
 
     Raises:
         TypeError: If `data_type` names no numerical type.
@@ -105,6 +110,11 @@ def as_numerical_type(data_type: Any) -> NumericalType:
         return _BY_NAME[data_type]
     if data_type is None:
         raise TypeError("not a data type: None")
+    if type(data_type).__module__ == "torch" and type(data_type).__name__ == "dtype":
+        found = _BY_NAME.get(str(data_type).removeprefix("torch."))
+        if found is None:
+            raise TypeError(f"not a numerical data type vitrio reads: {data_type}")
+        return found
     try:
         dtype = np.dtype(data_type)
     except TypeError as error:
@@ -372,14 +382,74 @@ class ReadOnlyDestinationError(TypeError, ValueError):
     package raises it, and a `ValueError`, as earlier versions of this one did."""
 
 
+class DestinationTypeError(TypeError, ValueError):
+    """A destination whose type cannot hold the values of a file read into it (`docs/paths-and-types.md`)."""
+
+
+class IncompleteFileError(ValueError):
+    """A declared file closed with images never written, without `allow_partial=True`."""
+
+
 class DeclaredTwiceError(ValueError, RuntimeError):
     """A file declared twice to a writer provider: the `ValueError` the published package raises, and
     the `RuntimeError` its docstring names."""
 
 
-def past_the_end(key: str, index: int, count: int) -> PastTheEndError:
-    """The error for image `index` of the file at `key`, which holds a stack of `count`."""
+def past_the_end(key: str, index: int, count: int, sections: bool = False) -> PastTheEndError:
+    """The error for image `index` of the file at `key`, which holds a stack of `count`.
+
+    With `sections`, the file holds one volume of `count` sections, which the indices name.
+    """
+    if sections:
+        return PastTheEndError(
+            f"{key}: index {index} is past the last section of a volume of {count} sections"
+        )
     return PastTheEndError(f"{key}: index {index} is past the end of a stack of {count}")
+
+
+def section_view(descriptor: ImageDescriptor) -> ImageDescriptor | None:
+    """A single volume as the stack of its 2-D sections, which an index into it names; else None.
+
+    RELION, cryoSPARC and cryoDRGN name image `i` of a file whose header says
+    it holds one volume (`7@particles.mrc`): that is the volume's section `i`.
+    """
+    if descriptor.is_stack or descriptor.core_rank != 3:
+        return None
+    return ImageDescriptor(descriptor.extents, 2, descriptor.data_type)
+
+
+def as_voxel_size(voxel_size: Any, core_rank: int, key: str = "") -> tuple[float, ...] | None:
+    """A voxel size in Å per axis of an image, slowest first: one number for every axis, or one per axis.
+
+    Raises:
+        ValueError: If it is not `core_rank` positive finite numbers (or one).
+    """
+    if voxel_size is None:
+        return None
+    sizes = np.atleast_1d(np.asarray(voxel_size, dtype=np.float64)).ravel()
+    if sizes.size == 1:
+        sizes = np.repeat(sizes, core_rank)
+    if sizes.size != core_rank or not np.isfinite(sizes).all() or (sizes <= 0).any():
+        raise ValueError(
+            f"{key}: a voxel size is one positive number in Å, or one for each of the {core_rank} axes "
+            f"of an image, not {voxel_size!r}"
+        )
+    return tuple(float(size) for size in sizes)
+
+
+class ImageMetadata(NamedTuple):
+    """What a file's header says of it: what it holds, its voxel size in Å per axis, and its format.
+
+    Attributes:
+        descriptor: What the file holds, as `query_descriptor` has it.
+        voxel_size: The size of a pixel (or voxel) along each axis of an
+            image, slowest first, in Å; None where the file does not say.
+        format_name: The name of the format that read it (`"mrc"`, `"tiff"`, ...).
+    """
+
+    descriptor: ImageDescriptor
+    voxel_size: tuple[float, ...] | None
+    format_name: str | None
 
 
 def index_locations(locations: Iterable[Any]) -> tuple[list[str], np.ndarray, np.ndarray]:

@@ -30,25 +30,31 @@ def test_declare_close_and_file_count(tmp_path):
         writers.declare(tmp_path / "c.mrc", (2, 3, 4))
     with pytest.raises(IndexError):
         writers.close(tmp_path / "never.mrc")
-    writers.close(str(tmp_path / "a.mrcs"))
+    with pytest.raises(vio.IncompleteFileError, match="2 of its 2 images were never written"):
+        writers.close(str(tmp_path / "a.mrcs"))
+    assert writers.file_count == 2  # still declared
+    writers.close(str(tmp_path / "a.mrcs"), allow_partial=True)
     assert writers.file_count == 1
     with pytest.raises(IndexError):
         writers.close(tmp_path / "a.mrcs")  # closed: no longer declared
-    writers.close(tmp_path / "b.tif")
+    writers.close(tmp_path / "b.tif", allow_partial=True)
     assert writers.file_count == 0
     assert _listing(tmp_path) == ["a.mrcs", "b.tif"]
     writers.declare(tmp_path / "a.mrcs", vio.ImageDescriptor((1, 5, 5), 2, "int16"))  # may be declared again
-    writers.close(tmp_path / "a.mrcs")
+    writers.close(tmp_path / "a.mrcs", allow_partial=True)
     assert vio.query_descriptor(tmp_path / "a.mrcs") == vio.ImageDescriptor((1, 5, 5), 2, "int16")
 
 
 @pytest.mark.parametrize("extension", [".mrcs", ".tif"])
-def test_declared_but_unwritten_file_closes_to_zeros(tmp_path, extension):
+def test_declared_but_unwritten_file_closes_to_zeros_when_allowed(tmp_path, extension):
     writers = vio.writer_provider()
     path = tmp_path / ("z" + extension)
     writers.declare(path, vio.ImageDescriptor((3, 4, 5), 2, "float32"))
     assert not path.exists()
-    writers.close(path)
+    with pytest.raises(vio.IncompleteFileError, match="3 of its 3 images"):
+        writers.close(path)
+    assert not path.exists()
+    writers.close(path, allow_partial=True)
     np.testing.assert_array_equal(vio.read(path), np.zeros((3, 4, 5), np.float32))
     if extension == ".mrcs":
         with mrcfile.open(str(path), permissive=False) as mrc:
@@ -154,7 +160,7 @@ def test_writer_formats_are_chosen_by_extension(tmp_path):
     writers = vio.writer_provider(formats=[vio.formats.mrc.MrcFormat])
     writers.declare(tmp_path / "t.tif", vio.ImageDescriptor((3, 3), 2, "float32"))
     with pytest.raises(ValueError, match="t.tif"):
-        writers.close(tmp_path / "t.tif")
+        writers.close(tmp_path / "t.tif", allow_partial=True)
     assert _listing(tmp_path) == []
 
 

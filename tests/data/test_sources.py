@@ -79,8 +79,10 @@ def test_image_source_asks_each_file_once_and_takes_the_first_files_type(tmp_pat
     source = ImageSource(locations, readers=readers)
     assert sorted(readers.queried) == sorted({str(tmp_path / "a.mrcs"), str(tmp_path / "b.mrcs")})
     assert source.dtype == np.int16 and source.shape == (6, 5) and len(source) == 8
-    values = read(source, [1, 2], loader)
-    np.testing.assert_array_equal(values, np.stack([ints[3], ints[1]]))
+    values = read(source, [0, 2], loader)
+    np.testing.assert_array_equal(values, np.stack([ints[0], ints[1]]))
+    with pytest.raises(vio.DestinationTypeError, match="b.mrcs: holds float32"):
+        read(source, [1], loader)  # int16 cannot hold the second file's float32 values
     as_float = ImageSource(locations, data_type="float32")
     assert as_float.dtype == np.float32
     assert read(as_float, [0], loader).dtype == np.float32

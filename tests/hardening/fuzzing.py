@@ -254,7 +254,12 @@ def check_file(key: str, file_format: str, loader: Any, variant: int = 0) -> tup
         if variant % 2 and dtype.kind != "c":
             dtype = np.dtype(np.float32)
         if count:
-            first_last = [vio.ImageLocation(key, 0), vio.ImageLocation(key, count - 1)]
+            # an index into a single volume names a 2-D section of it: such a file is read by its key
+            first_last = (
+                [vio.ImageLocation(key, 0), vio.ImageLocation(key, count - 1)]
+                if descriptor.is_stack or descriptor.core_rank == 2
+                else [key, key]
+            )
 
             def batch() -> None:
                 out = np.empty((2, *core), dtype)

@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import check_destination_type
 from .._concurrency import Completion
 from .._functions import reader_provider
 from .._loading import ImageLoader, plan_locations, read_indexed_async
 from .._providers import ImageReaderProvider
-from .._types import ImageDescriptor, ImageLocation, numpy_dtype, past_the_end
+from .._types import ImageDescriptor, ImageLocation, numpy_dtype, past_the_end, section_view
 from ._source import Explained, Pendings, Source, describe_failure
 
 __all__ = ["ImageSource"]
@@ -71,9 +72,12 @@ class ImageSource(Source):
 
     Raises:
         ValueError: If two locations name images of different shapes, a
-            location has an index into a file that is not a stack, or
-            there are no locations.
+            location has an index into a file that holds one 2-D image, or
+            there are no locations. (An index into a file that holds one
+            volume names one of its 2-D sections, as RELION and cryoSPARC
+            name particles.)
         IndexError: If an index is past the end of its stack.
+        DestinationTypeError: If `data_type` cannot hold the first file's values.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class ImageSource(Source):
         self._key_ids = key_ids.reshape(-1, width)
         self._indices = indices.reshape(-1, width)
         self._dtype = numpy_dtype(data_type if data_type is not None else first.data_type)
+        check_destination_type(keys[0], first.data_type, self._dtype)
         self._shape = (width, *image_shape) if multiple else image_shape
         self._multiple = multiple
 
@@ -180,13 +185,21 @@ class ImageSource(Source):
         return f"ImageSource({len(self)} rows, {files} files, shape={self._shape}, dtype={self._dtype})"
 
 
+def _indexed(descriptor: ImageDescriptor, whole: bool) -> ImageDescriptor:
+    """What the file holds as its locations name it: a single volume named by index is its sections."""
+    return descriptor if whole else section_view(descriptor) or descriptor
+
+
 def _image_shape(descriptor: ImageDescriptor, whole: bool) -> tuple[int, ...]:
-    return descriptor.extents if whole else descriptor.core_extents
+    return descriptor.extents if whole else _indexed(descriptor, whole).core_extents
 
 
 def _check_stack(key: str, descriptor: ImageDescriptor, whole: bool) -> None:
-    """Raise `ValueError` if images of the file at `key` are asked for by index and it is not a stack."""
-    if not whole and not descriptor.is_stack:
+    """Raise `ValueError` if images of the file at `key` are asked for by index and it holds one 2-D image.
+
+    An index into a single volume names one of its sections.
+    """
+    if not whole and not _indexed(descriptor, whole).is_stack:
         raise ValueError(f"{key}: holds a single image, not a stack: name the file, not an index in it")
 
 
@@ -212,6 +225,7 @@ def _check_files(
         if found != shape:
             what = "holds" if whole else "holds images of"
             raise ValueError(f"{key}: {what} shape {found}, while {keys[0]} {what} shape {shape}")
-        count = descriptor.image_count if descriptor.is_stack else 1
+        served = _indexed(descriptor, whole)
+        count = served.image_count if served.is_stack else 1
         if index >= count:
-            raise past_the_end(key, index, count)
+            raise past_the_end(key, index, count, sections=served is not descriptor)

@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import check_destination_type
 from .._functions import reader_provider
 from .._loading import ImageLoader, read_patches_indexed_async
 from .._providers import ImageReaderProvider
-from .._types import ImageDescriptor, ImageLocation, index_locations, numpy_dtype, past_the_end
+from .._types import ImageDescriptor, ImageLocation, index_locations, numpy_dtype, past_the_end, section_view
 from ._source import Explained, Pendings, Source, describe_failure
 
 __all__ = ["PatchSource"]
@@ -78,7 +79,8 @@ class PatchSource(Source):
         ValueError: If the images, centres and patches are not of one rank,
             there are not as many centres as images, a centre is negative, or
             there are no rows; also if an image is a whole stack rather than
-            one image of it, or an index into a file that is not a stack.
+            one image of it, or an index into a file that holds one 2-D image
+            (an index into a file that holds one volume names its 2-D section).
         IndexError: If an index is past the end of its stack.
         TypeError: If the centres are not integers.
     """
@@ -113,6 +115,8 @@ class PatchSource(Source):
             if key not in descriptors:
                 descriptors[key] = readers.query_descriptor(key)
             descriptor = descriptors[key]
+            if index >= 0:
+                descriptor = section_view(descriptor) or descriptor  # a single volume's sections
             if len(descriptor.core_extents) != len(patch):
                 raise ValueError(
                     f"{key}: patches of shape {patch} cannot be cropped out of images of shape "
@@ -123,13 +127,16 @@ class PatchSource(Source):
             if index >= 0 and not descriptor.is_stack:
                 raise ValueError(f"{key}: holds a single image, not a stack: it has no image {index}")
             if index >= descriptor.image_count:
-                raise past_the_end(key, index, descriptor.image_count)
+                raise past_the_end(
+                    key, index, descriptor.image_count, sections=descriptor is not descriptors[key]
+                )
         self._images = distinct
         self._image_ids = image_ids
         self._centres = values
         self._shape = patch
         first = descriptors[distinct[0][0]]
         self._dtype = numpy_dtype(data_type if data_type is not None else first.data_type)
+        check_destination_type(distinct[0][0], first.data_type, self._dtype)
         self._fill = np.asarray(fill).astype(self._dtype).item()
 
     @classmethod

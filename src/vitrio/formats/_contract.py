@@ -11,6 +11,9 @@ slots of one array; by default it reads runs of consecutive indices with
 `read_run`. A file that is not a stack is a stack of one image.
 `read_region` crops one box out of one image, for patches.
 
+A header that breaks its format's rules in a way common writers do is read
+with a `FormatWarning` (`warn_header`), once per file and problem in a process.
+
 A reader also says what its file's header tells of the images, for tools
 that describe files: `format_name`, `voxel_size` and `header_statistics`,
 None where the file does not say.
@@ -18,13 +21,15 @@ None where the file does not say.
 
 from __future__ import annotations
 
+import threading
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from .._types import ImageDescriptor, numpy_dtype, past_the_end
+from .._types import ImageDescriptor, numpy_dtype, past_the_end, section_view
 
 __all__ = ["Format", "FormatError", "FormatWarning", "HeaderStatistics", "ImageReader", "ImageWriter"]
 
@@ -39,6 +44,24 @@ class FormatError(ValueError, RuntimeError):
 
 class FormatWarning(UserWarning):
     """A header that breaks its format's rules in a way common writers do, read anyway."""
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_header(message: str, stacklevel: int = 2) -> None:
+    """Warn with a `FormatWarning` of a header read anyway, once per process for each message.
+
+    A message names its file, so a file opened many times (by each worker,
+    or each epoch) warns once. A warning turned into an error raises each time.
+    """
+    with _warned_lock:
+        if message in _warned:
+            return
+    warnings.warn(message, FormatWarning, stacklevel=stacklevel + 1)
+    with _warned_lock:
+        _warned.add(message)
 
 
 class HeaderStatistics(NamedTuple):
@@ -61,12 +84,15 @@ class Format(ABC):
         events: Whether the format's files hold detector events, which
             `open_events` reads; such a format is left out of
             `ImageFileReadFormatSelector.get_shared()`.
+        stores_voxel_size: Whether `create` takes `voxel_size=` and stores
+            it; a format that does not is never handed one.
     """
 
     name: ClassVar[str]
     read_extensions: ClassVar[tuple[str, ...]] = ()
     write_extensions: ClassVar[tuple[str, ...]] = ()
     events: ClassVar[bool] = False
+    stores_voxel_size: ClassVar[bool] = False
 
     @classmethod
     def recognizes(cls, head: bytes, extension: str) -> bool:
@@ -94,6 +120,10 @@ class Format(ABC):
     @classmethod
     def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
         """Start a writer of a new file at `key` holding what `descriptor` says.
+
+        A format whose `stores_voxel_size` is true also takes `voxel_size`:
+        the size of a pixel along each axis of an image in Å, slowest first
+        (as `vitrio._types.as_voxel_size` gives it), or None.
 
         Raises:
             ValueError: If the format is read only or cannot hold `descriptor`.
@@ -182,6 +212,21 @@ class ImageReader(ABC):
         A reader that raises it marks itself `stale`.
         """
 
+    def indexed(self) -> ImageReader:
+        """The reader that serves the images an index names: for a single volume, its 2-D sections.
+
+        RELION, cryoSPARC and cryoDRGN name section `i` of a particle stack
+        whose header says volume as its image `i`. Any other file is served
+        by the reader itself. The sections' reader reads through this one,
+        which keeps owning the file.
+        """
+        sections = getattr(self, "_sections", None)
+        if sections is None:
+            view = section_view(self.descriptor)
+            sections = self if view is None else _SectionReader(self, view)
+            self._sections = sections
+        return sections
+
     def close(self) -> None:
         """Release what the reader holds. Reading afterwards is an error."""
 
@@ -193,6 +238,54 @@ class ImageReader(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.key!r} {self.descriptor!r}>"
+
+
+_ALL = slice(None)
+
+
+class _SectionReader(ImageReader):
+    """The 2-D sections of a single volume, served as a stack of images by the volume's reader."""
+
+    def __init__(self, volume: ImageReader, descriptor: ImageDescriptor):
+        super().__init__(volume.key, descriptor)
+        self._volume = volume
+        self.format_name = volume.format_name
+        self.voxel_size = None if volume.voxel_size is None else volume.voxel_size[1:]
+        self.header_statistics = volume.header_statistics
+
+    @property
+    def stale(self) -> bool:  # type: ignore[override]
+        return self._volume.stale
+
+    def check_run(self, start: int, count: int) -> None:
+        if start < 0 or start + count > self.image_count:
+            bad = start if start < 0 or start >= self.image_count else self.image_count
+            raise past_the_end(self.key, bad, self.image_count, sections=True)
+
+    def check_indices(self, indices: np.ndarray) -> None:
+        if len(indices) and (indices.min() < 0 or indices.max() >= self.image_count):
+            bad = int(indices.min()) if indices.min() < 0 else int(indices.max())
+            raise past_the_end(self.key, bad, self.image_count, sections=True)
+
+    def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
+        self.check_run(start, len(outs))
+        for i, out in enumerate(outs):
+            self._volume.read_region(0, (slice(start + i, start + i + 1), _ALL, _ALL), out[np.newaxis])
+
+    def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
+        self.check_run(index, 1)
+        self._volume.read_region(0, (slice(index, index + 1), *region), out[np.newaxis])
+
+    def read_regions(
+        self, index: int, regions: Sequence[tuple[slice, ...]], outs: Sequence[np.ndarray]
+    ) -> None:
+        self.check_run(index, 1)
+        self._volume.read_regions(
+            0, [(slice(index, index + 1), *region) for region in regions], [out[np.newaxis] for out in outs]
+        )
+
+    def check_unchanged(self) -> None:
+        self._volume.check_unchanged()
 
 
 class ImageWriter(ABC):

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterable
 
 from .._fs import open_readonly
-from .._types import ImageDescriptor, ImageFileNotFoundError, as_key
+from .._types import ImageDescriptor, ImageFileNotFoundError, as_key, as_voxel_size
 from ._contract import Format, FormatError, ImageReader, ImageWriter
 
 __all__ = [
@@ -134,16 +134,24 @@ def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageRead
 
 
 def create_writer(
-    key, descriptor: ImageDescriptor, formats: Iterable[type[Format]] | None = None
+    key, descriptor: ImageDescriptor, formats: Iterable[type[Format]] | None = None, voxel_size=None
 ) -> ImageWriter:
     """Start writing a new file at `key` in the format its extension names.
 
+    Args:
+        voxel_size: The size of a pixel in Å, one number or one per axis of an
+            image (slowest first); stored by formats that store one.
+
     Raises:
         FormatError: If no format writes files with that extension (a `ValueError` and a `RuntimeError`).
+        ValueError: If `voxel_size` is not positive numbers, one or one per axis.
     """
     key = as_key(key)
     extension = _extension(key)
+    sizes = as_voxel_size(voxel_size, descriptor.core_rank, key)
     for candidate in resolve_formats(formats):
         if extension in candidate.write_extensions:
+            if sizes is not None and candidate.stores_voxel_size:
+                return candidate.create(key, descriptor, voxel_size=sizes)
             return candidate.create(key, descriptor)
     raise FormatError(f"{key}: no format writes files ending {extension or 'without an extension'!r}")

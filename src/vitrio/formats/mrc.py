@@ -13,7 +13,8 @@ volume and `nz == 1` one image.
 A reader's `voxel_size` is the cell divided by its sampling (`mx my mz`),
 in Å, slowest axis first; its `header_statistics` are `dmin dmax dmean rms`.
 
-Headers as common writers produce them read with a `FormatWarning` where
+Headers as common writers produce them read with a `FormatWarning` (once
+per file and problem in a process) where
 the data is unambiguous (as mrcfile's permissive mode does): a zero or
 unknown machine stamp (the byte order is then inferred), a missing `MAP `
 field, an `nsymbt` that points past a missing extended header, axes that
@@ -21,7 +22,8 @@ are not a permutation of 1, 2, 3 (taken as 1, 2, 3), a volume stack whose
 `mz` does not divide `nz` (read as a volume).
 
 Written files carry a complete MRC2014 header (map ID, machine stamp,
-`nversion` 20141, cell of one Å per voxel, statistics `dmin dmax dmean rms`
+`nversion` 20141, the cell of the voxel size given, one Å per voxel by
+default, statistics `dmin dmax dmean rms`
 of the values written; complex files get `rms` only, as mrcfile does). Types
 without an MRC mode are widened or narrowed to one: bool and uint8 to uint16,
 other integers and float64 to float32, complex128 to complex64. Since a
@@ -35,13 +37,12 @@ from __future__ import annotations
 import os
 import struct
 import time
-import warnings
 from typing import BinaryIO
 
 import numpy as np
 
 from .._types import ImageDescriptor, NumericalType
-from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
+from ._contract import Format, FormatError, HeaderStatistics, ImageReader, ImageWriter, warn_header
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
 from ._registry import register_format
 
@@ -91,10 +92,9 @@ def _byte_order(key: str, head: bytes) -> str:
         return order
     for guess in ("<", ">"):
         if _plausible(head, guess):
-            warnings.warn(
+            warn_header(
                 f"{key}: machine stamp {head[212:216].hex()} is not a valid one; "
                 f"the header reads as {'little' if guess == '<' else 'big'} endian",
-                FormatWarning,
                 stacklevel=4,
             )
             return guess
@@ -128,9 +128,8 @@ def _core_axes(key: str, header: _Header) -> tuple[int, ...] | None:
     if tuple(header.axes) in ((1, 2, 3), (0, 0, 0)):
         return None
     if sorted(header.axes) != [1, 2, 3]:
-        warnings.warn(
+        warn_header(
             f"{key}: mapc, mapr, maps {header.axes} are not a permutation of 1, 2, 3; read as 1, 2, 3",
-            FormatWarning,
             stacklevel=4,
         )
         return None
@@ -150,10 +149,9 @@ def _layout(key: str, header: _Header) -> tuple[tuple[int, ...], int, tuple[int,
         if header.mz > 0 and nz % header.mz == 0:
             count, stored = nz // header.mz, (header.mz, ny, nx)
         else:
-            warnings.warn(
+            warn_header(
                 f"{key}: space group {header.ispg} marks a volume stack, but mz {header.mz} does not "
                 f"divide nz {nz}; read as one volume",
-                FormatWarning,
                 stacklevel=4,
             )
     core = stored if axes is None else tuple(stored[axes[i]] for i in range(3))
@@ -196,7 +194,7 @@ class MrcFormat(Format):
         if header.mode not in _MODES:
             raise FormatError(f"{key}: MRC mode {header.mode} is not supported")
         if not header.has_map:
-            warnings.warn(f"{key}: the MRC map field is not 'MAP '", FormatWarning, stacklevel=3)
+            warn_header(f"{key}: the MRC map field is not 'MAP '", stacklevel=3)
         extents, core_rank, axes = _layout(key, header)
         stored = _MODES[header.mode].newbyteorder(header.order)
         data_type = _READ_TYPES.get(header.mode, _MODES[header.mode])
@@ -205,10 +203,9 @@ class MrcFormat(Format):
         offset = HEADER_BYTES + header.nsymbt
         size = os.fstat(fd).st_size
         if header.nsymbt and offset + data_bytes > size and HEADER_BYTES + data_bytes == size:
-            warnings.warn(
+            warn_header(
                 f"{key}: nsymbt says an extended header of {header.nsymbt} bytes, but the file has "
                 "none; reading the data right after the main header",
-                FormatWarning,
                 stacklevel=3,
             )
             offset = HEADER_BYTES
@@ -225,8 +222,12 @@ class MrcFormat(Format):
             header_statistics=header.statistics,
         )
 
+    stores_voxel_size = True
+
     @classmethod
-    def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
+    def create(
+        cls, key: str, descriptor: ImageDescriptor, voxel_size: tuple[float, ...] | None = None
+    ) -> ImageWriter:
         mode = _WRITE_MODES.get(descriptor.data_type)
         if mode is None:
             raise ValueError(f"{key}: MRC cannot hold {descriptor.data_type.name} values")
@@ -250,7 +251,8 @@ class MrcFormat(Format):
         else:
             raise ValueError(f"{key}: MRC holds images, volumes and stacks of one of them, not {descriptor}")
         dtype = _MODES[mode]
-        fields = (nx, ny, nz, mode, 0, 0, 0, nx, ny, mz, float(nx), float(ny), float(mz), 90.0, 90.0, 90.0)
+        cell = _cell((mz, ny, nx), voxel_size)
+        fields = (nx, ny, nz, mode, 0, 0, 0, nx, ny, mz, *cell, 90.0, 90.0, 90.0)
         fields += (1, 2, 3)
         data_bytes = nx * ny * nz * dtype.itemsize
 
@@ -268,6 +270,17 @@ class MrcFormat(Format):
             os.pwrite(fd, _header_bytes(fields, ispg, values), 0)
 
         return RawArrayWriter(key, descriptor, dtype, prepare, complete)
+
+
+def _cell(samples: tuple[int, int, int], voxel_size: tuple[float, ...] | None) -> tuple[float, float, float]:
+    """The cell (x, y, z) of `samples` (z, y, x) voxels of `voxel_size` Å (slowest first; 1 Å if None).
+
+    An image's sections are spaced as its columns, as RELION writes them.
+    """
+    sizes = (1.0, 1.0, 1.0) if voxel_size is None else tuple(voxel_size)
+    if len(sizes) == 2:
+        sizes = (sizes[1], *sizes)
+    return tuple(float(n * size) for n, size in zip(reversed(samples), reversed(sizes)))
 
 
 def _header_bytes(fields: tuple, ispg: int, statistics: tuple[float, float, float, float]) -> bytes:

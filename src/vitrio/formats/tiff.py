@@ -2,7 +2,11 @@
 
 The first series of the file is what it holds, as tifffile reads its shape
 and axes: the axes before the last `YX` (or `ZYX`, a volume) stack the
-images. A series stored uncompressed in one block, as tifffile and most
+images. A file written a page at a time (tifffile's `append=True`, or
+`contiguous=False`), which tifffile reads as a series per page, is a stack
+of those pages when they are 2-D images of one shape and type.
+
+A series stored uncompressed in one block, as tifffile and most
 acquisition programs write it, is read like a raw array (out of a memory
 map, see `_raw`); any other series is decoded by tifffile, a page at a
 time.
@@ -29,7 +33,9 @@ centimetre) or, in ImageJ files, from their unit and section spacing.
 
 Written files are uncompressed, one page per image (per section for
 volumes), with tifffile's shape metadata: axes `YX` for an image, `IYX` for a
-stack of images, `ZYX` for a volume, `IZYX` for a stack of volumes. They
+stack of images, `ZYX` for a volume, `IZYX` for a stack of volumes. A voxel
+size given goes in the resolution tags; a volume's section spacing in an
+ImageJ hyperstack's `spacing` (see `_written_layout`). They
 become BigTIFF when the data passes 4 GiB. Bool is written as uint8. An
 empty stack, or an image without pixels, is refused (`ValueError`): a TIFF
 page holds at least one pixel.
@@ -61,6 +67,7 @@ _EXPANSION = {1: 8, 5: 4096, 8: 2048, 32946: 2048, 32773: 128}
 _EXPANSION_SLACK = 1 << 20
 _LZW = 5
 _REVERSED_BITS = bytes(int(f"{value:08b}"[::-1], 2) for value in range(256))
+_IMAGEJ_TYPES = tuple(np.dtype(t) for t in ("uint8", "uint16", "int16", "float32"))
 # Ångströms in a ResolutionUnit (2: inch, 3: centimetre) and in a unit ImageJ names.
 _RESOLUTION_UNITS = {2: 2.54e8, 3: 1e8}
 _IMAGEJ_UNITS = {
@@ -174,6 +181,24 @@ def _voxel_size(tiff: tifffile.TiffFile, page: tifffile.TiffPage, core_rank: int
     return tuple(float(size) for size in sizes)
 
 
+def _appended_pages(tiff: tifffile.TiffFile) -> list[tifffile.TiffPage] | None:
+    """The pages of a stack written a page at a time, or None if the file is not one.
+
+    tifffile makes each page appended (`imwrite(..., append=True)`, or
+    `TiffWriter.write(page, contiguous=False)` in a loop) a series of its
+    own; series that are each one 2-D page of one shape and type are the
+    images of one stack.
+    """
+    series = tiff.series
+    if len(series) < 2:
+        return None
+    first = series[0]
+    for one in series:
+        if len(one.pages) != 1 or one.axes != "YX" or one.shape != first.shape or one.dtype != first.dtype:
+            return None
+    return [one.pages[0] for one in series]
+
+
 def _descriptor(key: str, series: tifffile.TiffPageSeries) -> ImageDescriptor:
     axes, shape = series.axes, tuple(series.shape)
     if "S" in axes:
@@ -206,6 +231,7 @@ class _TiffPagesReader(ImageReader):
         fd: int,
         max_expansion: int,
         voxel_size: tuple[float, ...] | None = None,
+        pages: Sequence[tifffile.TiffPage] | None = None,
     ):
         super().__init__(key, descriptor)
         self.voxel_size = voxel_size
@@ -213,7 +239,7 @@ class _TiffPagesReader(ImageReader):
         self._tiff = tiff
         self._fd = fd
         self._size = os.fstat(fd).st_size
-        self._pages = tiff.series[0].pages
+        self._pages = tiff.series[0].pages if pages is None else pages
         pages, images = len(self._pages), max(self.image_count, 1)
         # A page holds whole images (tifffile writes a stack of 1-pixel-wide images as one page),
         # or an image spans whole pages (the sections of a volume).
@@ -377,6 +403,31 @@ class _TiffPagesReader(ImageReader):
             self._fd = -1
 
 
+def _written_layout(
+    axes: str, dtype: np.dtype, depth: int, voxel_size: tuple[float, ...] | None
+) -> dict[str, Any]:
+    """tifffile's arguments for the metadata of a written file: its axes, and its voxel size if given.
+
+    The pixel size goes in the resolution tags, in pixels per centimetre. A
+    volume's section spacing has no TIFF tag: a volume of a type ImageJ
+    reads (uint8, uint16, int16, float32) and of more than one section
+    (`depth`) is written as an ImageJ hyperstack, whose `spacing` and
+    resolution are in nanometres; of any other, its section spacing is not
+    stored.
+    """
+    if voxel_size is None:
+        return {"metadata": {"axes": axes}}
+    y, x = voxel_size[-2:]
+    if len(voxel_size) == 3 and dtype in _IMAGEJ_TYPES and depth > 1:
+        metadata = {"axes": axes.replace("I", "T"), "spacing": voxel_size[0] / 10, "unit": "nm"}
+        return {"imagej": True, "metadata": metadata, "resolution": (10 / x, 10 / y)}
+    return {
+        "metadata": {"axes": axes},
+        "resolution": (_RESOLUTION_UNITS[3] / x, _RESOLUTION_UNITS[3] / y),
+        "resolutionunit": "CENTIMETER",
+    }
+
+
 @register_format
 class TiffFormat(Format):
     """TIFF and BigTIFF files: `.tif .tiff`.
@@ -409,7 +460,10 @@ class TiffFormat(Format):
             descriptor = _descriptor(key, series)
             voxel_size = _voxel_size(tiff, series.pages[0], descriptor.core_rank)
             offset = series.dataoffset
-            raw = offset is not None and series.dtype != np.dtype(bool)
+            pages = _appended_pages(tiff)
+            if pages is not None:
+                descriptor = ImageDescriptor((len(pages), *descriptor.extents), 2, descriptor.data_type)
+            raw = offset is not None and pages is None and series.dtype != np.dtype(bool)
             if not raw:
                 _check_page(key, series.pages[0], 0, os.fstat(fd).st_size, cls.max_expansion)
         except (FormatError, MemoryError):
@@ -424,14 +478,18 @@ class TiffFormat(Format):
             file.close()
             return RawArrayReader(key, fd, descriptor, stored, offset, voxel_size=voxel_size)
         try:
-            return _TiffPagesReader(key, tiff, descriptor, fd, cls.max_expansion, voxel_size)
+            return _TiffPagesReader(key, tiff, descriptor, fd, cls.max_expansion, voxel_size, pages)
         except BaseException:
             tiff.close()
             file.close()
             raise
 
+    stores_voxel_size = True
+
     @classmethod
-    def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
+    def create(
+        cls, key: str, descriptor: ImageDescriptor, voxel_size: tuple[float, ...] | None = None
+    ) -> ImageWriter:
         if descriptor.data_type is NumericalType.complex_float16:
             raise ValueError(f"{key}: TIFF cannot hold complex_float16 values")
         if 0 in descriptor.extents:
@@ -449,15 +507,17 @@ class TiffFormat(Format):
         axes = "I" * stack + core
         nbytes = int(np.prod(extents, dtype=np.int64)) * dtype.itemsize
 
+        layout = _written_layout(axes, dtype, descriptor.core_extents[0], voxel_size)
+
         def prepare(file: BinaryIO) -> int:
             offset, _ = tifffile.imwrite(
                 file,
                 shape=extents,
                 dtype=dtype,
                 photometric="minisblack",
-                metadata={"axes": axes},
                 bigtiff=nbytes >= _BIGTIFF_BYTES,
                 returnoffset=True,
+                **layout,
             )
             return offset
 
