@@ -116,6 +116,12 @@ def _guard_sigterm() -> None:
             signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+def partial_path(target: str | os.PathLike[str], token: str) -> str:
+    """The hidden path beside `target` that this process writes it at, for the random `token`."""
+    folder, name = os.path.split(os.path.abspath(os.fspath(target)))
+    return os.path.join(folder, f".{name}.{os.getpid()}-{_HOST}-{token}.partial")
+
+
 class PartialFile:
     """A new file being written beside `target`, private to its owner until `publish` moves it there.
 
@@ -137,7 +143,7 @@ class PartialFile:
         _sweep(folder)
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
         while True:
-            path = os.path.join(folder, f".{name}.{os.getpid()}-{_HOST}-{secrets.token_hex(8)}.partial")
+            path = partial_path(self.target, secrets.token_hex(8))
             try:
                 self.fd = os.open(path, flags, 0o600)
             except FileExistsError:

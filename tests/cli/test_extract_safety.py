@@ -38,14 +38,14 @@ def victim(tmp_path: Path) -> Path:
 def planted(victim: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Links to the victim at each name an output was or is first written at, in the working directory.
 
-    The old names held the process id; the new ones a random token, which
+    The old names held the process id; the new ones a random token too, which
     `secrets.token_hex` here gives as PLANTED on every other call: each new
     file's first try is a planted name, its second a fresh one.
     """
     links = []
     for name in OUTPUTS:
-        for token in (str(os.getpid()), PLANTED):
-            links.append(Path(f".{name}.{token}.partial"))
+        for link in (Path(f".{name}.{os.getpid()}.partial"), Path(vitrio._fs.partial_path(name, PLANTED))):
+            links.append(Path(os.path.relpath(link)))
             links[-1].symlink_to(victim)
     calls = itertools.count()
     monkeypatch.setattr(

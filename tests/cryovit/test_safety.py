@@ -24,6 +24,7 @@ from cryovit import hdf5
 from cryovit.data import TomogramDataset, collate_tomograms, write_predictions
 from cryovit.hdf5 import label_names, write_datasets
 from cryovit.types import BatchedModelResult, BatchedTomogramData, FileData, TomogramData
+from vitrio._fs import partial_path
 
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not for anyone else's eyes ...."[:64]
 
@@ -337,7 +338,7 @@ def test_links_planted_at_partial_names_do_not_redirect_a_write(
         (target.parent / f".{target.name}.{pid}.partial").symlink_to(victim)
     tokens = itertools.chain(["0123456789abcdef"], (f"{i:016x}" for i in itertools.count(1)))
     monkeypatch.setattr("secrets.token_hex", lambda n: next(tokens))
-    (target.parent / f".{target.name}.0123456789abcdef.partial").symlink_to(victim)
+    Path(partial_path(target, "0123456789abcdef")).symlink_to(victim)
     values = np.arange(18, dtype=np.float32).reshape(2, 3, 3)
     if how == "write_datasets":
         write_datasets(target, {"preds": values})
