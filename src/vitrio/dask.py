@@ -358,6 +358,11 @@ def _blocks(array: Any) -> Iterator[tuple[int, int, Any]]:
         first += size
 
 
+def _aligned(values: Any) -> np.ndarray:
+    """`values` as a numpy array aligned for its type: what arrives from a worker may not be."""
+    return np.require(values, requirements="A")
+
+
 def _computed(blocks: Iterator[tuple[int, int, Any]], client: Any) -> Iterator[tuple[int, int, np.ndarray]]:
     """Each block's values, in order, a few computed at once: on `client` if given, else by `dask.compute`."""
     import dask
@@ -380,12 +385,12 @@ def _computed(blocks: Iterator[tuple[int, int, Any]], client: Any) -> Iterator[t
         if client is None:  # a batch computed together, by the scheduler dask is set to
             values = dask.compute(*(block for *_, block in pending))
             for (first, last, _), value in zip(pending, values):
-                yield first, last, np.asarray(value)
+                yield first, last, _aligned(value)
             pending.clear()
         else:
             first, last, future = pending.popleft()
             try:
-                yield first, last, np.asarray(future.result())
+                yield first, last, _aligned(future.result())
             except BaseException:
                 client.cancel([f for *_, f in pending])
                 raise
@@ -434,7 +439,7 @@ def store(
     client = _current_client()
     if not descriptor.is_stack:
         values = client.compute(array).result() if client is not None else array.compute()
-        write(np.asarray(values), key, descriptor)
+        write(_aligned(values), key, descriptor)
     else:
         flat = array.reshape((descriptor.image_count, *descriptor.core_extents))
         with writer_provider() as writers:
