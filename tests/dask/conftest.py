@@ -15,13 +15,13 @@ import starfile
 
 
 def local_cluster() -> distributed.LocalCluster:
-    """Two worker processes of one thread on 127.0.0.1, without a dashboard."""
+    """Two worker processes of one thread on 127.0.0.1, the dashboard on a free port."""
     return distributed.LocalCluster(
         n_workers=2,
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address=":0",
         silence_logs=50,
     )
 
