@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,17 +14,12 @@ import pandas as pd
 import pytest
 import starfile
 
+import vitrio.dask as vd
+
 
 def local_cluster() -> distributed.LocalCluster:
-    """Two worker processes of one thread on 127.0.0.1, the dashboard on a free port."""
-    return distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",
-        silence_logs=50,
-    )
+    """Two worker processes of one thread on 127.0.0.1, the dashboard on a free port, quiet."""
+    return vd.local_cluster(2, dashboard_address=":0", silence_logs=logging.CRITICAL)
 
 
 @pytest.fixture(scope="session")
