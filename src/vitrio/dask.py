@@ -87,7 +87,8 @@ distributed starts its workers with MALLOC_TRIM_THRESHOLD_=65536, which
 keeps glibc from reusing the memory of a batch freed for the next one: each
 batch of a task is then mapped afresh and faulted in page by page, which
 made a task of extraction three to five times slower. Give these to
-`dask.config.set` where the workers are started (`local_cluster` does).
+`dask.config.set` where the workers are started (`local_cluster` does), or write them into
+the Dask configuration files the workers of other machines read.
 """
 
 _process_loader: Any = None
