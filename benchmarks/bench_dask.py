@@ -12,8 +12,10 @@ Two workloads, on synthetic files written once into a temporary folder:
   the LocalCluster, against a `dask.array` made of `mrcfile.mmap` of each
   file, summed on dask's threads. The building of each array is timed with it.
 
-The files are read from the page cache, as they were just written. Medians of
-`--repeats` runs are printed.
+The files are read from the page cache, as they were just written. The runs
+of one process and of the cluster take turns, each after the output of the
+last is removed and the page cache's dirty pages are written out (`os.sync`),
+so that neither pays for the other's writes. Medians of `--repeats` runs are printed.
 
 Usage:
     .venv/bin/python benchmarks/bench_dask.py [--quick] [--workers 2] [--repeats 3]
@@ -22,6 +24,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -83,16 +86,17 @@ def write_stacks(folder: Path, count: int) -> list[Path]:
 
 
 def median_seconds(
-    run: Callable[[], object], repeats: int, between: Callable[[], object] = lambda: None
-) -> float:
-    """The median time of `repeats` runs of `run`, `between` called before each, untimed."""
-    times = []
+    runs: dict[str, Callable[[], object]], repeats: int, between: Callable[[], object] = lambda: None
+) -> dict[str, float]:
+    """The median time of `repeats` runs of each of `runs`, taking turns, `between` called before each."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
-        between()
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, run in runs.items():
+            between()
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -114,6 +118,7 @@ def main() -> None:
 
         def clear() -> None:
             shutil.rmtree(output, ignore_errors=True)
+            os.sync()
 
         def extract(client=None) -> None:
             extract_particles(
@@ -122,21 +127,14 @@ def main() -> None:
 
         count, box = sizes["particles"], sizes["box"]
         print(f"\nextraction: {count:,} particles of {box} x {box} from {sizes['micrographs']} micrographs")
-        one = median_seconds(extract, args.repeats, clear)
-        print(f"  one process:            {one:7.2f} s  {count / one:9,.0f} particles/s")
         start = time.perf_counter()
-        cluster = distributed.LocalCluster(
-            n_workers=args.workers,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=":0",
-        )
+        cluster = vd.local_cluster(args.workers, dashboard_address=":0")
         client = distributed.Client(cluster)
         print(f"  (LocalCluster of {args.workers} workers started in {time.perf_counter() - start:.1f} s)")
         try:
-            many = median_seconds(lambda: extract(client), args.repeats, clear)
-            print(f"  LocalCluster, {args.workers} workers: {many:7.2f} s  {count / many:9,.0f} particles/s")
+            runs = {"one process": extract, f"LocalCluster, {args.workers} workers": lambda: extract(client)}
+            for name, seconds in median_seconds(runs, args.repeats, clear).items():
+                print(f"  {name:34s} {seconds:7.2f} s  {count / seconds:9,.0f} particles/s")
 
             locations = [vio.ImageLocation(p, i) for p in stacks for i in range(IMAGES_PER_STACK)]
             expected = float(np.float64(IMAGES_PER_STACK * IMAGE_SIDE * IMAGE_SIDE) * sum(range(len(stacks))))
@@ -151,16 +149,11 @@ def main() -> None:
             print(
                 f"\nsum of {len(locations):,} images of {IMAGE_SIDE} x {IMAGE_SIDE} in {len(stacks)} stacks"
             )
-            results = {}
             with dask.config.set(scheduler="threads"):
-                for name, run in (
-                    ("vitrio from_locations, threads", vitrio_sum),
-                    ("mrcfile.mmap, threads", mmap_sum),
-                ):
-                    results[name] = median_seconds(run, args.repeats)
-            results[f"vitrio from_locations, {args.workers} workers"] = median_seconds(
-                vitrio_sum, args.repeats
-            )
+                runs = {"vitrio from_locations, threads": vitrio_sum, "mrcfile.mmap, threads": mmap_sum}
+                results = median_seconds(runs, args.repeats)
+            on_cluster = f"vitrio from_locations, {args.workers} workers"
+            results |= median_seconds({on_cluster: vitrio_sum}, args.repeats)
             for name, seconds in results.items():
                 print(f"  {name:34s} {seconds:7.2f} s  {len(locations) / seconds:9,.0f} images/s")
             block_sum = float(

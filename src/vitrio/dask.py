@@ -4,7 +4,7 @@
 chunks are read by `read_indexed_async` and `read_patches_indexed_async`:
 a chunk is a run of images grouped by file, so that a task reads a file's
 images together, and a task carries the names of its files and the numbers
-of its images, never an open file. Each process keeps its own readers.
+of its images, never an open file; it opens each of them once.
 
 `store` writes a dask array into a new file through `writer_provider` and
 `saver`: the workers compute the blocks, a few at a time, and the process
@@ -41,7 +41,6 @@ import math
 import os
 import queue
 import re
-import threading
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -75,9 +74,9 @@ __all__ = [
 
 CHUNK_BYTES = 64 << 20
 """How many bytes of images a chunk holds by default."""
-# How many files each process keeps open between tasks.
+# How many files a task keeps open at once.
 _OPEN_FILES = 16
-# How many blocks per worker `store` has computed or under way at once.
+# How many blocks per worker thread `store` has computed or under way at once.
 _BLOCKS_PER_WORKER = 2
 
 WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
@@ -91,17 +90,13 @@ made a task of extraction three to five times slower. Give these to
 the Dask configuration files the workers of other machines read.
 """
 
-_process_loader: Any = None
-_process_lock = threading.Lock()
-
 
 def _loader() -> Any:
-    """This process's loader: reads on the calling thread (a task's own), a few files kept open."""
-    global _process_loader
-    with _process_lock:
-        if _process_loader is None:
-            _process_loader = loader(cache=_OPEN_FILES, executor=SynchronousExecutor())
-        return _process_loader
+    """A loader for one task: reads on the calling thread (the task's own), each file opened once.
+
+    A task's own, not the process's: a file replaced between two tasks is read anew.
+    """
+    return loader(cache=_OPEN_FILES, executor=SynchronousExecutor())
 
 
 # ---------------------------------------------------------------- chunks: runs of images, grouped by file
@@ -380,7 +375,7 @@ def _computed(blocks: Iterator[tuple[int, int, Any]], client: Any) -> Iterator[t
     """Each block's values, in order, a few computed at once: on `client` if given, else by `dask.compute`."""
     import dask
 
-    workers = len(client.scheduler_info().get("workers", {})) if client is not None else os.cpu_count()
+    workers = sum(client.nthreads().values()) if client is not None else os.cpu_count()
     ahead = max(2, _BLOCKS_PER_WORKER * (workers or 1))
     pending: deque = deque()
     blocks = iter(blocks)
