@@ -41,6 +41,7 @@ import math
 import os
 import queue
 import re
+import secrets
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -519,7 +520,7 @@ def run_jobs(
 ) -> list[Any]:
     """Run `function(job)` for every job on the cluster of `client`, and the results in the order of `jobs`.
 
-    Each job is one task, named `name-n` on the dashboard, retried up to
+    Each job is one task, named `name` on the dashboard, retried up to
     `retries` times where it fails or its worker is lost: a job must leave the
     same files when run twice. `done(n, result)` is called here as job `n` ends.
     At the first job that fails for good, the others are cancelled.
@@ -530,7 +531,8 @@ def run_jobs(
     if not jobs:
         return []
     finished: queue.SimpleQueue = queue.SimpleQueue()
-    keys = [f"{name}-{n}" for n in range(len(jobs))]
+    run = secrets.token_hex(8)  # the keys of two runs on one scheduler must differ, or they share results
+    keys = [f"{name}-{run}-{n}" for n in range(len(jobs))]
     futures = client.map(function, list(jobs), key=keys, retries=retries, pure=False)
     number = {future.key: n for n, future in enumerate(futures)}
     for future in futures:

@@ -13,6 +13,7 @@ import pytest
 import starfile
 
 import vitrio as vio
+import vitrio.dask as vd
 from vitrio.cli import main
 from vitrio.extract import extract_particles
 from vitrio.testing.eer import random_movie
@@ -173,3 +174,19 @@ def test_scheduler_and_local_are_one_or_the_other(command, capsys):
     with pytest.raises(SystemExit):
         main([command, "x", "--scheduler", "tcp://127.0.0.1:1", "--local", "2"])
     assert "not allowed with" in capsys.readouterr().err
+
+
+def fails_on_two(value: int) -> int:
+    if value == 2:
+        raise ValueError(f"job {value} fails")
+    return value
+
+
+def test_run_jobs_results_in_order_and_failures(client):
+    done = []
+    assert vd.run_jobs(client, abs, [-3, -1, -2], "same", lambda n, r: done.append((n, r))) == [3, 1, 2]
+    assert sorted(done) == [(0, 3), (1, 1), (2, 2)]
+    # the same name again: the tasks of each run are its own, not the results of the last
+    assert vd.run_jobs(client, str, [-3, -1, -2], "same") == ["-3", "-1", "-2"]
+    with pytest.raises(ValueError, match="job 2 fails"):
+        vd.run_jobs(client, fails_on_two, [1, 2, 3], "failing", retries=0)
