@@ -13,6 +13,14 @@ writers and by `vitrio.data.write_star`): a link planted where a file is
 written cannot redirect it, and a failure or an interruption removes what
 was written, stacks finished already included.
 
+Given a `distributed.Client`, the stacks are cropped on its cluster
+instead, one task per micrograph (`vitrio.dask.run_jobs`): a task reads
+its micrograph and writes its stack as above, so that running it twice
+leaves the same stack, and a task whose worker is lost is run again; what a
+killed worker left beside a stack is removed at the end. The STAR file is
+written here once every stack is. The micrographs and the stack folder
+must be where every worker sees them at the same paths (a shared filesystem).
+
 For instance::
 
     from vitrio.extract import extract_particles
@@ -31,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,10 +48,12 @@ from ._functions import loader, query_descriptor, saver, writer_provider
 from ._loading import read_patches_indexed_async
 from ._saving import write_batch_async
 from ._types import ImageDescriptor, ImageLocation
+from .dask import remove_leftovers, run_jobs
 from .data import PathResolver, particle_optics, read_star, star_table, write_star
 from .formats import FormatWarning, open_reader
 
 if TYPE_CHECKING:
+    import distributed
     import pandas as pd
 
 __all__ = ["Extraction", "extract_particles"]
@@ -52,7 +62,8 @@ COORDINATES = ("rlnMicrographName", "rlnCoordinateX", "rlnCoordinateY")
 # How many bytes of particles a batch holds, and how many batches are read (and written) at once.
 BATCH_BYTES = 16 << 20
 IN_FLIGHT = 2
-# Units DM files give sizes in, as multiples of an ångström.
+# How many threads a task on a cluster reads and writes with, unless told.
+CLUSTER_THREADS = 2
 
 
 @dataclass
@@ -258,6 +269,74 @@ def _crop(
                 completion.wait()
 
 
+@dataclass(frozen=True)
+class _StackJob:
+    """What a task on a cluster crops: the particles of one micrograph into its stack, by path.
+
+    Attributes:
+        micrograph: The micrograph's path.
+        centres: The centre of each particle, (y, x), in the order of the stack.
+        stack: The stack to write.
+        box: The side of a particle's box.
+        data_type: The type of the stack.
+        threads: How many threads read and write.
+    """
+
+    micrograph: str
+    centres: np.ndarray
+    stack: str
+    box: int
+    data_type: str
+    threads: int
+
+
+def _crop_stack(job: _StackJob) -> int:
+    """Crop the particles of `job` into its stack, and how many; what runs twice leaves the same stack."""
+    count = len(job.centres)
+    zeros, order = np.zeros(count, np.int64), np.arange(count)
+    found = _Picks(
+        np.array([job.micrograph]), [Path(job.micrograph)], zeros, zeros, job.centres, order, order
+    )
+    _crop(found, [Path(job.stack)], job.box, np.dtype(job.data_type), job.threads, [], lambda _: None)
+    return count
+
+
+def _crop_on(
+    client: distributed.Client,
+    found: _Picks,
+    stacks: list[Path],
+    box: int,
+    dtype: np.dtype,
+    threads: int,
+    finished: list[Path],
+    progress: Callable[[int], object],
+) -> None:
+    """Crop the particles into their stacks on the cluster of `client`, one task per micrograph.
+
+    A failure cancels the tasks left and counts every stack as finished, for the caller to remove.
+    """
+    centres = found.centres[found.order]
+    ends = np.cumsum(np.bincount(found.images, minlength=len(stacks))).tolist()
+    jobs = [
+        _StackJob(
+            os.path.abspath(path), centres[end - count : end], os.path.abspath(stack), box, dtype.str, threads
+        )
+        for path, stack, end, count in zip(found.paths, stacks, ends, np.diff([0, *ends]).tolist())
+    ]
+
+    def done(n: int, count: Any) -> None:
+        finished.append(stacks[n])
+        progress(count)
+
+    try:
+        run_jobs(client, _crop_stack, jobs, "vitrio-extract", done)
+    except BaseException:
+        finished[:] = stacks
+        raise
+    finally:
+        remove_leftovers(stacks)
+
+
 def _check_output(path: Path, force: bool) -> None:
     """Refuse a directory at `path`, and anything at all there unless `force`."""
     if path.is_dir():
@@ -279,6 +358,7 @@ def extract_particles(
     threads: int | None = None,
     force: bool = False,
     progress: Callable[[int], object] | None = None,
+    client: distributed.Client | None = None,
 ) -> Extraction:
     """Crop the particles of `coordinates` out of the micrographs of `micrographs` into MRC stacks.
 
@@ -306,9 +386,13 @@ def extract_particles(
         pixel_size: The pixel size in Å, when `micrographs` has no data_optics.
             Defaults to the one the first micrograph's header gives.
         data_type: The type of the stacks.
-        threads: How many threads read and write. Defaults to the machine's cores.
+        threads: How many threads read and write: here, or in each task on a
+            cluster. Defaults to the machine's cores here, `CLUSTER_THREADS` there.
         force: Whether to replace outputs that exist.
-        progress: Called with the number of particles written, after each batch.
+        progress: Called with the number of particles written, after each
+            batch (each stack, on a cluster).
+        client: A `distributed.Client` whose cluster crops the stacks, a task
+            per micrograph; None to crop them here. The stacks are the same.
 
     Returns:
         What was written.
@@ -362,9 +446,11 @@ def extract_particles(
             folder.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         dtype = np.dtype(data_type)
-        _crop(
-            found, stacks, box, dtype, threads or os.cpu_count() or 1, finished, progress or (lambda _: None)
-        )
+        report = progress or (lambda _: None)
+        if client is None:
+            _crop(found, stacks, box, dtype, threads or os.cpu_count() or 1, finished, report)
+        else:
+            _crop_on(client, found, stacks, box, dtype, threads or CLUSTER_THREADS, finished, report)
         seconds = time.perf_counter() - start
         write_star({"optics": optics, "particles": table}, output)
     except BaseException:

@@ -32,7 +32,7 @@ FLOORS = (
     ("vitrio.scratch", "vitrio._scratch"),
     ("vitrio._loading", "vitrio._saving", "vitrio._executor_io"),
     ("vitrio._functions",),
-    ("vitrio.data", "vitrio.extract"),
+    ("vitrio.data", "vitrio.extract", "vitrio.dask"),
     ("vitrio.testing", "vitrio.bench", "vitrio.cli", "vitrio.__main__", "vitrio"),
     ("cryovit",),
 )
@@ -41,7 +41,19 @@ FLOORS = (
 FACES = ("vitrio",)
 """Names in `FLOORS` that stand for a package's `__init__` alone, not for the modules it holds."""
 
-OPTIONAL = ("torch", "jax", "h5py", "tensordict", "starfile", "pandas", "matplotlib", "tqdm", "mrcfile")
+OPTIONAL = (
+    "torch",
+    "jax",
+    "h5py",
+    "tensordict",
+    "starfile",
+    "pandas",
+    "matplotlib",
+    "tqdm",
+    "mrcfile",
+    "dask",
+    "distributed",
+)
 """Optional heavy dependencies: the only imports that may stand inside a function, where they are used."""
 
 CRYOVIT_MAY_USE = ("vitrio.data", "vitrio.formats", "vitrio.testing")

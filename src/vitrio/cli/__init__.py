@@ -1,9 +1,9 @@
 """The `vitrio` command: look at image files, convert them, extract particles, and see what vitrio does.
 
     vitrio info FILE... [--json]
-    vitrio convert IN OUT [--data-type T [--scale | --clip]]
-    vitrio extract --micrographs M.star --coordinates C.star --box-size N -o particles.star
-    vitrio fractionate movie.eer --fractions N [--binning B] [--gain gain.mrc] -o movie.mrc
+    vitrio convert IN... OUT [--data-type T [--scale | --clip]] [--scheduler ADDRESS | --local N]
+    vitrio extract --micrographs M.star --coordinates C.star --box-size N -o particles.star [--local N]
+    vitrio fractionate movie.eer... --fractions N [--binning B] [--gain gain.mrc] -o movie.mrc [--local N]
     vitrio montage FILE... [--star particles.star [--label COLUMN]] -o picture.png
     vitrio bench [--quick]
     vitrio demo [--out DIR]
@@ -42,7 +42,18 @@ _USER_ERRORS = (CliError, OSError, ValueError, IndexError, ModuleNotFoundError)
 # The extra that installs what each command needs beyond the core, for those that need more.
 _EXTRAS = {"extract": "cli", "montage": "cli", "demo": "cli,torch", "bench": "bench"}
 # The optional dependencies the commands import; a missing module of another name is a bug.
-_OPTIONAL = ("tqdm", "pandas", "starfile", "matplotlib", "PIL", "torch", "mrcfile", "h5py")
+_OPTIONAL = (
+    "tqdm",
+    "pandas",
+    "starfile",
+    "matplotlib",
+    "PIL",
+    "torch",
+    "mrcfile",
+    "h5py",
+    "dask",
+    "distributed",
+)
 # The commands that read files of any format, which load the formats of plug-ins first.
 _READING = ("info", "convert", "montage")
 
@@ -135,6 +146,19 @@ def _add_montage(commands: argparse._SubParsersAction) -> None:
     _add_force(montage)
 
 
+def _add_cluster(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run on the dask.distributed scheduler at ADDRESS (tcp://host:8786), a task per file; the "
+        "files must be at the same paths on every worker (needs vitrio[dask])",
+    )
+    where.add_argument(
+        "--local", type=_positive, metavar="N", help="run on a local Dask cluster of N worker processes"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the `vitrio` command and its subcommands."""
     parser = argparse.ArgumentParser(
@@ -158,10 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="convert between MRC and TIFF",
         description="Convert an image, stack or volume between MRC and TIFF (or any vitrio reads, to MRC "
         "or TIFF), a chunk of images at a time, so that a stack of any size streams in bounded memory. "
-        "The format of OUT is chosen by its extension (.mrc .mrcs .map .tif .tiff).",
+        "The format of OUT is chosen by its extension (.mrc .mrcs .map .tif .tiff). Several files are "
+        "written into the folder OUT, each under its name with --suffix.",
     )
-    convert.add_argument("input", type=Path, metavar="IN", help="the file to read")
-    convert.add_argument("output", type=Path, metavar="OUT", help="the file to write")
+    convert.add_argument("input", type=Path, nargs="+", metavar="IN", help="the files to read")
+    convert.add_argument("output", type=Path, metavar="OUT", help="the file to write, or the folder")
+    convert.add_argument(
+        "--suffix", default=".mrc", help="with several inputs, the extension of the files written (.mrc)"
+    )
     convert.add_argument("--data-type", type=_data_type, help="the type to write (default: the input's)")
     values = convert.add_mutually_exclusive_group()
     values.add_argument(
@@ -176,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stop the conversion)",
     )
     _add_force(convert)
+    _add_cluster(convert)
 
     extract = commands.add_parser(
         "extract",
@@ -214,14 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
         "-j", "--threads", type=_positive, default=os.cpu_count() or 1, help="threads that read and write"
     )
     _add_force(extract)
+    _add_cluster(extract)
 
     fractionate = commands.add_parser(
         "fractionate",
-        help="render an EER movie into an MRC movie of a few fractions",
+        help="render EER movies into MRC movies of a few fractions",
         description="Render the frames of an EER movie into FRACTIONS images, each the per-pixel count of "
-        "the events of its stretch of frames, and write them as an MRC (or TIFF) movie.",
+        "the events of its stretch of frames, and write them as an MRC (or TIFF) movie. Several movies "
+        "are written into the folder OUTPUT, each as NAME.mrc.",
     )
-    fractionate.add_argument("input", type=Path, metavar="MOVIE", help="the EER file")
+    fractionate.add_argument("input", type=Path, nargs="+", metavar="MOVIE", help="the EER files")
     fractionate.add_argument("--fractions", type=_positive, required=True, help="how many images to make")
     fractionate.add_argument(
         "--binning", type=_positive, default=1, help="1, 2, 4, ...: detector pixels per pixel"
@@ -233,9 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="1, 2, 4: pixels per detector pixel, from sub-pixel bits",
     )
     fractionate.add_argument("--gain", type=Path, help="a gain reference image to weigh events by")
-    fractionate.add_argument("-o", "--output", type=Path, required=True, help="the movie to write")
+    fractionate.add_argument(
+        "-o", "--output", type=Path, required=True, help="the movie to write, or the folder of several"
+    )
     fractionate.add_argument("--data-type", type=_data_type, help="the type to write (default: counts)")
     _add_force(fractionate)
+    _add_cluster(fractionate)
 
     _add_montage(commands)
 
@@ -304,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = (error.name or "").partition(".")[0]
         if module not in _OPTIONAL:
             raise
-        extra = _EXTRAS.get(args.command, "cli")
+        extra = "dask" if module in ("dask", "distributed") else _EXTRAS.get(args.command, "cli")
         print(
             f"{name}: error: needs {module}, which is not installed: pip install 'vitrio[{extra}]'",
             file=sys.stderr,

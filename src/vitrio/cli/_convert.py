@@ -1,4 +1,10 @@
-"""`vitrio convert`: an image, stack or volume from one format to another, streamed a chunk at a time.
+"""`vitrio convert`: images, stacks or volumes from one format to another, streamed a chunk at a time.
+
+Several files are converted into a folder, one after the other, or one
+task per file on a Dask cluster (`--scheduler`, `--local`): each task
+writes its file as a run here would, so that running it twice leaves the
+same file. The commands that run on clusters share `cluster` and
+`run_per_file` from here.
 
 A conversion never changes a value silently: the type written must be one
 the output's format stores as it is (MRC has no uint8, int32 or float64), and
@@ -12,18 +18,27 @@ voxel size yet: when the input has one, a warning says it is not carried over.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
+import sys
 import warnings
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import vitrio as vio
+from vitrio.dask import client_for, remove_leftovers, run_jobs
 
 from ._common import CliError, check_output, describe_briefly, progress
 
-__all__ = ["STORED_TYPES", "copy_images", "run"]
+if TYPE_CHECKING:
+    import distributed
+
+__all__ = ["STORED_TYPES", "cluster", "copy_images", "outputs_of", "run", "run_per_file"]
 
 # How many bytes of images one chunk holds: two chunks are in memory at once, one read and one written.
 CHUNK_BYTES = 64 << 20
@@ -249,8 +264,80 @@ def copy_images(
     return written
 
 
+@contextlib.contextmanager
+def cluster(args: argparse.Namespace) -> Iterator[distributed.Client | None]:
+    """The client of the Dask cluster `args.scheduler` or `args.local` names, dashboard shown; else None."""
+    if args.scheduler is None and args.local is None:
+        yield None
+        return
+    with client_for(args.scheduler, args.local) as client:
+        print(f"vitrio: Dask dashboard at {client.dashboard_link}", file=sys.stderr)
+        yield client
+
+
+def outputs_of(inputs: Sequence[Path], output: Path, suffix: str) -> list[Path]:
+    """Where each input is written: at `output` for one, in the folder `output` under its stem otherwise.
+
+    Raises:
+        CliError: If `output` is a file while there are several inputs, or two inputs share a stem.
+    """
+    if len(inputs) == 1:
+        return [output]
+    if output.exists() and not output.is_dir():
+        raise CliError(f"{output}: is not a folder; the files of several inputs are written into a folder")
+    suffix = suffix if suffix.startswith(".") else f".{suffix}"
+    written: dict[Path, Path] = {}
+    for source in inputs:
+        target = output / f"{source.stem}{suffix}"
+        if target in written:
+            raise CliError(f"{written[target]} and {source}: would both be written to {target}")
+        written[target] = source
+    return list(written)
+
+
+def run_per_file(
+    client: distributed.Client, function: Callable[[Any], Any], jobs: list, outputs: list[Path], name: str
+) -> list[Any]:
+    """Run `function(job)`, one task per file, on the cluster of `client`, with a bar of the files done.
+
+    What a worker killed mid-write left beside `outputs` is removed at the end.
+    """
+    with progress(len(jobs), name, "file") as bar:
+        try:
+            return run_jobs(client, function, jobs, f"vitrio-{name}", lambda *_: bar.update(1))
+        finally:
+            remove_leftovers(outputs)
+
+
+def _convert_file(job: tuple[Path, Path, np.dtype | None, str | None]) -> vio.ImageDescriptor:
+    """Convert one file on a worker, replacing what an earlier run of the task wrote."""
+    source, output, data_type, mode = job
+    with warnings.catch_warnings():  # the voxel size not carried over is said by the command
+        warnings.simplefilter("ignore", UserWarning)
+        return copy_images(vio.loader(cache=1), source, output, data_type, True, mode)
+
+
 def run(args: argparse.Namespace) -> None:
     """Convert `args.input` into `args.output`, as `args.data_type` if given, scaled or clipped if asked."""
     mode = "scale" if args.scale else "clip" if args.clip else None
-    copy_images(vio.loader(cache=1), args.input, args.output, args.data_type, args.force, mode)
-    print(f"wrote {args.output}: {describe_briefly(vio.query_descriptor(args.output))}")
+    outputs = outputs_of(args.input, args.output, args.suffix)
+    if len(outputs) > 1:
+        for output in outputs:
+            check_output(output, args.force)
+        args.output.mkdir(parents=True, exist_ok=True)
+    with cluster(args) as client:
+        if client is None:
+            [
+                copy_images(vio.loader(cache=1), source, output, args.data_type, args.force, mode)
+                for source, output in zip(args.input, outputs)
+            ]
+        else:
+            for output in outputs:
+                check_output(output, args.force)
+            jobs = [
+                (Path(os.path.abspath(source)), Path(os.path.abspath(output)), args.data_type, mode)
+                for source, output in zip(args.input, outputs)
+            ]
+            run_per_file(client, _convert_file, jobs, outputs, "convert")
+    for output in outputs:
+        print(f"wrote {output}: {describe_briefly(vio.query_descriptor(output))}")

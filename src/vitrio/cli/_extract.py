@@ -1,6 +1,8 @@
 """`vitrio extract`: the particles picked on micrographs, cropped into MRC stacks, and their STAR file.
 
-The work is `vitrio.extract.extract_particles`; the command shows its progress and says how it went.
+The work is `vitrio.extract.extract_particles`, here or on a Dask cluster
+(`--scheduler`, `--local`), a task per micrograph; the command shows its
+progress (and the cluster's dashboard) and says how it went.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ import argparse
 from vitrio.extract import extract_particles
 
 from ._common import CliError, progress
+from ._convert import cluster
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> None:
     """Extract the particles `args` name, and say how many, how fast, and where."""
-    with progress(None, "extracting", "particle") as bar:
+    with cluster(args) as client, progress(None, "extracting", "particle") as bar:
         try:
             result = extract_particles(
                 args.micrographs,
@@ -30,6 +33,7 @@ def run(args: argparse.Namespace) -> None:
                 threads=args.threads,
                 force=args.force,
                 progress=bar.update,
+                client=client,
             )
         except FileExistsError as error:
             raise CliError(f"{error}; give --force to replace it") from error
