@@ -42,7 +42,6 @@ import os
 import queue
 import re
 import secrets
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -424,8 +423,8 @@ def store(
         descriptor: What the file holds. Defaults to a stack of images for a
             3-D array and of volumes for a 4-D one, one image for a 2-D one;
             give one for a single volume.
-        voxel_size: The voxel size in Å, slowest axis first. vitrio's writers
-            do not take one yet: given and not all 1, a warning says it is not written.
+        voxel_size: The size of a pixel in Å, one number or one per axis of an
+            image (slowest first), as `vitrio.write` takes it; None for none.
 
     Returns:
         What the file holds.
@@ -448,20 +447,16 @@ def store(
     client = _current_client()
     if not descriptor.is_stack:
         values = client.compute(array).result() if client is not None else array.compute()
-        write(_aligned(values), key, descriptor)
+        write(_aligned(values), key, descriptor, voxel_size=voxel_size)
     else:
         flat = array.reshape((descriptor.image_count, *descriptor.core_extents))
         with writer_provider() as writers:
-            writers.declare(key, ImageDescriptor(flat.shape, descriptor.core_rank, descriptor.data_type))
+            flat_descriptor = ImageDescriptor(flat.shape, descriptor.core_rank, descriptor.data_type)
+            writers.declare(key, flat_descriptor, voxel_size=voxel_size)
             writing = saver(writers, executor=SynchronousExecutor())
             for first, last, values in _computed(_blocks(flat), client):
                 targets = [ImageLocation(key, i) for i in range(first, last)]
                 write_batch_async(writing, values, targets).get()
-    if voxel_size is not None and any(size != 1.0 for size in voxel_size):
-        sizes = " x ".join(f"{size:.4g}" for size in voxel_size)
-        warnings.warn(
-            f"{key}: vitrio's writers take no voxel size yet; {sizes} Å is not written", stacklevel=2
-        )
     return descriptor
 
 

@@ -203,6 +203,18 @@ def _match(
     return _Picks(names, paths, rows, images, centres, order, in_stack)
 
 
+def _stack_pixel_sizes(found: _Picks, table: pd.DataFrame, optics: pd.DataFrame) -> list[float | None]:
+    """The pixel size in Å of each micrograph's stack: its optics group's, None where that is unknown."""
+    by_group = dict(zip(optics["rlnOpticsGroup"].tolist(), optics["rlnImagePixelSize"].tolist()))
+    groups = table["rlnOpticsGroup"].to_numpy()
+    first_pick = np.unique(found.images, return_index=True)[1]
+    sizes: list[float | None] = [None] * len(found.paths)
+    for image, pick in zip(np.unique(found.images).tolist(), first_pick.tolist()):
+        size = by_group.get(groups[pick])
+        sizes[image] = float(size) if size is not None and size > 0 and size == size else None
+    return sizes
+
+
 def _crop(
     found: _Picks,
     stacks: list[Path],
@@ -211,8 +223,11 @@ def _crop(
     threads: int,
     finished: list[Path],
     progress: Callable[[int], object],
+    pixel_sizes: Sequence[float | None],
 ) -> None:
     """Crop the particles into their stacks, a few batches under way; each stack done joins `finished`.
+
+    Each stack's header says its pixel size, `pixel_sizes[i]` Å (None for none).
 
     A failure or an interruption discards the stacks not finished; those
     finished are for the caller to remove.
@@ -229,8 +244,8 @@ def _crop(
     reads: deque[tuple[int, int, np.ndarray, Completion]] = deque()
     writes: deque[tuple[int, int, Completion]] = deque()
     with writer_provider() as writers:
-        for stack, count in zip(stacks, counts.tolist()):
-            writers.declare(stack, ImageDescriptor((count, box, box), 2, dtype))
+        for stack, count, size in zip(stacks, counts.tolist(), pixel_sizes):
+            writers.declare(stack, ImageDescriptor((count, box, box), 2, dtype), voxel_size=size)
         writing = saver(writers, executor=executor)
 
         # A batch leaves its queue once its work is done, so that the `finally` below waits for all that runs.
@@ -288,6 +303,7 @@ class _StackJob:
     box: int
     data_type: str
     threads: int
+    pixel_size: float | None
 
 
 def _crop_stack(job: _StackJob) -> int:
@@ -297,7 +313,8 @@ def _crop_stack(job: _StackJob) -> int:
     found = _Picks(
         np.array([job.micrograph]), [Path(job.micrograph)], zeros, zeros, job.centres, order, order
     )
-    _crop(found, [Path(job.stack)], job.box, np.dtype(job.data_type), job.threads, [], lambda _: None)
+    stack, data_type = [Path(job.stack)], np.dtype(job.data_type)
+    _crop(found, stack, job.box, data_type, job.threads, [], lambda _: None, [job.pixel_size])
     return count
 
 
@@ -310,6 +327,7 @@ def _crop_on(
     threads: int,
     finished: list[Path],
     progress: Callable[[int], object],
+    pixel_sizes: Sequence[float | None],
 ) -> None:
     """Crop the particles into their stacks on the cluster of `client`, one task per micrograph.
 
@@ -319,9 +337,17 @@ def _crop_on(
     ends = np.cumsum(np.bincount(found.images, minlength=len(stacks))).tolist()
     jobs = [
         _StackJob(
-            os.path.abspath(path), centres[end - count : end], os.path.abspath(stack), box, dtype.str, threads
+            os.path.abspath(path),
+            centres[end - count : end],
+            os.path.abspath(stack),
+            box,
+            dtype.str,
+            threads,
+            size,
         )
-        for path, stack, end, count in zip(found.paths, stacks, ends, np.diff([0, *ends]).tolist())
+        for path, stack, end, count, size in zip(
+            found.paths, stacks, ends, np.diff([0, *ends]).tolist(), pixel_sizes
+        )
     ]
 
     def done(n: int, count: Any) -> None:
@@ -447,10 +473,11 @@ def extract_particles(
         start = time.perf_counter()
         dtype = np.dtype(data_type)
         report = progress or (lambda _: None)
+        sizes = _stack_pixel_sizes(found, table, optics)
         if client is None:
-            _crop(found, stacks, box, dtype, threads or os.cpu_count() or 1, finished, report)
+            _crop(found, stacks, box, dtype, threads or os.cpu_count() or 1, finished, report, sizes)
         else:
-            _crop_on(client, found, stacks, box, dtype, threads or CLUSTER_THREADS, finished, report)
+            _crop_on(client, found, stacks, box, dtype, threads or CLUSTER_THREADS, finished, report, sizes)
         seconds = time.perf_counter() - start
         write_star({"optics": optics, "particles": table}, output)
     except BaseException:

@@ -254,16 +254,21 @@ def test_values_a_type_cannot_hold_stop_the_conversion_unless_scaled_or_clipped(
     )
 
 
-def test_a_voxel_size_that_is_not_carried_over_is_said(vitrio, tmp_path: Path):
+def test_convert_keeps_the_voxel_size(vitrio, tmp_path: Path):
     with mrcfile.new(tmp_path / "map.mrc") as mrc:
         mrc.set_data(np.zeros((4, 6, 8), np.float32))
-        mrc.voxel_size = 1.06
+        mrc.voxel_size = (1.06, 1.5, 2.25)
+    assert vitrio("convert", tmp_path / "map.mrc", tmp_path / "copy.mrc").status == 0
+    with mrcfile.open(tmp_path / "copy.mrc") as mrc:
+        assert [float(mrc.voxel_size[axis]) for axis in "xyz"] == pytest.approx([1.06, 1.5, 2.25])
     result = vitrio("convert", tmp_path / "map.mrc", tmp_path / "map.tif")
-    assert result.status == 0
-    assert result.err.strip() == (
-        f"vitrio: warning: {tmp_path / 'map.tif'}: the voxel size of {tmp_path / 'map.mrc'}, "
-        "1.06 x 1.06 x 1.06 Å, is not written into it"
-    )
+    assert result.status == 0 and result.err == ""
+    with tifffile.TiffFile(tmp_path / "map.tif") as tiff:  # ImageJ's hyperstack: pixels per nm, spacing in nm
+        assert tiff.imagej_metadata["unit"] == "nm"
+        assert tiff.imagej_metadata["spacing"] == pytest.approx(0.225)
+        x_resolution = tiff.pages[0].tags["XResolution"].value
+    assert x_resolution[0] / x_resolution[1] == pytest.approx(1 / 0.106, rel=1e-4)
+    assert vio.query_metadata(tmp_path / "map.tif").voxel_size == pytest.approx((2.25, 1.5, 1.06), rel=1e-4)
 
 
 # ---------------------------------------------------------------- extract: paths as RELION means them
@@ -289,6 +294,10 @@ def test_extract_finds_micrographs_as_relion_names_them_and_keeps_the_pixel_size
     first = picked.picks.iloc[0]
     y, x = round(first["rlnCoordinateY"]), round(first["rlnCoordinateX"])
     assert images[0][8, 8] == picked.images[first["rlnMicrographName"]][y, x]
+    # the stacks' headers say the optics group's pixel size, as the STAR file does
+    stack = particle_locations(particles, output)[0].key
+    with mrcfile.open(stack) as mrc:
+        assert float(mrc.voxel_size.x) == pytest.approx(1.5) and float(mrc.voxel_size.y) == pytest.approx(1.5)
     # without --root, the micrographs are found two folders above the STAR file all the same
     assert vitrio("extract", *arguments, "--force").status == 0
     # a data directory holding the micrographs by their bare names, as cryoDRGN's --datadir

@@ -129,8 +129,9 @@ def test_store_on_the_cluster_equals_write_stack(client, stacks, tmp_path):
     volume = da.from_array(np.arange(60, dtype=np.float32).reshape(3, 4, 5), chunks=2)
     vd.store(volume, tmp_path / "volume.mrc", vio.ImageDescriptor((3, 4, 5), 3, "float32"))
     np.testing.assert_array_equal(mrcfile.read(tmp_path / "volume.mrc"), volume.compute())
-    with pytest.warns(UserWarning, match="voxel size"):
-        vd.store(volume, tmp_path / "sized.mrcs", voxel_size=(2.0, 2.0))
+    vd.store(volume, tmp_path / "sized.mrcs", voxel_size=(2.0, 1.5))
+    with mrcfile.open(tmp_path / "sized.mrcs") as sized:
+        assert (float(sized.voxel_size.y), float(sized.voxel_size.x)) == (2.0, 1.5)
 
 
 def broken(block: np.ndarray) -> np.ndarray:

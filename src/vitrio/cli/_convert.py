@@ -11,8 +11,8 @@ the output's format stores as it is (MRC has no uint8, int32 or float64), and
 values that the type cannot hold (beyond its range, or fractions for an
 integer type, or not finite) stop it, naming the file and their range,
 unless the user asks for them to be scaled onto the type's range
-(`--scale`) or rounded and clipped into it (`--clip`). The writers take no
-voxel size yet: when the input has one, a warning says it is not carried over.
+(`--scale`) or rounded and clipped into it (`--clip`). The voxel size of
+the input is written into the output where its format stores one.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import contextlib
 import math
 import os
 import sys
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -193,10 +192,6 @@ def copy_images(
     Returns:
         What the written file holds.
 
-    Warns:
-        UserWarning: If `source` has a voxel size other than 1 Å, which the
-            written file does not keep.
-
     Raises:
         CliError: If `output` exists and `force` is false, or is `source`;
             if the format of `output` does not store the type as it is, or a
@@ -230,7 +225,7 @@ def copy_images(
     pending: deque[tuple[int, vio.Completion]] = deque()
     with vio.writer_provider() as writers, progress(count, output.name, "image") as bar:
         saver = vio.saver(writers, executor=loader.executor)
-        writers.declare(output, written)
+        writers.declare(output, written, voxel_size=voxel_size)
 
         def finish_oldest() -> None:  # it leaves the queue once done: the `finally` waits for all that runs
             done, completion = pending[0]
@@ -256,11 +251,6 @@ def copy_images(
         finally:
             for _, completion in pending:
                 completion.wait()
-    if voxel_size is not None and any(size != 1.0 for size in voxel_size):
-        sizes = " x ".join(f"{size:.4g}" for size in voxel_size)
-        warnings.warn(
-            f"{output}: the voxel size of {source}, {sizes} Å, is not written into it", stacklevel=2
-        )
     return written
 
 
@@ -312,9 +302,7 @@ def run_per_file(
 def _convert_file(job: tuple[Path, Path, np.dtype | None, str | None]) -> vio.ImageDescriptor:
     """Convert one file on a worker, replacing what an earlier run of the task wrote."""
     source, output, data_type, mode = job
-    with warnings.catch_warnings():  # the voxel size not carried over is said by the command
-        warnings.simplefilter("ignore", UserWarning)
-        return copy_images(vio.loader(cache=1), source, output, data_type, True, mode)
+    return copy_images(vio.loader(cache=1), source, output, data_type, True, mode)
 
 
 def run(args: argparse.Namespace) -> None:
