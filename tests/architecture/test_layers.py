@@ -41,7 +41,10 @@ FLOORS = (
 FACES = ("vitrio",)
 """Names in `FLOORS` that stand for a package's `__init__` alone, not for the modules it holds."""
 
-OPTIONAL = ("torch", "jax", "h5py", "tensordict", "starfile", "pandas", "matplotlib", "tqdm", "mrcfile")
+OPTIONAL = (
+    *("torch", "jax", "h5py", "tensordict", "starfile", "pandas", "matplotlib", "tqdm", "mrcfile"),
+    *("zarr", "numcodecs", "fsspec"),
+)
 """Optional heavy dependencies: the only imports that may stand inside a function, where they are used."""
 
 CRYOVIT_MAY_USE = ("vitrio.data", "vitrio.formats", "vitrio.testing")

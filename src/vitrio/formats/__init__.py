@@ -10,10 +10,14 @@ file: privately beside its path, moved there when complete.
 
 from . import dm, mrc, tiff  # noqa: F401, I001
 from . import eer  # noqa: F401, I001
+from .zarr import OmeZarrFormat, zarr_installed
 from .._fs import PartialFile, new_file
 from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
 from ._registry import create_writer, open_reader, register_format, registered_formats, resolve_formats
+
+if zarr_installed():
+    register_format(OmeZarrFormat)
 
 __all__ = [
     "Format",

@@ -1,0 +1,101 @@
+"""A bounded cache of decoded chunks, shared by the readers of a store, that decodes each chunk once.
+
+A chunk asked for by several threads at once is fetched and decoded by the
+first; the others wait for it. Past its capacity in bytes, the least
+recently used chunks are dropped; a capacity of 0 keeps none (chunks are
+still shared by the threads that asked for them at the same time).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+
+import numpy as np
+
+__all__ = ["ChunkCache"]
+
+
+class ChunkCache:
+    """Decoded chunks by key, up to `capacity` bytes.
+
+    Args:
+        capacity: How many bytes of decoded chunks to keep.
+
+    Raises:
+        ValueError: If `capacity` is negative.
+    """
+
+    def __init__(self, capacity: int):
+        if int(capacity) < 0:
+            raise ValueError(f"a chunk cache's capacity must not be negative: {capacity}")
+        self.capacity = int(capacity)
+        self._chunks: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+        self._loading: dict[Hashable, Future] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """How many bytes of chunks are kept now."""
+        with self._lock:
+            return self._bytes
+
+    def get_many(
+        self, keys: Sequence[Hashable], load: Callable[[list[Hashable]], dict[Hashable, np.ndarray]]
+    ) -> dict[Hashable, np.ndarray]:
+        """The chunks of `keys`: kept ones as they are, the others from `load`, each loaded once.
+
+        `load(missing)` returns a chunk for each of `missing`; what it raises is raised here and to
+        the threads waiting for those chunks, and nothing of it is kept.
+        """
+        found: dict[Hashable, np.ndarray] = {}
+        waiting: list[tuple[Hashable, Future]] = []
+        mine: list[Hashable] = []
+        with self._lock:
+            for key in dict.fromkeys(keys):
+                chunk = self._chunks.get(key)
+                if chunk is not None:
+                    self._chunks.move_to_end(key)
+                    found[key] = chunk
+                elif key in self._loading:
+                    waiting.append((key, self._loading[key]))
+                else:
+                    self._loading[key] = Future()
+                    mine.append(key)
+        if mine:
+            try:
+                loaded = load(mine)
+            except BaseException as error:
+                with self._lock:
+                    futures = [self._loading.pop(key) for key in mine]
+                for future in futures:
+                    future.set_exception(error)
+                raise
+            with self._lock:
+                futures = [self._loading.pop(key) for key in mine]
+                for key in mine:
+                    self._keep(key, loaded[key])
+            for key, future in zip(mine, futures):
+                future.set_result(loaded[key])
+            found.update(loaded)
+        for key, future in waiting:
+            found[key] = future.result()
+        return found
+
+    def _keep(self, key: Hashable, chunk: np.ndarray) -> None:
+        if chunk.nbytes > self.capacity:
+            return
+        self._chunks[key] = chunk
+        self._bytes += chunk.nbytes
+        while self._bytes > self.capacity:
+            _, dropped = self._chunks.popitem(last=False)
+            self._bytes -= dropped.nbytes
+
+    def clear(self) -> None:
+        """Drop every kept chunk."""
+        with self._lock:
+            self._chunks.clear()
+            self._bytes = 0
