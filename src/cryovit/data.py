@@ -15,6 +15,8 @@ Files and labels:
   volume is not zero. ``FileData.labels`` is not used for such files: the file says what it holds.
 - An MRC or TIFF label file holds one integer volume for all labels: 0 is background and
   ``FileData.labels[i]`` is the label of value ``i + 1``.
+- An OME-Zarr tomogram and label volume (``vitrio.formats.zarr``, local or a URL such as the CryoET
+  Data Portal's ``s3://`` stores) are read as MRC files are: crops fetch only the chunks they touch.
 """
 
 from .collate import LABEL_PADDING, collate_tomograms
