@@ -2,12 +2,15 @@
 
 A float32 tomogram (256 x 1024 x 1024 voxels, chunks of 64^3, zstd or blosc;
 `--quick`: 128 x 256 x 256, chunks of 32^3) is written with vitrio's writer,
-copied into a bucket of moto's S3 server on 127.0.0.1, and cropped at the
+copied into a bucket of moto's S3 server (a process of its own on
+127.0.0.1), and cropped at the
 same random places (256 crops of 64 x 128 x 128; `--quick`: 64 of 32 x 64 x 64)
 three ways, with each number of threads:
 
 - vitrio: `vio.read_patches_async` in batches of 32 crops, on a loader of
-  that many threads, with the format's chunk cache (256 MiB, new for each run);
+  that many threads, with a chunk cache of its own for each run: as large as
+  the tomogram (`--cache-mib`; a training run over a tomogram sets that), and
+  the format's default of 256 MiB (`vitrio-256`);
 - zarr: `zarr.open_array(...)[z0:z1, y0:y1, x0:x1]` per crop in a loop, zarr's
   own pool and concurrency set to that many threads;
 - dask: `dask.array.from_zarr` sliced per crop, the slices of each batch of 32
@@ -20,8 +23,10 @@ three read the same values. Needs the `zarr` extra, `moto[server]` and `dask`.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -30,7 +35,6 @@ import dask.array as da
 import fsspec
 import numpy as np
 import zarr
-from moto.server import ThreadedMotoServer
 
 import vitrio as vio
 from vitrio.formats.zarr import OmeZarrFormat
@@ -50,15 +54,29 @@ def make_store(folder: str, shape, chunks: int, codec: str) -> str:
 
 
 def start_s3():
-    """Moto's S3 server on 127.0.0.1 and the storage options that reach it."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    """Moto's S3 server, in a process of its own on 127.0.0.1, and the storage options that reach it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError("moto's S3 server did not start") from None
+            time.sleep(0.2)
     options = {
         "key": "bench",
         "secret": "bench",
-        "endpoint_url": f"http://{host}:{port}",
+        "endpoint_url": f"http://127.0.0.1:{port}",
         "client_kwargs": {"region_name": "us-east-1"},
     }
     return server, options
@@ -69,8 +87,8 @@ def crops_at(shape, crop, count: int) -> np.ndarray:
     return np.stack([rng.integers(0, n - c + 1, size=count) for n, c in zip(shape, crop)], axis=1)
 
 
-def run_vitrio(key, options, origins, crop, threads):
-    formats = [OmeZarrFormat.configured(storage_options=options, cache_bytes=256 << 20)]
+def run_vitrio(key, options, origins, crop, threads, cache_bytes):
+    formats = [OmeZarrFormat.configured(storage_options=options, cache_bytes=cache_bytes)]
     loader = vio.loader(workers=threads, cache=4, formats=formats)
     centres = origins + np.asarray(crop) // 2
     out = np.empty((BATCH, *crop), np.float32)
@@ -115,6 +133,7 @@ def main() -> None:
     parser.add_argument("--codec", choices=["zstd", "blosc"], default="zstd")
     parser.add_argument("--crops", type=int, help="how many crops (default 256, --quick 64)")
     parser.add_argument("--where", nargs="+", choices=["local", "s3"], default=["local", "s3"])
+    parser.add_argument("--cache-mib", type=int, help="vitrio's chunk cache (default: the tomogram's size)")
     args = parser.parse_args()
     size = QUICK if args.quick else FULL
     count = args.crops or size["crops"]
@@ -141,22 +160,31 @@ def main() -> None:
             places["s3"] = ("s3://bench/tomo.zarr", options)
         origins = crops_at(size["shape"], crop, count)
         print(f"{count} crops of {crop}, batches of {BATCH}")
-        header = ("where", "threads", "vitrio", "zarr", "dask", "vs zarr", "vs dask")
+        cache = (args.cache_mib << 20) if args.cache_mib else int(np.prod(size["shape"])) * 4
+        methods = {
+            "vitrio": lambda *a: run_vitrio(*a, cache),
+            "vitrio-256": lambda *a: run_vitrio(*a, 256 << 20),
+            "zarr": run_zarr,
+            "dask": run_dask,
+        }
+        print(f"vitrio's chunk cache: {cache >> 20} MiB; vitrio-256's: 256 MiB")
+        header = ("where", "threads", *methods, "vs zarr", "vs dask")
         print(f"{header[0]:6} " + " ".join(f"{h:>8}" for h in header[1:]))
         for where, (key, options) in places.items():
             for threads in args.threads:
                 rates, firsts = {}, {}
-                for name, run in (("vitrio", run_vitrio), ("zarr", run_zarr), ("dask", run_dask)):
+                for name, run in methods.items():
                     started = time.perf_counter()
                     firsts[name] = run(key, options, origins, crop, threads)
                     rates[name] = count / (time.perf_counter() - started)
-                for name in ("zarr", "dask"):
+                for name in methods:
                     np.testing.assert_array_equal(firsts["vitrio"], firsts[name])
-                figures = [f"{rates[name]:8.1f}" for name in ("vitrio", "zarr", "dask")]
+                figures = [f"{rates[name]:{max(8, len(name))}.1f}" for name in methods]
                 gains = [f"{rates['vitrio'] / rates[name]:7.1f}x" for name in ("zarr", "dask")]
                 print(f"{where:6} {threads:8d} " + " ".join(figures + gains), flush=True)
         if server is not None:
-            server.stop()
+            server.terminate()
+            server.wait(30)
 
 
 if __name__ == "__main__":
