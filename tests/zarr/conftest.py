@@ -30,9 +30,3 @@ def s3():
     server = LocalS3()
     yield server
     server.stop()
-
-
-@pytest.fixture
-def fresh():
-    """A format with a chunk cache of its own, empty: what a test fetches, it fetches."""
-    return OmeZarrFormat.configured(cache_bytes=64 << 20)

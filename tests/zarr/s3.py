@@ -47,7 +47,6 @@ class LocalS3:
             "endpoint_url": self.url,
             "client_kwargs": {"region_name": "us-east-1"},
             "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2, "read_timeout": 5},
-            "skip_instance_cache": True,
         }
         self.fs = fsspec.filesystem("s3", **self.options)
         self._stopped = False

@@ -152,21 +152,23 @@ class OmeZarrFormat(Format):
             parsed = parse_key(key)
         except ValueError as error:
             raise FormatError(str(error)) from None
+        number = cls.level if parsed.level is None else parsed.level
+        index = (parsed.store, parsed.remote, repr(sorted(cls.storage_options.items())), number)
+        with cls._metadata_lock:
+            level = cls._metadata.get(index)
+        if level is not None and parsed.remote:  # remote stores are taken as unchanging
+            return OmeZarrReader(key, level, cls.chunk_cache)
         try:
             store = open_store(parsed.store, parsed.remote, cls.storage_options)
         except NotADirectoryError as error:
             raise FormatError(str(error)) from None
-        number = cls.level if parsed.level is None else parsed.level
-        index = (store.token, number)
-        with cls._metadata_lock:
-            level = cls._metadata.get(index)
         if level is None or level_stamp(store, level.path) != level.stamp:
             level = open_level(store, number)
             with cls._metadata_lock:
                 cls._metadata[index] = level
                 while len(cls._metadata) > _LEVELS_KEPT:
                     cls._metadata.popitem(last=False)
-        return OmeZarrReader(key, level._replace(store=store), cls.chunk_cache)
+        return OmeZarrReader(key, level, cls.chunk_cache)
 
     @classmethod
     def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
