@@ -260,7 +260,8 @@ def test_the_cache_is_bounded_and_shared_by_concurrent_loads():
         calls.append(list(keys))
         started.set()
         release.wait(5)
-        return {k: np.full(100, k, np.float64) for k in keys}
+        for k in keys:
+            yield k, np.full(100, k, np.float64)
 
     results = {}
     first = threading.Thread(target=lambda: results.setdefault("a", cache.get_many([1, 2], slow)))
@@ -275,9 +276,15 @@ def test_the_cache_is_bounded_and_shared_by_concurrent_loads():
     assert (results["b"][2] == 2).all()
     cache.get_many([4, 5], slow)
     assert cache.nbytes == 3 * 800
+
+    def failing(keys):
+        yield 6, np.full(100, 6, np.float64)
+        raise RuntimeError("boom")
+
     with pytest.raises(RuntimeError, match="boom"):
-        cache.get_many([6], lambda keys: (_ for _ in ()).throw(RuntimeError("boom")))
-    assert cache.get_many([6], slow)[6][0] == 6  # a failed load leaves nothing behind
+        cache.get_many([6, 7], failing)
+    assert cache.get_many([6, 7], slow)[7][0] == 7  # a failed load leaves nothing loading
+    assert calls[-1] == [7]  # what it yielded before failing is kept
 
 
 def test_the_cache_sees_a_store_rewritten(tmp_path):

@@ -1,7 +1,7 @@
 """A bounded cache of decoded chunks, shared by the readers of a store, that decodes each chunk once.
 
 A chunk asked for by several threads at once is fetched and decoded by the
-first; the others wait for it. Past its capacity in bytes, the least
+first; the others wait for it, and have it as soon as it is decoded. Past its capacity in bytes, the least
 recently used chunks are dropped; a capacity of 0 keeps none (chunks are
 still shared by the threads that asked for them at the same time).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import Future
 
 import numpy as np
@@ -44,16 +44,19 @@ class ChunkCache:
             return self._bytes
 
     def get_many(
-        self, keys: Sequence[Hashable], load: Callable[[list[Hashable]], dict[Hashable, np.ndarray]]
+        self,
+        keys: Sequence[Hashable],
+        load: Callable[[list[Hashable]], Iterator[tuple[Hashable, np.ndarray]]],
     ) -> dict[Hashable, np.ndarray]:
         """The chunks of `keys`: kept ones as they are, the others from `load`, each loaded once.
 
-        `load(missing)` returns a chunk for each of `missing`; what it raises is raised here and to
-        the threads waiting for those chunks, and nothing of it is kept.
+        `load(missing)` yields a `(key, chunk)` pair for each of `missing`, and each chunk is handed
+        to the threads waiting for it as soon as it comes. What `load` raises is raised here and to
+        the threads waiting for the chunks it had not yielded yet, and nothing of it is kept.
         """
         found: dict[Hashable, np.ndarray] = {}
         waiting: list[tuple[Hashable, Future]] = []
-        mine: list[Hashable] = []
+        mine: dict[Hashable, Future] = {}
         with self._lock:
             for key in dict.fromkeys(keys):
                 chunk = self._chunks.get(key)
@@ -63,24 +66,22 @@ class ChunkCache:
                 elif key in self._loading:
                     waiting.append((key, self._loading[key]))
                 else:
-                    self._loading[key] = Future()
-                    mine.append(key)
+                    mine[key] = self._loading[key] = Future()
         if mine:
             try:
-                loaded = load(mine)
+                for key, chunk in load(list(mine)):
+                    with self._lock:
+                        self._keep(key, chunk)
+                        del self._loading[key]
+                    mine.pop(key).set_result(chunk)
+                    found[key] = chunk
             except BaseException as error:
                 with self._lock:
-                    futures = [self._loading.pop(key) for key in mine]
-                for future in futures:
+                    for key in mine:
+                        del self._loading[key]
+                for future in mine.values():
                     future.set_exception(error)
                 raise
-            with self._lock:
-                futures = [self._loading.pop(key) for key in mine]
-                for key in mine:
-                    self._keep(key, loaded[key])
-            for key, future in zip(mine, futures):
-                future.set_result(loaded[key])
-            found.update(loaded)
         for key, future in waiting:
             found[key] = future.result()
         return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import itertools
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -214,30 +214,31 @@ class OmeZarrReader(ImageReader):
             for c, n, at in zip(self.level.chunks, self.descriptor.extents, coords)
         )
 
-    def _load(self, keys: list[tuple[Hashable, tuple[int, ...]]]) -> dict[Hashable, np.ndarray]:
+    def _load(self, keys: list[tuple[Hashable, tuple[int, ...]]]) -> Iterator[tuple[Hashable, np.ndarray]]:
+        """Fetch the chunks of `keys` (at once, for a remote store), then decode them one by one."""
         level = self.level
         coords = [key[1] for key in keys]
         names = [f"{level.path}/{level.key_of(c)}" for c in coords]
         if level.decode is None:
-            return {key: self._through_zarr(c, name) for key, c, name in zip(keys, coords, names)}
+            for key, c, name in zip(keys, coords, names):
+                yield key, self._through_zarr(c, name)
+            return
         fetched = level.store.get_many(names, level.limit)
-        loaded = {}
         for key, c, name, blob in zip(keys, coords, names, fetched):
             where = f"{level.store.name}: chunk {name}"
             clip = self._clip(c)
             if blob is None:
-                shape = tuple(s.stop for s in clip)
-                loaded[key] = np.broadcast_to(level.fill, shape)
+                yield key, np.broadcast_to(level.fill, tuple(s.stop for s in clip))
                 continue
             if isinstance(blob, ValueError):
                 raise FormatError(f"{where}: {blob}") from blob
             if isinstance(blob, BaseException):
                 raise OSError(errno.EIO, f"{where}: {type(blob).__name__}: {blob}") from blob
             try:
-                loaded[key] = level.decode(blob)[clip]
+                chunk = level.decode(blob)[clip]
             except (ValueError, RuntimeError, TypeError) as error:
                 raise FormatError(f"{where}: cannot be decoded ({error}); cut short or corrupt") from error
-        return loaded
+            yield key, chunk
 
     def _through_zarr(self, coords: tuple[int, ...], name: str) -> np.ndarray:
         region = tuple(
