@@ -147,44 +147,46 @@ def main() -> None:
         )
         places = {}
         server = None
-        if "local" in args.where:
-            places["local"] = (path, {})
-        if "s3" in args.where:
-            server, options = start_s3()
-            fs = fsspec.filesystem("s3", **options)
-            fs.call_s3("create_bucket", Bucket="bench")
-            started = time.perf_counter()
-            fs.put(path, "bench/tomo.zarr", recursive=True)
-            took = time.perf_counter() - started
-            print(f"copied to s3://bench/tomo.zarr on {options['endpoint_url']} in {took:.1f} s")
-            places["s3"] = ("s3://bench/tomo.zarr", options)
-        origins = crops_at(size["shape"], crop, count)
-        print(f"{count} crops of {crop}, batches of {BATCH}")
-        cache = (args.cache_mib << 20) if args.cache_mib else int(np.prod(size["shape"])) * 4
-        methods = {
-            "vitrio": lambda *a: run_vitrio(*a, cache),
-            "vitrio-256": lambda *a: run_vitrio(*a, 256 << 20),
-            "zarr": run_zarr,
-            "dask": run_dask,
-        }
-        print(f"vitrio's chunk cache: {cache >> 20} MiB; vitrio-256's: 256 MiB")
-        header = ("where", "threads", *methods, "vs zarr", "vs dask")
-        print(f"{header[0]:6} " + " ".join(f"{h:>8}" for h in header[1:]))
-        for where, (key, options) in places.items():
-            for threads in args.threads:
-                rates, firsts = {}, {}
-                for name, run in methods.items():
-                    started = time.perf_counter()
-                    firsts[name] = run(key, options, origins, crop, threads)
-                    rates[name] = count / (time.perf_counter() - started)
-                for name in methods:
-                    np.testing.assert_array_equal(firsts["vitrio"], firsts[name])
-                figures = [f"{rates[name]:{max(8, len(name))}.1f}" for name in methods]
-                gains = [f"{rates['vitrio'] / rates[name]:7.1f}x" for name in ("zarr", "dask")]
-                print(f"{where:6} {threads:8d} " + " ".join(figures + gains), flush=True)
-        if server is not None:
-            server.terminate()
-            server.wait(30)
+        try:
+            if "local" in args.where:
+                places["local"] = (path, {})
+            if "s3" in args.where:
+                server, options = start_s3()
+                fs = fsspec.filesystem("s3", **options)
+                fs.call_s3("create_bucket", Bucket="bench")
+                started = time.perf_counter()
+                fs.put(path, "bench/tomo.zarr", recursive=True)
+                took = time.perf_counter() - started
+                print(f"copied to s3://bench/tomo.zarr on {options['endpoint_url']} in {took:.1f} s")
+                places["s3"] = ("s3://bench/tomo.zarr", options)
+            origins = crops_at(size["shape"], crop, count)
+            print(f"{count} crops of {crop}, batches of {BATCH}")
+            cache = (args.cache_mib << 20) if args.cache_mib else int(np.prod(size["shape"])) * 4
+            methods = {
+                "vitrio": lambda *a: run_vitrio(*a, cache),
+                "vitrio-256": lambda *a: run_vitrio(*a, 256 << 20),
+                "zarr": run_zarr,
+                "dask": run_dask,
+            }
+            print(f"vitrio's chunk cache: {cache >> 20} MiB; vitrio-256's: 256 MiB")
+            header = ("where", "threads", *methods, "vs zarr", "vs dask")
+            print(f"{header[0]:6} " + " ".join(f"{h:>8}" for h in header[1:]))
+            for where, (key, options) in places.items():
+                for threads in args.threads:
+                    rates, firsts = {}, {}
+                    for name, run in methods.items():
+                        started = time.perf_counter()
+                        firsts[name] = run(key, options, origins, crop, threads)
+                        rates[name] = count / (time.perf_counter() - started)
+                    for name in methods:
+                        np.testing.assert_array_equal(firsts["vitrio"], firsts[name])
+                    figures = [f"{rates[name]:{max(8, len(name))}.1f}" for name in methods]
+                    gains = [f"{rates['vitrio'] / rates[name]:7.1f}x" for name in ("zarr", "dask")]
+                    print(f"{where:6} {threads:8d} " + " ".join(figures + gains), flush=True)
+        finally:
+            if server is not None:
+                server.terminate()
+                server.wait(30)
 
 
 if __name__ == "__main__":
