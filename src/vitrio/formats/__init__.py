@@ -4,7 +4,9 @@ A format is a `Format` subclass registered with `register_format`; see
 `_contract` for what a reader and a writer do and `_registry` for how a
 file finds its format. Importing this package registers MRC, TIFF, DM and
 EER (EER after TIFF, so that an EER file, a TIFF container, is tried as EER
-first). `PartialFile` and `new_file` are how a format's writer creates its
+first), and OME-Zarr (`OmeZarrFormat`, of `vitrio.formats.zarr`) where the
+`zarr` extra is installed: its stores are claimed by key, before any file is
+opened. `PartialFile` and `new_file` are how a format's writer creates its
 file: privately beside its path, moved there when complete.
 """
 
@@ -24,6 +26,7 @@ __all__ = [
     "FormatError",
     "FormatWarning",
     "HeaderStatistics",
+    "OmeZarrFormat",
     "ImageReader",
     "ImageWriter",
     "RawArrayReader",
