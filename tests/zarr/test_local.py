@@ -158,6 +158,13 @@ def test_writer_options(tmp_path):
         reader.close()
     with pytest.raises(ValueError, match="codec"):
         OmeZarrFormat.configured(codec="lzma")
+    movies = np.random.default_rng(6).random((2, 3, 9, 8)).astype(np.float32)  # time, channel, y, x
+    vio.write(movies, tmp_path / "tc.zarr", vio.ImageDescriptor(movies.shape, 2, "float32"))
+    image = Image.from_zarr(zarr.open_group(str(tmp_path / "tc.zarr"), mode="r"))
+    kinds = [axis.type for axis in image.attributes.multiscales[0].axes]
+    assert kinds == ["time", "channel", "space", "space"]
+    assert vio.query_descriptor(tmp_path / "tc.zarr") == vio.ImageDescriptor(movies.shape, 2, "float32")
+    np.testing.assert_array_equal(vio.read(vio.ImageLocation(tmp_path / "tc.zarr", 4)), movies[1, 1])
 
 
 def test_a_failed_write_leaves_nothing(tmp_path):
