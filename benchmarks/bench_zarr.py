@@ -16,8 +16,10 @@ three ways, with each number of threads:
 - dask: `dask.array.from_zarr` sliced per crop, the slices of each batch of 32
   computed together on dask's threaded scheduler with that many workers.
 
-Prints crops per second and vitrio's speed-up over each, and checks that the
-three read the same values. Needs the `zarr` extra, `moto[server]` and `dask`.
+Prints crops per second and vitrio's speed-up over each, then crops per
+CPU-second of this process (all its threads; the S3 server's are not
+counted), which a machine shared with other work changes less; and checks
+that the three read the same values. Needs the `zarr` extra, `moto[server]` and `dask`.
 """
 
 from __future__ import annotations
@@ -173,16 +175,20 @@ def main() -> None:
             print(f"{header[0]:6} " + " ".join(f"{h:>8}" for h in header[1:]))
             for where, (key, options) in places.items():
                 for threads in args.threads:
-                    rates, firsts = {}, {}
+                    rates, thrift, firsts = {}, {}, {}
                     for name, run in methods.items():
-                        started = time.perf_counter()
+                        started, cpu = time.perf_counter(), time.process_time()
                         firsts[name] = run(key, options, origins, crop, threads)
                         rates[name] = count / (time.perf_counter() - started)
+                        thrift[name] = count / (time.process_time() - cpu)
                     for name in methods:
                         np.testing.assert_array_equal(firsts["vitrio"], firsts[name])
                     figures = [f"{rates[name]:{max(8, len(name))}.1f}" for name in methods]
                     gains = [f"{rates['vitrio'] / rates[name]:7.1f}x" for name in ("zarr", "dask")]
                     print(f"{where:6} {threads:8d} " + " ".join(figures + gains), flush=True)
+                    figures = [f"{thrift[name]:{max(8, len(name))}.1f}" for name in methods]
+                    gains = [f"{thrift['vitrio'] / thrift[name]:7.1f}x" for name in ("zarr", "dask")]
+                    print(f"{'  /cpu':6} {threads:8d} " + " ".join(figures + gains), flush=True)
         finally:
             if server is not None:
                 server.terminate()
