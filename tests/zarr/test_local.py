@@ -45,6 +45,18 @@ def test_key_spellings():
         parse_key("tomo.zarr#x")
 
 
+def test_a_store_is_told_by_its_name_or_its_metadata(tmp_path):
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    vio.write_single(values, tmp_path / "a.zarr")
+    os.rename(tmp_path / "a.zarr", tmp_path / "store")
+    np.testing.assert_array_equal(vio.read(tmp_path / "store"), values)
+    vio.write_single(values, tmp_path / "plain.mrc")
+    os.rename(tmp_path / "plain.mrc", tmp_path / "plain")  # a file without an extension is no store
+    np.testing.assert_array_equal(vio.read(tmp_path / "plain"), values)
+    assert not OmeZarrFormat.claims_key(str(tmp_path / "plain")) and not OmeZarrFormat.claims_key("a.mrc#2")
+    assert OmeZarrFormat.claims_key("https://host/data/run") and OmeZarrFormat.claims_key("x.ZARR#1")
+
+
 def test_levels_by_key_and_by_option(tomogram):
     path, values = tomogram
     for level in range(3):

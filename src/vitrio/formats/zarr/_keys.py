@@ -56,9 +56,10 @@ def parse_key(key: str) -> StoreKey:
 
 
 def names_store(key: str) -> bool:
-    """Whether `key` names a Zarr store: a URL, a directory holding Zarr metadata, or a `.zarr` path.
+    """Whether `key` names a Zarr store: a URL, a `.zarr` path, or a directory holding Zarr metadata.
 
-    Decided without reading any file but the directory's entries.
+    Decided by the key's spelling, and for a path without an extension by whether it is a directory
+    holding Zarr metadata; nothing is read.
     """
     try:
         parsed = parse_key(key)
@@ -70,4 +71,6 @@ def names_store(key: str) -> bool:
 def _names_local(path: str) -> bool:
     if any(part.lower().endswith(".zarr") for part in re.split(r"[/\\]", path) if part):
         return True
+    if os.path.splitext(path)[1]:  # a file's name, as image files have: not looked at (no stat)
+        return False
     return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, n)) for n in METADATA_FILES)
