@@ -20,6 +20,8 @@ Files and labels (as the CryoViT pipeline stores and reads them):
   ``FileData.labels[i]`` is the label of value ``i + 1``, and a negative value is not annotated.
 - Labels are float32: 1, 0, and -1 (``LABEL_PADDING``) where not annotated or padded, which the
   pipeline's losses leave out with ``y_true > -1``.
+- An OME-Zarr tomogram and label volume (``vitrio.formats.zarr``, local or a URL such as the CryoET
+  Data Portal's ``s3://`` stores) are read as MRC files are: crops fetch only the chunks they touch.
 """
 
 from .collate import LABEL_PADDING, collate_tomograms, input_volume

@@ -22,6 +22,7 @@ import torch
 
 import vitrio as vio
 from vitrio.data import shared_loader
+from vitrio.formats.zarr import OmeZarrFormat
 
 from . import hdf5
 from .collate import LABEL_PADDING, PaddedTomograms
@@ -370,24 +371,25 @@ class TomogramDataset(torch.utils.data.Dataset):
 
     def _resolve(self, index: int) -> _Entry:
         file = self.files[index]
-        tomo_path = Path(file.tomo_path)
-        tomogram = _Volume.query(self._tomograms, tomo_path, channels=True)
+        tomo_key = os.fspath(file.tomo_path)  # a key as given: a path, or an OME-Zarr store's URL
+        tomo_path = Path(tomo_key)
+        tomogram = _Volume.query(self._tomograms, tomo_key, channels=True)
         label, value, source = None, None, None
         if self._labels is not None:
             if file.label_path is None:
-                raise KeyError(f"{tomo_path}: no label {self.label!r}: the tomogram has no label file")
-            if hdf5.is_hdf5(file.label_path):
+                raise KeyError(f"{tomo_key}: no label {self.label!r}: the tomogram has no label file")
+            if not OmeZarrFormat.claims_key(os.fspath(file.label_path)) and hdf5.is_hdf5(file.label_path):
                 names = hdf5.label_names(file.label_path)
             else:
                 names = list(file.labels or [])
                 value = names.index(self.label) + 1 if self.label in names else None
             if self.label not in names:
                 raise KeyError(f"{file.label_path}: no label {self.label!r}; its labels are {names}")
-            label = _Volume.query(self._labels, file.label_path)
-            _factor(tomogram, label, "label volume", file.label_path, tomo_path)
+            label = _Volume.query(self._labels, os.fspath(file.label_path))
+            _factor(tomogram, label, "label volume", file.label_path, tomo_key)
         if self._inputs is not None:
-            source = _Volume.query(self._inputs, tomo_path)
-            _factor(tomogram, source, "input volume", tomo_path, tomo_path)
+            source = _Volume.query(self._inputs, tomo_key)
+            _factor(tomogram, source, "input volume", tomo_key, tomo_key)
         return _Entry(
             sample=file.sample if file.sample is not None else tomo_path.absolute().parent.name,
             tomo_name=tomo_path.name,

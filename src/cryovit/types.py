@@ -97,14 +97,16 @@ class FileData:
     """This class represents the file data for a single tomogram.
 
     Args:
-        tomo_path: A path to the raw tomogram data.
-        label_path: A path to the segmentation labels. None if not available.
+        tomo_path: A path to the raw tomogram data: a file, or an OME-Zarr store (a path, or a URL
+            given as a string, such as ``"s3://bucket/tomo.zarr"``).
+        label_path: A path to the segmentation labels (a file, or an OME-Zarr label volume). None if
+            not available.
         labels: The label names. None if not available.
         sample: The sample. None if not available.
     """
 
-    tomo_path: Path
-    label_path: Path | None = None
+    tomo_path: Path | str
+    label_path: Path | str | None = None
     labels: list[str] | None = None
     sample: str | None = None
 

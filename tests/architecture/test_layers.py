@@ -53,6 +53,9 @@ OPTIONAL = (
     "mrcfile",
     "dask",
     "distributed",
+    "zarr",
+    "numcodecs",
+    "fsspec",
 )
 """Optional heavy dependencies: the only imports that may stand inside a function, where they are used."""
 

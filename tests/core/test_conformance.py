@@ -1,6 +1,6 @@
 """The format conformance suite of `vitrio.testing.conformance`, run for every registered format (MRC,
-TIFF, EER, DM and cryovit's HDF5 plug-in), for files other programs make, and through each kind of
-scratch."""
+TIFF, EER, DM and cryovit's HDF5 plug-in; OME-Zarr's are in `tests/zarr`), for files other programs
+make, and through each kind of scratch."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ DM_TYPES = (
 
 def test_every_registered_format_has_a_suite():
     suites = {Hdf5Format, *(vio.formats.registered_formats())}
-    assert {f.name for f in suites} == {"mrc", "tiff", "eer", "dm", "hdf5"}
+    assert {f.name for f in suites} == {"mrc", "tiff", "eer", "dm", "hdf5", "ome-zarr"}
 
 
 # ---------------------------------------------------------------- MRC

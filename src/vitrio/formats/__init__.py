@@ -4,7 +4,9 @@ A format is a `Format` subclass registered with `register_format`; see
 `_contract` for what a reader and a writer do and `_registry` for how a
 file finds its format. Importing this package registers MRC, TIFF, DM and
 EER (EER after TIFF, so that an EER file, a TIFF container, is tried as EER
-first). `PartialFile` and `new_file` are how a format's writer creates its
+first), and OME-Zarr (`OmeZarrFormat`, of `vitrio.formats.zarr`) where the
+`zarr` extra is installed: its stores are claimed by key, before any file is
+opened. `PartialFile` and `new_file` are how a format's writer creates its
 file: privately beside its path, moved there when complete.
 `load_plugin_formats()` registers the formats installed packages declare
 under the entry point group `vitrio.formats` (the `vitrio` command calls it;
@@ -13,6 +15,7 @@ a program calls it, or imports the plug-in's module).
 
 from . import dm, mrc, tiff  # noqa: F401, I001
 from . import eer  # noqa: F401, I001
+from .zarr import OmeZarrFormat, zarr_installed
 from .._fs import PartialFile, new_file
 from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
@@ -31,11 +34,15 @@ from ._selectors import (
     ImageFileWriteFormatSelector,
 )
 
+if zarr_installed():
+    register_format(OmeZarrFormat)
+
 __all__ = [
     "Format",
     "FormatError",
     "FormatWarning",
     "HeaderStatistics",
+    "OmeZarrFormat",
     "ImageReader",
     "ImageWriter",
     "RawArrayReader",

@@ -104,6 +104,19 @@ class Format(ABC):
         return extension in cls.read_extensions
 
     @classmethod
+    def claims_key(cls, key: str) -> bool:
+        """Whether the format takes `key` by its spelling alone, before anything is opened.
+
+        For stores that are directories or URLs (OME-Zarr); such a key is opened with `open_key`.
+        """
+        return False
+
+    @classmethod
+    def open_key(cls, key: str) -> ImageReader:
+        """Open a reader of what `key` names, for a key `claims_key` claims."""
+        raise NotImplementedError(f"{key}: the {cls.name} format opens files, not keys")
+
+    @classmethod
     @abstractmethod
     def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
         """Open a reader of the file at `key`, already open as `fd`, which the reader then owns."""

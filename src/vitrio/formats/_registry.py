@@ -1,7 +1,8 @@
 """The registry of formats, and opening a file with the format that claims it.
 
 `open_reader(key, formats)` opens a file with the first format that claims
-it: by its contents where the format can tell, by its extension otherwise.
+it: by its key alone for a format that opens stores (`Format.claims_key`),
+then by its contents where the format can tell, by its extension otherwise.
 `create_writer(key, descriptor, formats)` picks the format by extension.
 """
 
@@ -110,6 +111,11 @@ def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageRead
     """
     key = as_key(key)
     candidates = resolve_formats(formats)
+    for candidate in candidates:
+        if candidate.claims_key(key):
+            reader = candidate.open_key(key)
+            reader.format_name = candidate.name
+            return reader
     try:
         fd = open_readonly(key)
     except FileNotFoundError as error:

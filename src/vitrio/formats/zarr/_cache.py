@@ -1,0 +1,102 @@
+"""A bounded cache of decoded chunks, shared by the readers of a store, that decodes each chunk once.
+
+A chunk asked for by several threads at once is fetched and decoded by the
+first; the others wait for it, and have it as soon as it is decoded. Past its capacity in bytes, the least
+recently used chunks are dropped; a capacity of 0 keeps none (chunks are
+still shared by the threads that asked for them at the same time).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from concurrent.futures import Future
+
+import numpy as np
+
+__all__ = ["ChunkCache"]
+
+
+class ChunkCache:
+    """Decoded chunks by key, up to `capacity` bytes.
+
+    Args:
+        capacity: How many bytes of decoded chunks to keep.
+
+    Raises:
+        ValueError: If `capacity` is negative.
+    """
+
+    def __init__(self, capacity: int):
+        if int(capacity) < 0:
+            raise ValueError(f"a chunk cache's capacity must not be negative: {capacity}")
+        self.capacity = int(capacity)
+        self._chunks: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+        self._loading: dict[Hashable, Future] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """How many bytes of chunks are kept now."""
+        with self._lock:
+            return self._bytes
+
+    def get_many(
+        self,
+        keys: Sequence[Hashable],
+        load: Callable[[list[Hashable]], Iterator[tuple[Hashable, np.ndarray]]],
+    ) -> dict[Hashable, np.ndarray]:
+        """The chunks of `keys`: kept ones as they are, the others from `load`, each loaded once.
+
+        `load(missing)` yields a `(key, chunk)` pair for each of `missing`, and each chunk is handed
+        to the threads waiting for it as soon as it comes. What `load` raises is raised here and to
+        the threads waiting for the chunks it had not yielded yet, and nothing of it is kept.
+        """
+        found: dict[Hashable, np.ndarray] = {}
+        waiting: list[tuple[Hashable, Future]] = []
+        mine: dict[Hashable, Future] = {}
+        with self._lock:
+            for key in dict.fromkeys(keys):
+                chunk = self._chunks.get(key)
+                if chunk is not None:
+                    self._chunks.move_to_end(key)
+                    found[key] = chunk
+                elif key in self._loading:
+                    waiting.append((key, self._loading[key]))
+                else:
+                    mine[key] = self._loading[key] = Future()
+        if mine:
+            try:
+                for key, chunk in load(list(mine)):
+                    with self._lock:
+                        self._keep(key, chunk)
+                        del self._loading[key]
+                    mine.pop(key).set_result(chunk)
+                    found[key] = chunk
+            except BaseException as error:
+                with self._lock:
+                    for key in mine:
+                        del self._loading[key]
+                for future in mine.values():
+                    future.set_exception(error)
+                raise
+        for key, future in waiting:
+            found[key] = future.result()
+        return found
+
+    def _keep(self, key: Hashable, chunk: np.ndarray) -> None:
+        if chunk.nbytes > self.capacity:
+            return
+        self._chunks[key] = chunk
+        self._bytes += chunk.nbytes
+        while self._bytes > self.capacity:
+            _, dropped = self._chunks.popitem(last=False)
+            self._bytes -= dropped.nbytes
+
+    def clear(self) -> None:
+        """Drop every kept chunk."""
+        with self._lock:
+            self._chunks.clear()
+            self._bytes = 0

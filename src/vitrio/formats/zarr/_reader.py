@@ -1,0 +1,250 @@
+"""Reading a scale level of an OME-Zarr image: its metadata, and boxes of it assembled from its chunks.
+
+A read gathers the chunks its boxes touch, takes those the store's chunk
+cache holds, fetches the others (one request each, many at once for a
+remote store) and decodes them on the calling thread, then copies the
+part of each chunk a box covers into its out. The chunks of one call are
+fetched in groups of `GROUP` so that a large read holds few at a time.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..._types import ImageDescriptor, as_numerical_type
+from .._contract import FormatError, ImageReader
+from ._cache import ChunkCache
+from ._codecs import SAFE_CODECS, chunk_decoder, codec_names
+from ._ngff import parse_multiscales
+from ._store import Store
+
+__all__ = ["Level", "open_level", "OmeZarrReader", "GROUP", "MAX_CHUNK_BYTES"]
+
+GROUP = 64
+"""How many chunks one read fetches and holds at a time."""
+
+MAX_CHUNK_BYTES = 1 << 30
+"""The largest decoded chunk read: a chunk past it is refused before anything is fetched."""
+
+Box = list[tuple[int, int]]
+
+
+class Level(NamedTuple):
+    """A scale level of an image, as its metadata says.
+
+    Attributes:
+        store: Where it lies.
+        path: The path of its array in the store.
+        descriptor: Its extents (stacking axes, then the image or volume) and type.
+        voxel_size: Å per voxel along the space axes, slowest first; None if the metadata has no length.
+        chunks: The extents of a chunk (of a shard, for sharded arrays).
+        fill: The value of chunks that are not stored.
+        key_of: The name of a chunk in the array, by its coordinates in the chunk grid.
+        decode: What turns a stored chunk into an array of the chunk's shape; None to read through zarr.
+        array: The zarr array, read through where `decode` is None.
+        limit: The largest number of bytes a stored chunk may take.
+        stamp: What tells this version of the metadata from a rewritten one.
+    """
+
+    store: Store
+    path: str
+    descriptor: ImageDescriptor
+    voxel_size: tuple[float, ...] | None
+    chunks: tuple[int, ...]
+    fill: Any
+    key_of: Any
+    decode: Any
+    array: Any
+    limit: int
+    stamp: Hashable
+
+
+def _metadata_stamp(store: Store, group: str, array: str) -> Hashable:
+    names = ("zarr.json", ".zattrs", ".zgroup")
+    return tuple(store.stamp(f"{p}/{n}".lstrip("/")) for p in (group, array) for n in (*names, ".zarray"))
+
+
+def level_stamp(store: Store, level_path: str) -> Hashable:
+    """What tells the present metadata of the level at `level_path` (and its group) from a rewritten one."""
+    return _metadata_stamp(store, "", level_path)
+
+
+def open_level(store: Store, level: int) -> Level:
+    """Level `level` of the OME-Zarr image at the root of `store`.
+
+    Raises:
+        FileNotFoundError: If the store holds no Zarr metadata at all.
+        FormatError: If it is not an OME-Zarr image, has no such level, or its array is of a type or
+            codec not read.
+    """
+    import zarr
+
+    zstore = store.zarr_store()
+    try:
+        group = zarr.open_group(store=zstore, mode="r")
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"{store.name}: no such Zarr store ({error})") from None
+    except Exception as error:  # zarr's errors for metadata it cannot parse
+        raise FormatError(f"{store.name}: no readable Zarr group metadata: {error}") from error
+    try:
+        multiscale = parse_multiscales(group.attrs.asdict())
+    except ValueError as error:
+        raise FormatError(f"{store.name}: {error}") from None
+    if not 0 <= level < len(multiscale.levels):
+        raise FormatError(f"{store.name}: has scale levels 0 to {len(multiscale.levels) - 1}, not {level}")
+    chosen = multiscale.levels[level]
+    try:
+        array = zarr.open_array(store=zstore, path=chosen.path, mode="r")
+    except Exception as error:  # zarr's errors for a missing or malformed array
+        raise FormatError(f"{store.name}: level {level}, array {chosen.path!r}: {error}") from error
+    where = f"{store.name}: array {chosen.path!r}"
+    metadata = array.metadata
+    unsafe = [name for name in codec_names(metadata) if name not in SAFE_CODECS]
+    if unsafe:
+        raise FormatError(f"{where}: uses codecs {unsafe}, not read (only {sorted(SAFE_CODECS)})")
+    try:
+        dtype = np.dtype(metadata.dtype.to_native_dtype())
+        data_type = as_numerical_type(dtype)
+    except (TypeError, AttributeError):
+        raise FormatError(f"{where}: holds values of type {metadata.dtype}, not numbers") from None
+    shape = tuple(int(n) for n in array.shape)
+    if len(shape) != len(multiscale.axes):
+        raise FormatError(f"{where}: has {len(shape)} axes, the metadata names {len(multiscale.axes)}")
+    chunks = tuple(int(n) for n in (array.shards or array.chunks))
+    if min(chunks, default=1) < 1 or int(np.prod(chunks)) * dtype.itemsize > MAX_CHUNK_BYTES:
+        raise FormatError(f"{where}: chunks of {chunks} values, not read (at most {MAX_CHUNK_BYTES} bytes)")
+    nbytes = int(np.prod(chunks)) * dtype.itemsize
+    fill = metadata.fill_value if metadata.fill_value is not None else 0
+    return Level(
+        store=store,
+        path=chosen.path,
+        descriptor=ImageDescriptor(shape, multiscale.core_rank, data_type),
+        voxel_size=chosen.voxel_size,
+        chunks=chunks,
+        fill=np.asarray(fill).astype(dtype),
+        key_of=metadata.encode_chunk_key,
+        decode=None if array.shards else chunk_decoder(metadata, chunks),
+        array=array,
+        limit=nbytes + nbytes // 16 + (1 << 16),
+        stamp=level_stamp(store, chosen.path),
+    )
+
+
+class OmeZarrReader(ImageReader):
+    """A scale level of an OME-Zarr image, read box by box from its chunks.
+
+    Args:
+        key: The key it was opened by.
+        level: The level.
+        cache: The cache of decoded chunks it shares with the other readers of its store.
+    """
+
+    def __init__(self, key: str, level: Level, cache: ChunkCache):
+        super().__init__(key, level.descriptor)
+        self.level = level
+        self.voxel_size = level.voxel_size
+        self._cache = cache
+        self._stack = level.descriptor.stack_extents
+        self._token = (level.store.token, level.path, level.stamp)
+
+    def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
+        self.check_run(start, len(outs))
+        whole = [(0, n) for n in self.core_extents]
+        self._read_boxes([self._box(start + i, whole) for i in range(len(outs))], outs)
+
+    def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
+        self.read_regions(index, [region], [out])
+
+    def read_regions(
+        self, index: int, regions: Sequence[tuple[slice, ...]], outs: Sequence[np.ndarray]
+    ) -> None:
+        self.check_run(index, 1)
+        boxes = []
+        for region in regions:
+            if len(region) != len(self.core_extents):
+                raise ValueError(f"{self.key}: a region {region} of an image of shape {self.core_extents}")
+            spans = [s.indices(n) for s, n in zip(region, self.core_extents)]
+            if any(step != 1 for _, _, step in spans):
+                raise ValueError(f"{self.key}: a region {region} with steps; regions are boxes")
+            boxes.append(self._box(index, [(a, max(a, b)) for a, b, _ in spans]))
+        self._read_boxes(boxes, outs)
+
+    def _box(self, index: int, core: Box) -> Box:
+        stack = np.unravel_index(index, self._stack) if self._stack else ()
+        return [(int(i), int(i) + 1) for i in stack] + core
+
+    def _read_boxes(self, boxes: Sequence[Box], outs: Sequence[np.ndarray]) -> None:
+        chunks = self.level.chunks
+        pairs = []
+        for number, box in enumerate(boxes):
+            if all(high > low for low, high in box):
+                spans = [range(low // c, (high - 1) // c + 1) for (low, high), c in zip(box, chunks)]
+                pairs.extend((number, coords) for coords in itertools.product(*spans))
+        start = 0
+        while start < len(pairs):
+            group: dict[tuple[int, ...], None] = {}
+            end = start
+            while end < len(pairs) and (len(group) < GROUP or pairs[end][1] in group):
+                group[pairs[end][1]] = None
+                end += 1
+            found = self._cache.get_many([(self._token, c) for c in group], self._load)
+            for number, coords in pairs[start:end]:
+                self._copy(found[(self._token, coords)], coords, boxes[number], outs[number])
+            start = end
+
+    def _copy(self, chunk: np.ndarray, coords: tuple[int, ...], box: Box, out: np.ndarray) -> None:
+        source, target = [], []
+        for (low, high), c, at in zip(box, self.level.chunks, coords):
+            origin = c * at
+            a, b = max(low, origin), min(high, origin + c)
+            source.append(slice(a - origin, b - origin))
+            target.append(slice(a - low, b - low))
+        rank = len(self._stack)
+        part = chunk[tuple(source)][(0,) * rank]
+        np.copyto(out[tuple(target[rank:])], part, casting="unsafe")
+
+    def _clip(self, coords: tuple[int, ...]) -> tuple[slice, ...]:
+        return tuple(
+            slice(0, min(c, n - c * at))
+            for c, n, at in zip(self.level.chunks, self.descriptor.extents, coords)
+        )
+
+    def _load(self, keys: list[tuple[Hashable, tuple[int, ...]]]) -> Iterator[tuple[Hashable, np.ndarray]]:
+        """Fetch the chunks of `keys` (at once, for a remote store), then decode them one by one."""
+        level = self.level
+        coords = [key[1] for key in keys]
+        names = [f"{level.path}/{level.key_of(c)}" for c in coords]
+        if level.decode is None:
+            for key, c, name in zip(keys, coords, names):
+                yield key, self._through_zarr(c, name)
+            return
+        fetched = level.store.get_many(names, level.limit)
+        for key, c, name, blob in zip(keys, coords, names, fetched):
+            where = f"{level.store.name}: chunk {name}"
+            clip = self._clip(c)
+            if blob is None:
+                yield key, np.broadcast_to(level.fill, tuple(s.stop for s in clip))
+                continue
+            if isinstance(blob, ValueError):
+                raise FormatError(f"{where}: {blob}") from blob
+            if isinstance(blob, BaseException):
+                raise OSError(errno.EIO, f"{where}: {type(blob).__name__}: {blob}") from blob
+            try:
+                chunk = level.decode(blob)[clip]
+            except (ValueError, RuntimeError, TypeError) as error:
+                raise FormatError(f"{where}: cannot be decoded ({error}); cut short or corrupt") from error
+            yield key, chunk
+
+    def _through_zarr(self, coords: tuple[int, ...], name: str) -> np.ndarray:
+        region = tuple(
+            slice(c * at, c * at + s.stop) for c, at, s in zip(self.level.chunks, coords, self._clip(coords))
+        )
+        try:
+            return np.asarray(self.level.array[region])
+        except Exception as error:  # zarr's errors for a chunk it cannot fetch or decode
+            raise FormatError(f"{self.level.store.name}: chunk {name}: {error}") from error

@@ -1,0 +1,149 @@
+"""Zarr stores as the OME-Zarr reader sees them: chunk bytes by path, and the zarr store of their metadata.
+
+A local store is a directory; its chunks are read with plain reads. A
+remote store is a URL fsspec opens (`s3://`, `gs://`, `https://`...), with
+the `storage_options` fsspec takes (credentials, `anon=True`, an
+`endpoint_url`...); its chunks are fetched with one GET each, many at once
+on fsspec's event loop. Every fetch is bounded: a chunk's object larger
+than its limit is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+from ..._fs import open_readonly
+
+__all__ = ["Store", "LocalStore", "RemoteStore", "open_store"]
+
+ChunkBytes = bytes | None | BaseException
+"""A chunk fetched: its bytes, None where there is none (it holds the fill value), or what failed."""
+
+
+class Store:
+    """Where a Zarr hierarchy lies.
+
+    Attributes:
+        name: The path or URL, as errors name the store.
+        token: What tells this store from others in a shared cache.
+    """
+
+    name: str
+    token: Hashable
+
+    def zarr_store(self) -> Any:
+        """A read-only zarr store over the hierarchy, for its metadata."""
+        raise NotImplementedError
+
+    def get_many(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
+        """The objects at `paths` (relative to the store), each refused past `limit` bytes."""
+        raise NotImplementedError
+
+    def stamp(self, path: str) -> Hashable:
+        """What changes when the object at `path` is rewritten (None for stores taken as unchanging)."""
+        return None
+
+
+class LocalStore(Store):
+    """A store in a local directory."""
+
+    def __init__(self, root: str):
+        self.name = root
+        self.root = os.path.abspath(root)
+        self.token = ("file", self.root)
+        if not os.path.exists(self.root):
+            raise FileNotFoundError(f"{root}: no such Zarr store")
+        if not os.path.isdir(self.root):
+            raise NotADirectoryError(f"{root}: not a Zarr store: a file, not a directory")
+
+    def zarr_store(self) -> Any:
+        import zarr.storage
+
+        return zarr.storage.LocalStore(self.root, read_only=True)
+
+    def get_many(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
+        return [self._get(path, limit) for path in paths]
+
+    def _get(self, path: str, limit: int) -> ChunkBytes:
+        try:
+            fd = open_readonly(os.path.join(self.root, path))
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            return error
+        try:
+            size = os.fstat(fd).st_size
+            if size > limit:
+                return ValueError(f"{size} bytes stored, more than the {limit} a chunk may take")
+            data = os.read(fd, size)
+            while len(data) < size:  # a large read may come in parts
+                part = os.read(fd, size - len(data))
+                if not part:
+                    break
+                data += part
+            return data
+        except OSError as error:
+            return error
+        finally:
+            os.close(fd)
+
+    def stamp(self, path: str) -> Hashable:
+        try:
+            status = os.stat(os.path.join(self.root, path))
+        except FileNotFoundError:
+            return None
+        return (status.st_ino, status.st_mtime_ns, status.st_size)
+
+
+class RemoteStore(Store):
+    """A store at a URL fsspec opens, with its `storage_options`."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any]):
+        import fsspec
+
+        self.name = url
+        self.options = dict(storage_options)
+        self.fs, self.root = fsspec.core.url_to_fs(url, **self.options)
+        self.token = (url, repr(sorted(self.options.items())))
+
+    def zarr_store(self) -> Any:
+        import zarr.storage
+
+        return zarr.storage.FsspecStore.from_url(self.name, storage_options=self.options, read_only=True)
+
+    def get_many(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
+        full = [f"{self.root}/{path}" for path in paths]
+        if len(full) == 1:  # fetched at once; `cat` of one path raises rather than returns
+            try:
+                return [self.fs.cat_file(full[0], start=0, end=limit + 1)]
+            except FileNotFoundError:
+                return [None]
+            except Exception as error:  # noqa: BLE001 - handed back, named by the caller
+                return [error]
+        got = self.fs.cat(full, on_error="return", start=0, end=limit + 1)
+        found = []
+        for path in full:
+            value = got.get(path, got.get(self.fs._strip_protocol(path)))
+            if isinstance(value, FileNotFoundError):
+                value = None
+            elif value is None:
+                value = OSError(f"{path}: no answer fetching it")
+            found.append(value)
+        return [
+            ValueError(f"more than the {limit} bytes a chunk may take")
+            if isinstance(v, bytes) and len(v) > limit
+            else v
+            for v in found
+        ]
+
+
+def open_store(store: str, remote: bool, storage_options: Mapping[str, Any]) -> Store:
+    """The store at a path or URL.
+
+    Raises:
+        FileNotFoundError: If there is no local store at `store`.
+        NotADirectoryError: If the local path is a file.
+    """
+    return RemoteStore(store, storage_options) if remote else LocalStore(store)
