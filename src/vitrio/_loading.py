@@ -1,11 +1,15 @@
 """Planning batch reads: group by file, coalesce runs of consecutive images, split into tasks.
 
 A batch becomes a few tasks per worker thread. Each task takes a stretch of
-the destination's slots, groups it by file, asks the provider for each
-file's reader once, and hands the reader all its indices and slots in one
-call; the reader reads runs of consecutive images together, or gathers a
-stretch of one file with one numpy call. Planning does no per-image work
-beyond numpy calls.
+the destination's slots. The images of raw files whose layout the provider
+knows (`ImageReaderProvider.layout`) are planned with numpy into runs of
+consecutive images, (file, offset, length, destination) each, and read by
+one native call that opens each file, reads, converts and closes it without
+the GIL (`vitrio.formats.read_runs`): no Python per image or per file
+beyond a lookup. The rest is grouped by file; the provider's reader of each
+file is asked once and handed all its indices and slots in one call. The
+patches of one image are cropped by one call of its reader, a native one
+for raw files.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from ._arrays import as_destination
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
 from ._providers import ImageReaderProvider
 from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations
-from .formats import ImageReader
+from .formats import ImageReader, RawArrayReader
+from .formats._raw import read_runs
 
 __all__ = [
     "ImageLoader",
@@ -178,10 +183,14 @@ def read_indexed_async(
         raise ValueError("indices mix -1 (whole files) and indices in stacks")
     whole = low < 0
     readers = loader.readers
+    native = not whole and out.flags.c_contiguous
 
     def task(first: int, last: int) -> None:
-        for key_id, positions in group_ids(key_ids[first:last]):
-            slots = positions + first
+        left = np.arange(last - first)
+        if native:
+            left = _read_known(readers, out, keys, key_ids[first:last], indices[first:last], first)
+        for key_id, positions in group_ids(key_ids[first:last][left]):
+            slots = left[positions] + first
             reader = readers.acquire(keys[key_id])
             try:
                 _check_slot(reader, out.shape[1:], whole)
@@ -195,6 +204,63 @@ def read_indexed_async(
 
     tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(count, loader.worker_count)]
     return run_tasks(loader.executor, tasks, keep=(out, keep))
+
+
+def _read_known(
+    readers: ImageReaderProvider,
+    out: np.ndarray,
+    keys: Sequence[str],
+    key_ids: np.ndarray,
+    indices: np.ndarray,
+    first: int,
+) -> np.ndarray:
+    """Read images `indices` of files `key_ids` into slots `first, first + 1, ...` of `out` where the
+    provider knows the files' layouts, with one native call; return the positions left to the readers.
+    """
+    ids, inverse = np.unique(key_ids, return_inverse=True)
+    shape, dtype = out.shape[1:], out.dtype
+    layouts, numbers, dst_kind = [], np.full(len(ids), -1, dtype=np.int64), None
+    for j, key_id in enumerate(ids.tolist()):
+        layout = readers.layout(keys[key_id])
+        plan = layout.plan(dtype) if layout is not None and layout.core_extents == shape else None
+        if plan is not None and dst_kind in (None, plan[1]):
+            dst_kind = plan[1]
+            numbers[j] = len(layouts)
+            layouts.append((layout, plan))
+    if not layouts:
+        return np.arange(len(key_ids))
+    table = np.array(
+        [(lay.offset, lay.image_bytes, plan[2], lay.image_count, plan[0]) for lay, plan in layouts]
+    )
+    files = numbers[inverse]
+    known = files >= 0
+    beyond = known & (indices >= table[files, 3])
+    if beyond.any():  # the readers raise the IndexError
+        known &= ~np.isin(files, files[beyond])
+    positions = np.flatnonzero(known)
+    file, index = files[positions], indices[positions]
+    order = np.lexsort((index, file))
+    file, index, slot = file[order], index[order], positions[order] + first
+    go_on = (np.diff(file) == 0) & (np.diff(index) == 1) & (np.diff(slot) == 1)
+    starts = np.flatnonzero(np.concatenate(([True], ~go_on)))
+    lengths = np.diff(np.append(starts, len(file)))
+    file, index, slot = file[starts], index[starts], slot[starts]
+    runs = np.column_stack(
+        (file, table[file, 0] + index * table[file, 1], lengths * table[file, 2], slot * out.strides[0])
+    )
+    kinds = table[:, 4]
+    changed = []
+    while len(runs):
+        failure = read_runs([lay for lay, _ in layouts], kinds, runs, out, dst_kind)
+        if failure is None:
+            break
+        run, bad = failure
+        readers.forget_layout(layouts[bad][0].key)
+        changed.append(bad)
+        runs = runs[run:][runs[run:, 0] != bad]
+    if changed:
+        known[np.flatnonzero(known)[np.isin(files[known], changed)]] = False
+    return np.flatnonzero(~known)
 
 
 def _check_slot(reader: ImageReader, slot_shape: tuple[int, ...], whole: bool) -> None:
@@ -305,6 +371,9 @@ def read_patches_indexed_async(
     def crop(reader: ImageReader, index: int, slots: np.ndarray) -> None:
         extents = np.asarray(reader.core_extents, dtype=np.int64)
         origin = origins[slots]
+        native = isinstance(reader, RawArrayReader) and out.flags.c_contiguous
+        if native and reader.read_patches(index, origin, out.shape[1:], out, slots, fill):
+            return
         low = np.clip(origin, 0, extents)
         high = np.clip(origin + shape, 0, extents)
         clipped = ((low != origin) | (high != origin + shape)).any(axis=1)
