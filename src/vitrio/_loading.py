@@ -24,7 +24,7 @@ from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, r
 from ._providers import ImageReaderProvider
 from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations
 from .formats import ImageReader, RawArrayReader
-from .formats._raw import read_runs
+from .formats._raw import KnownFiles, read_runs
 
 __all__ = [
     "ImageLoader",
@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 _TASKS_PER_WORKER = 4
+_NATIVE_TASKS_PER_WORKER = 2
 
 
 class ImageLoader:
@@ -84,8 +85,8 @@ def check_leading_extent(array: np.ndarray, count: int, what: str, of: str) -> N
         )
 
 
-def task_bounds(count: int, workers: int) -> list[tuple[int, int]]:
-    tasks = max(1, min(count, workers * _TASKS_PER_WORKER))
+def task_bounds(count: int, workers: int, per_worker: int = _TASKS_PER_WORKER) -> list[tuple[int, int]]:
+    tasks = max(1, min(count, workers * per_worker))
     bounds = np.linspace(0, count, tasks + 1).astype(np.int64).tolist()
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
@@ -183,55 +184,77 @@ def read_indexed_async(
         raise ValueError("indices mix -1 (whole files) and indices in stacks")
     whole = low < 0
     readers = loader.readers
-    native = not whole and out.flags.c_contiguous
+    left = np.arange(count)
+    tasks = []
+    if not whole and out.flags.c_contiguous:
+        plan = _plan_known(readers, out, keys, key_ids, indices)
+        if plan is not None:
+            left, files, runs, slots, dst_kind = plan
+            for a, b in task_bounds(len(runs), loader.worker_count, _NATIVE_TASKS_PER_WORKER):
+                tasks.append(
+                    lambda a=a, b=b: _read_known(
+                        readers, out, indices, files, runs[a:b], slots[a:b], dst_kind
+                    )
+                )
 
-    def task(first: int, last: int) -> None:
-        left = np.arange(last - first)
-        if native:
-            left = _read_known(readers, out, keys, key_ids[first:last], indices[first:last], first)
-        for key_id, positions in group_ids(key_ids[first:last][left]):
-            slots = left[positions] + first
-            reader = readers.acquire(keys[key_id])
-            try:
-                _check_slot(reader, out.shape[1:], whole)
-                if whole:
-                    for slot in slots.tolist():
-                        reader.read_run(0, _image_views(out[slot], reader))
-                else:
-                    reader.read_images(indices[slots], out, slots)
-            finally:
-                readers.release(reader)
+    def task(positions: np.ndarray) -> None:
+        for key_id, group in group_ids(key_ids[positions]):
+            _read_group(readers, keys[key_id], out, positions[group], indices, whole)
 
-    tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(count, loader.worker_count)]
+    tasks += [lambda a=a, b=b: task(left[a:b]) for a, b in task_bounds(len(left), loader.worker_count)]
     return run_tasks(loader.executor, tasks, keep=(out, keep))
 
 
-def _read_known(
+def _read_group(
+    readers: ImageReaderProvider,
+    key: str,
+    out: np.ndarray,
+    slots: np.ndarray,
+    indices: np.ndarray,
+    whole: bool,
+) -> None:
+    """Read the images of one file bound for `slots` of `out` through its reader."""
+    reader = readers.acquire(key)
+    try:
+        _check_slot(reader, out.shape[1:], whole)
+        if whole:
+            for slot in slots.tolist():
+                reader.read_run(0, _image_views(out[slot], reader))
+        else:
+            reader.read_images(indices[slots], out, slots)
+    finally:
+        readers.release(reader)
+
+
+def _plan_known(
     readers: ImageReaderProvider,
     out: np.ndarray,
     keys: Sequence[str],
     key_ids: np.ndarray,
     indices: np.ndarray,
-    first: int,
-) -> np.ndarray:
-    """Read images `indices` of files `key_ids` into slots `first, first + 1, ...` of `out` where the
-    provider knows the files' layouts, with one native call; return the positions left to the readers.
+) -> tuple[np.ndarray, KnownFiles, np.ndarray, np.ndarray, int] | None:
+    """Plan the reads of the images whose files' layouts the provider knows as native runs.
+
+    Returns:
+        None if there is none; else the slots left to the readers, the files, the runs
+        (file, offset, values, destination byte) in the order of file and index, for each run
+        its first slot and its number of images, and the kind of `out`'s values.
     """
     ids, inverse = np.unique(key_ids, return_inverse=True)
     shape, dtype = out.shape[1:], out.dtype
-    layouts, numbers, dst_kind = [], np.full(len(ids), -1, dtype=np.int64), None
+    numbers = np.full(len(ids), -1, dtype=np.int64)
+    layouts, rows, dst_kind = [], [], None
     for j, key_id in enumerate(ids.tolist()):
         layout = readers.layout(keys[key_id])
         plan = layout.plan(dtype) if layout is not None and layout.core_extents == shape else None
         if plan is not None and dst_kind in (None, plan[1]):
             dst_kind = plan[1]
             numbers[j] = len(layouts)
-            layouts.append((layout, plan))
+            layouts.append(layout)
+            rows.append((layout.offset, layout.image_bytes, plan[2], layout.image_count, plan[0]))
     if not layouts:
-        return np.arange(len(key_ids))
-    table = np.array(
-        [(lay.offset, lay.image_bytes, plan[2], lay.image_count, plan[0]) for lay, plan in layouts]
-    )
+        return None
+    table = np.array(rows, dtype=np.int64)
     files = numbers[inverse]
     known = files >= 0
     beyond = known & (indices >= table[files, 3])
@@ -240,27 +263,47 @@ def _read_known(
     positions = np.flatnonzero(known)
     file, index = files[positions], indices[positions]
     order = np.lexsort((index, file))
-    file, index, slot = file[order], index[order], positions[order] + first
+    file, index, slot = file[order], index[order], positions[order]
     go_on = (np.diff(file) == 0) & (np.diff(index) == 1) & (np.diff(slot) == 1)
     starts = np.flatnonzero(np.concatenate(([True], ~go_on)))
     lengths = np.diff(np.append(starts, len(file)))
     file, index, slot = file[starts], index[starts], slot[starts]
-    runs = np.column_stack(
-        (file, table[file, 0] + index * table[file, 1], lengths * table[file, 2], slot * out.strides[0])
+    runs = np.empty((len(starts), 4), dtype=np.int64)
+    runs[:, 0] = file
+    runs[:, 1] = table[file, 0] + index * table[file, 1]
+    runs[:, 2] = lengths * table[file, 2]
+    runs[:, 3] = slot * out.strides[0]
+    return (
+        np.flatnonzero(~known),
+        KnownFiles(layouts, table[:, 4]),
+        runs,
+        np.column_stack((slot, lengths)),
+        dst_kind,
     )
-    kinds = table[:, 4]
-    changed = []
+
+
+def _read_known(
+    readers: ImageReaderProvider,
+    out: np.ndarray,
+    indices: np.ndarray,
+    files: KnownFiles,
+    runs: np.ndarray,
+    slots: np.ndarray,
+    dst_kind: int,
+) -> None:
+    """Read `runs` with one native call; the images of a file found changed go through its reader."""
     while len(runs):
-        failure = read_runs([lay for lay, _ in layouts], kinds, runs, out, dst_kind)
+        failure = read_runs(files, runs, out, dst_kind)
         if failure is None:
-            break
+            return
         run, bad = failure
-        readers.forget_layout(layouts[bad][0].key)
-        changed.append(bad)
-        runs = runs[run:][runs[run:, 0] != bad]
-    if changed:
-        known[np.flatnonzero(known)[np.isin(files[known], changed)]] = False
-    return np.flatnonzero(~known)
+        key = files.layouts[bad].key
+        readers.forget_layout(key)
+        runs, slots = runs[run:], slots[run:]
+        changed = runs[:, 0] == bad
+        moved = np.concatenate([np.arange(a, a + n) for a, n in slots[changed].tolist()])
+        _read_group(readers, key, out, moved, indices, False)
+        runs, slots = np.ascontiguousarray(runs[~changed]), slots[~changed]
 
 
 def _check_slot(reader: ImageReader, slot_shape: tuple[int, ...], whole: bool) -> None:

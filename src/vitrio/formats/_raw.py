@@ -45,6 +45,7 @@ from ._contract import FormatError, HeaderStatistics, ImageReader, ImageWriter
 
 __all__ = [
     "Decoder",
+    "KnownFiles",
     "RawArrayReader",
     "RawArrayWriter",
     "RawLayout",
@@ -131,15 +132,30 @@ class RawLayout:
         return None
 
 
-def read_runs(
-    layouts: Sequence[RawLayout], kinds: np.ndarray, runs: np.ndarray, out: np.ndarray, dst_kind: int
-) -> tuple[int, int] | None:
-    """Read runs of values of files into `out` with one native call, without the GIL.
+class KnownFiles:
+    """Files of known layouts, as `read_runs` takes them: their layouts, paths and check rows.
 
     Args:
         layouts: The files.
-        kinds: The stored kind of each file, as its `plan` gives it.
-        runs: int64 rows (file, offset, values, destination byte), those of one file together.
+        kinds: The stored kind of each file's values, as its `plan` gives it.
+    """
+
+    __slots__ = ("layouts", "paths", "checks")
+
+    def __init__(self, layouts: Sequence[RawLayout], kinds: Sequence[int]):
+        self.layouts = list(layouts)
+        self.paths = tuple(layout.path for layout in layouts)
+        self.checks = np.empty((len(layouts), 5), dtype=np.int64)
+        self.checks[:, :4] = [layout.check for layout in layouts]
+        self.checks[:, 4] = kinds
+
+
+def read_runs(files: KnownFiles, runs: np.ndarray, out: np.ndarray, dst_kind: int) -> tuple[int, int] | None:
+    """Read runs of values of files into `out` with one native call, without the GIL.
+
+    Args:
+        files: The files.
+        runs: C-contiguous int64 rows (file, offset, values, destination byte), those of one file together.
         out: A C-contiguous array.
         dst_kind: The kind of `out`'s values.
 
@@ -150,17 +166,13 @@ def read_runs(
     Raises:
         OSError: If a read fails, or a file ends before a run does, naming the file.
     """
-    paths = tuple(layout.path for layout in layouts)
-    checks = np.empty((len(layouts), 5), dtype=np.int64)
-    checks[:, :4] = [layout.check for layout in layouts]
-    checks[:, 4] = kinds
-    failure = _read_runs(paths, checks, runs, out, dst_kind)
+    failure = _read_runs(files.paths, files.checks, runs, out, dst_kind)
     if failure is None:
         return None
     run, file, status, code = failure
     if status in (_READ_CHANGED, _READ_OPEN):
         return run, file
-    key = layouts[file].key
+    key = files.layouts[file].key
     if status == _READ_SHORT:
         raise OSError(errno.EIO, f"{key}: the file ended before its images did: it was truncated while read")
     raise OSError(code, f"{key}: {os.strerror(code)}")
