@@ -261,6 +261,8 @@ def _plan_known(
     if beyond.any():  # the readers raise the IndexError
         known &= ~np.isin(files, files[beyond])
     positions = np.flatnonzero(known)
+    if not len(positions):
+        return None
     file, index = files[positions], indices[positions]
     order = np.lexsort((index, file))
     file, index, slot = file[order], index[order], positions[order]
