@@ -325,3 +325,16 @@ def test_crop_refuses_patches_outside_out_or_images_outside_src():
         image, 0, kind, (4, 4), np.array([[-1, 3]]), np.array([1], np.int64), out, kind, (2, 2), None
     )
     np.testing.assert_array_equal(out[1], [[0, 0], [3, 0]])
+
+
+def test_a_loader_that_reads_ahead_reads_the_same(tmp_path: Path):
+    values = np.arange(30 * 4 * 4, dtype=np.float32).reshape(30, 4, 4)
+    path = tmp_path / "stack.mrcs"
+    vio.write_stack(values, path)
+    plain = vio.loader(workers=2, cache=2)
+    ahead = vio.ImageLoader(plain.executor, plain.readers, read_ahead=True)
+    order = np.random.default_rng(0).permutation(30)
+    for loader in (plain, ahead, ahead):
+        out = np.zeros((30, 4, 4), np.float32)
+        vio.read_batch_async(loader, out, [vio.ImageLocation(path, int(i)) for i in order]).get()
+        np.testing.assert_array_equal(out, values[order])
