@@ -962,13 +962,16 @@ static PyObject *advise(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* Fills n values of `size` bytes at dst with `value`. */
+/* Fills n values of `size` bytes at dst with `value`: one value, then copies of what is filled. */
 static void fill_values(uint8_t *dst, size_t n, const uint8_t *value, size_t size) {
-    if (size == 1) {
-        memset(dst, value[0], n);
-        return;
+    if (n == 0) return;
+    size_t total = n * size, done = size;
+    memcpy(dst, value, size);
+    while (done < total) {
+        size_t step = done < total - done ? done : total - done;
+        memcpy(dst + done, dst, step);
+        done += step;
     }
-    for (size_t i = 0; i < n; i++) memcpy(dst + i * size, value, size);
 }
 
 #define PATCH_LIMIT ((int64_t)1 << 40)
