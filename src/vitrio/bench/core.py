@@ -202,7 +202,7 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
         for label, baseline in baselines:
             measured = baseline if label == "torch" else lambda b=baseline: timed_rate(b)
             against.append((label, median_rate(measured, repeats)[0]))
-        print(format_row(name, rate, rate * item_bytes, memcpy, against), flush=True)
+        print(format_line(name, rate, rate * item_bytes, memcpy, against), flush=True)
 
     def torch_baseline(dataset):
         return "torch", lambda: torch_baseline_rate(dataset, batches)
@@ -334,7 +334,13 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
 HEADER = f"{'workload':<24}{'img/s':>10}{'MB/s':>9}{'memcpy':>8}   ratio to the baselines (img/s)"
 
 
-def format_row(name, rate, byte_rate, memcpy, against) -> str:
+def format_row(name, rate, torch_rate, mmap_rate) -> str:
+    """A line of `vitrio bench`'s table: vitrio's rate and its ratio to baselines (a) and (b)."""
+    mmap_text = f"{mmap_rate:>12,.0f}{rate / mmap_rate:>8.2f}" if mmap_rate else f"{'-':>12}{'-':>8}"
+    return f"{name:<22}{rate:>14,.0f}{torch_rate:>12,.0f}{rate / torch_rate:>8.2f}{mmap_text}"
+
+
+def format_line(name, rate, byte_rate, memcpy, against) -> str:
     """A line of the table: the rates, the share of memcpy, and the ratio to each baseline."""
     ratios = "  ".join(f"x{rate / other:.2f} {label} ({other:,.0f})" for label, other in against)
     return f"{name:<24}{rate:>10,.0f}{byte_rate / 1e6:>9,.0f}{byte_rate / memcpy:>8.2f}   {ratios}"
