@@ -48,10 +48,11 @@ class ImageLoader:
     Args:
         executor: Where the reads run.
         readers: What hands out the reader of each file.
-        read_ahead: Whether a batch first tells the kernel what it is about to read of raw files
-            (`posix_fadvise` WILLNEED), so that files not in the page cache are read from disk
-            many requests at a time: worth it where batches are read ahead of their use, as a
-            `vitrio.data.DataLoader` does.
+        read_ahead: Whether a batch tells the kernel what it will read of raw files
+            (`posix_fadvise` WILLNEED) as it is submitted, so that files not in the page cache
+            are read from disk many requests at a time while earlier batches are copied: worth
+            it where batches are submitted ahead of their use, as a `vitrio.data.DataLoader`
+            does. It costs the submitting thread a system call per run (and an open per file).
     """
 
     def __init__(
@@ -201,8 +202,8 @@ def read_indexed_async(
         plan = _plan_known(readers, out, keys, key_ids, indices)
         if plan is not None:
             left, files, runs, slots, dst_kind = plan
-            if loader.read_ahead:
-                tasks.append(lambda: advise(files.paths, runs))
+            if loader.read_ahead:  # now, so that the kernel reads while the batches before it are copied
+                advise(files.paths, runs)
             for a, b in task_bounds(len(runs), loader.worker_count, _NATIVE_TASKS_PER_WORKER):
                 tasks.append(
                     lambda a=a, b=b: _read_known(
