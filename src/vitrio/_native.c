@@ -1005,13 +1005,15 @@ static PyObject *crop(PyObject *self, PyObject *args) {
         extents[3 - rank + a] = e, patch[3 - rank + a] = p;
     }
     size_t in_size = kind_size[src_kind & ~SWAP], out_size = kind_size[dst_kind];
-    uint64_t image_values = (uint64_t)extents[0] * (uint64_t)extents[1], patch_values = (uint64_t)patch[0] * (uint64_t)patch[1];
-    if (image_values > (uint64_t)PY_SSIZE_T_MAX / (uint64_t)extents[2] / 8 ||
-        patch_values > (uint64_t)PY_SSIZE_T_MAX / (uint64_t)(patch[2] ? patch[2] : 1) / 8) {
+    uint64_t image_values = 1, patch_values = 1;
+    int too_large = 0;
+    for (int a = 0; a < 3; a++)
+        too_large |= __builtin_mul_overflow(image_values, (uint64_t)extents[a], &image_values) |
+                     __builtin_mul_overflow(patch_values, (uint64_t)patch[a], &patch_values);
+    if (too_large || image_values > (uint64_t)PY_SSIZE_T_MAX / 8 || patch_values > (uint64_t)PY_SSIZE_T_MAX / 8) {
         PyErr_SetString(PyExc_ValueError, "extents or patch too large");
         goto done;
     }
-    image_values *= (uint64_t)extents[2], patch_values *= (uint64_t)patch[2];
     if (offset < 0 || (uint64_t)offset > (uint64_t)src.len || image_values * in_size > (uint64_t)(src.len - offset)) {
         PyErr_SetString(PyExc_ValueError, "the image lies outside src");
         goto done;

@@ -338,3 +338,62 @@ def test_a_loader_that_reads_ahead_reads_the_same(tmp_path: Path):
         out = np.zeros((30, 4, 4), np.float32)
         vio.read_batch_async(loader, out, [vio.ImageLocation(path, int(i)) for i in order]).get()
         np.testing.assert_array_equal(out, values[order])
+
+
+# ---------------------------------------------------------------- random arguments
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_any = st.integers(-(1 << 63), (1 << 63) - 1)
+_small = st.integers(-8, 80)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(runs=st.lists(st.tuples(st.integers(-1, 2), st.one_of(_small, _any), _small, _small), max_size=6))
+def test_read_runs_reads_what_it_accepts_and_refuses_the_rest(tmp_path: Path, runs):
+    values = np.arange(16, dtype=np.int16)
+    path = tmp_path / "values.bin"
+    if not path.exists():
+        path.write_bytes(values.tobytes())
+    status = os.stat(path)
+    check = np.array([[status.st_size, status.st_mtime_ns, status.st_ino, status.st_dev, 3]] * 2, np.int64)
+    table = np.array(runs, np.int64).reshape(-1, 4)
+    out = np.zeros(10, np.float32)
+    kind = KINDS[np.dtype(np.float32)]
+    try:
+        failure = _native.read_runs((os.fsencode(path),) * 2, check, table, out, kind)
+    except ValueError as error:
+        assert "lies outside" in str(error)
+        assert not out.any()
+        return
+    assert failure is None
+    expected = np.zeros(40, np.uint8)
+    for _, offset, count, at in runs:
+        stored = np.frombuffer(values.tobytes()[offset : offset + 2 * count], np.int16)
+        expected[at : at + 4 * count] = stored.astype(np.float32).view(np.uint8)
+    np.testing.assert_array_equal(out.view(np.uint8), expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    extents=st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 6)),
+    patch=st.tuples(st.integers(0, 4), st.integers(0, 4), st.integers(0, 4)),
+    origins=st.lists(
+        st.tuples(st.integers(-6, 9), st.integers(-6, 9), st.integers(-6, 9)), min_size=1, max_size=4
+    ),
+    rank=st.sampled_from([2, 3]),
+    fill=st.sampled_from([None, 9.0]),
+)
+def test_crop_matches_numpy_for_any_origin(extents, patch, origins, rank, fill):
+    extents, patch = extents[3 - rank :], patch[3 - rank :]
+    image = np.arange(int(np.prod(extents)), dtype=np.float16).reshape(extents)
+    starts = np.array([o[3 - rank :] for o in origins], np.int64)
+    out = np.full((len(origins), *patch), -1, np.float32)
+    value = None if fill is None else np.float32(fill).tobytes()
+    slots = np.arange(len(origins), dtype=np.int64)
+    _native.crop(image, 0, KINDS[np.dtype(np.float16)], extents, starts, slots, out, 5, patch, value)
+    expected = _expected_patches(
+        image.astype(np.float32), starts + np.asarray(patch) // 2, patch, fill, -1, np.float32
+    )
+    np.testing.assert_array_equal(out, expected)
