@@ -203,7 +203,7 @@ def read_indexed_async(
         if plan is not None:
             left, files, runs, slots, dst_kind = plan
             if loader.read_ahead:  # now, so that the kernel reads while the batches before it are copied
-                advise(files.paths, runs)
+                advise(files.paths, files.checks, runs)
             for a, b in task_bounds(len(runs), loader.worker_count, _NATIVE_TASKS_PER_WORKER):
                 tasks.append(
                     lambda a=a, b=b: _read_known(

@@ -77,10 +77,10 @@
  *     its check row says (changed since), 3 a read failed (errno), 4 the file ended first.
  *     Runs before it are read.
  *
- *   advise(paths, runs)
- *     Tells the kernel the runs (rows as read_runs takes them) will be read soon
- *     (posix_fadvise WILLNEED), so that the disk reads them while earlier batches are copied.
- *     Files that do not open are passed over.
+ *   advise(paths, checks, runs)
+ *     Tells the kernel the runs (as read_runs takes them) will be read soon (posix_fadvise
+ *     WILLNEED), so that the disk reads them while earlier batches are copied. Files that do not
+ *     open are passed over.
  *
  *   convert(src, src_kind, out, dst_kind)
  *     Converts the values of `src` into `out`.
@@ -809,7 +809,7 @@ static int read_fully(int fd, uint8_t *dst, size_t length, int64_t offset) {
 }
 
 /* Checks the paths, the check rows and the runs (rows of 4 int64, files in range, offsets and counts
- * not negative, each run's bytes within the size its file had and, with `out_len` >= 0, its
+ * not negative, each run's bytes within the size its file had and, with dst_kind >= 0, its
  * destination within out_len). */
 static int check_runs(PyObject *paths, const Py_buffer *checks, const Py_buffer *runs, Py_ssize_t out_len,
                       long dst_kind, Py_ssize_t *files) {
@@ -824,24 +824,23 @@ static int check_runs(PyObject *paths, const Py_buffer *checks, const Py_buffer 
             return -1;
         }
     }
-    if (runs->len % 32 || (checks && checks->len != n_files * 40)) {
+    if (runs->len % 32 || checks->len != n_files * 40) {
         PyErr_SetString(PyExc_ValueError, "runs are int64 rows of 4, checks int64 rows of 5, one per path");
         return -1;
     }
-    const int64_t *check = checks ? (const int64_t *)checks->buf : NULL;
-    if (check) {
-        for (Py_ssize_t i = 0; i < n_files; i++)
-            if (bad_kinds((long)check[5 * i + 4], dst_kind)) return -1;
-    }
+    const int64_t *check = (const int64_t *)checks->buf;
+    for (Py_ssize_t i = 0; i < n_files; i++)
+        if (bad_kinds((long)check[5 * i + 4], dst_kind < 0 ? K_F32 : dst_kind)) return -1;
     const int64_t *run = (const int64_t *)runs->buf;
     for (Py_ssize_t i = 0; i < runs->len / 32; i++, run += 4) {
         int64_t file = run[0], offset = run[1], count = run[2], at = run[3];
         int ok = file >= 0 && file < n_files && offset >= 0 && count >= 0 && at >= 0 && count <= (INT64_MAX >> 3);
-        if (ok && check) {
+        if (ok) {
             const int64_t *c = check + 5 * file;
             int64_t bytes = count * (int64_t)kind_size[c[4] & ~SWAP];
-            int64_t out_bytes = count * (int64_t)kind_size[dst_kind];
-            ok = offset <= c[0] && bytes <= c[0] - offset && at <= out_len && out_bytes <= out_len - at;
+            ok = offset <= c[0] && bytes <= c[0] - offset;
+            if (dst_kind >= 0)
+                ok = ok && at <= out_len && count * (int64_t)kind_size[dst_kind] <= out_len - at;
         }
         if (!ok) {
             PyErr_Format(PyExc_ValueError, "run %zd lies outside its file or the destination", i);
@@ -935,14 +934,15 @@ done:
 
 static PyObject *advise(PyObject *self, PyObject *args) {
     PyObject *paths;
-    Py_buffer runs = {0};
+    Py_buffer checks = {0}, runs = {0};
     Py_ssize_t n_files;
-    if (!PyArg_ParseTuple(args, "O!y*:advise", &PyTuple_Type, &paths, &runs)) return NULL;
-    if (check_runs(paths, NULL, &runs, -1, K_BYTES, &n_files) < 0) {
+    if (!PyArg_ParseTuple(args, "O!y*y*:advise", &PyTuple_Type, &paths, &checks, &runs)) return NULL;
+    if (check_runs(paths, &checks, &runs, 0, -1, &n_files) < 0) {
+        PyBuffer_Release(&checks);
         PyBuffer_Release(&runs);
         return NULL;
     }
-    const int64_t *run = (const int64_t *)runs.buf;
+    const int64_t *run = (const int64_t *)runs.buf, *check = (const int64_t *)checks.buf;
     Py_ssize_t n = runs.len / 32;
     Py_BEGIN_ALLOW_THREADS;
     int64_t file = -1;
@@ -954,10 +954,12 @@ static PyObject *advise(PyObject *self, PyObject *args) {
             file = r[0];
             fd = open_file(PyTuple_GET_ITEM(paths, file));
         }
-        if (fd >= 0) posix_fadvise(fd, (off_t)r[1], (off_t)r[2], POSIX_FADV_WILLNEED);
+        off_t bytes = (off_t)(r[2] * (int64_t)kind_size[check[5 * r[0] + 4] & ~SWAP]);
+        if (fd >= 0) posix_fadvise(fd, (off_t)r[1], bytes, POSIX_FADV_WILLNEED);
     }
     if (fd >= 0) close(fd);
     Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&checks);
     PyBuffer_Release(&runs);
     Py_RETURN_NONE;
 }

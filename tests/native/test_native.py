@@ -154,11 +154,13 @@ def test_read_runs_reports_files_missing_or_changed(tmp_path: Path):
 
 
 def test_advise_passes_over_files_that_do_not_open(tmp_path: Path):
-    path, _ = _file(tmp_path, b"\0" * 4096)
-    runs = np.array([[0, 0, 4096, 0], [1, 0, 4096, 0]], np.int64)
-    assert _native.advise((path, path + b".missing"), runs) is None
+    path, check = _file(tmp_path, b"\0" * 4096)
+    runs = np.array([[0, 0, 1024, 0], [1, 0, 1024, 0]], np.int64)
+    assert _native.advise((path, path + b".missing"), np.concatenate([check, check]), runs) is None
     with pytest.raises(ValueError, match="run 0 lies outside"):
-        _native.advise((path,), np.array([[2, 0, 1, 0]], np.int64))
+        _native.advise((path,), check, np.array([[2, 0, 1, 0]], np.int64))
+    with pytest.raises(ValueError, match="run 0 lies outside"):  # 1025 float32 values: past the end
+        _native.advise((path,), check, np.array([[0, 0, 1025, 0]], np.int64))
 
 
 # ---------------------------------------------------------------- through the public API
