@@ -16,7 +16,9 @@ W1c, W2c: W1 and W2 with the files evicted from the page cache before each
 
 Each row gives images/s, bytes/s, the share of one-thread memcpy (np.copyto
 of 512 MB, best of 3, measured in the same run) and the ratio to the
-baselines.
+baselines: medians of --repeats runs, each measured after one run that is
+not (the files in the page cache, as after a first epoch; for the cold rows
+the page cache is emptied before every run).
 
 Baselines, in the same run: (a) torch's DataLoader with 2 worker processes
 over a Dataset that reads one image per item with mrcfile; (b) mrcfile's
@@ -197,9 +199,12 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
     def measure(name, ours, item_bytes, baselines):
         """Print the row of `ours` (items done per call) against `baselines`, (label, items per call) or
         (label, rate per call) for torch's."""
+        ours()  # a first epoch: the files into the page cache, the readers opened, the layouts kept
         rate, _ = median_rate(lambda: timed_rate(ours), repeats)
         against = []
         for label, baseline in baselines:
+            if label != "torch":  # torch's DataLoader leaves out its first batch itself
+                baseline()
             measured = baseline if label == "torch" else lambda b=baseline: timed_rate(b)
             against.append((label, median_rate(measured, repeats)[0]))
         print(format_line(name, rate, rate * item_bytes, memcpy, against), flush=True)
