@@ -7,6 +7,10 @@ converting type and byte order in the same pass; a batch of images of one
 file bound for consecutive slots is one `numpy.take`. Copies release the
 GIL, and after the first touch of a page there is no system call at all.
 Before each copy the reader checks the file has not shrunk under the map.
+A page that cannot be read during a copy (the file shrank meanwhile, or an
+I/O error) would kill the process with SIGBUS: the map of `vitrio._native.map_file`
+reads it as zeros instead and counts it, and the read raises `OSError`; the
+reader raises it from then on.
 
 A reader also gives its file's layout (`RawArrayReader.layout`): where the
 images lie, in what type, and what the file was (size, mtime, inode) when
@@ -14,10 +18,6 @@ its header was parsed. With it, `read_runs` reads images of files whose
 readers are closed with one native call: open, `pread`s, close, converting
 in the same pass, without the GIL. Patches of one image are cropped out of
 the map in one native call too (`RawArrayReader.read_patches`).
-A page that cannot be read during a copy (the file shrank meanwhile, or an
-I/O error) would kill the process with SIGBUS: the map of `vitrio._native.map_file`
-reads it as zeros instead and counts it, and the read raises `OSError`; the
-reader raises it from then on.
 
 Writers write with `os.pwrite` into a private file made beside the
 destination (`vitrio._fs.PartialFile`) and renamed onto it when finished.
