@@ -67,7 +67,7 @@
  *   Conversions: any kind to float32 or float16 (as numpy casts, rounding to nearest even), and
  *   any kind to itself.
  *
- *   read_runs(paths, checks, runs, out, dst_kind) -> None | (run, file, status, errno)
+ *   read_runs(paths, checks, runs, out, dst_kind, maps=None) -> None | (run, file, status, errno)
  *     `paths`: a tuple of file names (bytes); `checks`: int64 rows (size, mtime_ns, inode, device,
  *     stored kind), one per file, what the file was when its layout was parsed; `runs`: int64 rows
  *     (file, offset, count, destination), each `count` values at byte `offset` of the file, to
@@ -75,7 +75,10 @@
  *     file is opened once, checked against its row, read with pread, and closed. Returns None,
  *     or the first run that failed: status 1 the file did not open (errno), 2 it is not what
  *     its check row says (changed since), 3 a read failed (errno), 4 the file ended first.
- *     Runs before it are read.
+ *     Runs before it are read. `maps`, a tuple of a buffer or None per file, gives files that
+ *     are mapped already (the FileMap of an open reader): such a file is checked with stat
+ *     rather than opened, and its runs are copied out of the map; a run that does not lie in
+ *     the map fails with status 2.
  *
  *   advise(paths, checks, runs)
  *     Tells the kernel the runs (as read_runs takes them) will be read soon (posix_fadvise
@@ -97,6 +100,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <stdatomic.h>
@@ -487,6 +491,7 @@ typedef struct {
     void *address;
     Py_ssize_t length;
     Guard *guard;
+    PyObject *weakrefs;
 } FileMap;
 
 static int filemap_getbuffer(PyObject *self, Py_buffer *view, int flags) {
@@ -496,6 +501,7 @@ static int filemap_getbuffer(PyObject *self, Py_buffer *view, int flags) {
 
 static void filemap_dealloc(PyObject *self) {
     FileMap *map = (FileMap *)self;
+    if (map->weakrefs) PyObject_ClearWeakRefs(self);
     if (map->guard) {
         atomic_store(&map->guard->start, 0);
         atomic_store(&map->guard->end, 0);
@@ -530,6 +536,7 @@ static PyTypeObject FileMapType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A read-only map of the start of a file, whose pages that cannot be read read as zeros.",
     .tp_getset = filemap_getset,
+    .tp_weaklistoffset = offsetof(FileMap, weakrefs),
 };
 
 /* A free slot guarding `length` bytes at `address`, or NULL when every slot is taken. */
@@ -574,6 +581,7 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
     map->address = address;
     map->length = length;
     map->guard = guard(address, length);
+    map->weakrefs = NULL;
     return (PyObject *)map;
 }
 
@@ -878,18 +886,48 @@ static int open_file(PyObject *path) {
     return fd;
 }
 
+/* Whether the file `st` describes is the one a check row (size, mtime_ns, inode, device) describes. */
+static int same_file(const struct stat *st, const int64_t *c) {
+    return S_ISREG(st->st_mode) && (int64_t)st->st_size == c[0] &&
+           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == c[1] && (int64_t)st->st_ino == c[2] &&
+           (int64_t)st->st_dev == c[3];
+}
+
+/* Copies one run out of the map of its file (`map`, `length` bytes) into dst, converting. */
+static int copy_run(const uint8_t *map, Py_ssize_t length, int64_t offset, int64_t count, int src_kind,
+                    int dst_kind, uint8_t *dst) {
+    if (offset > length || count * (int64_t)kind_size[src_kind & ~SWAP] > length - offset) return READ_CHANGED;
+    convert_values(src_kind, dst_kind, map + offset, dst, (size_t)count);
+    return READ_OK;
+}
+
 static PyObject *read_runs(PyObject *self, PyObject *args) {
-    PyObject *paths, *result = NULL;
+    PyObject *paths, *maps = Py_None, *result = NULL;
     Py_buffer checks = {0}, runs = {0}, out = {0};
+    Py_buffer *views = NULL;
     long dst_kind;
-    Py_ssize_t n_files;
-    if (!PyArg_ParseTuple(args, "O!y*y*w*l:read_runs", &PyTuple_Type, &paths, &checks, &runs, &out, &dst_kind))
+    Py_ssize_t n_files = 0, mapped = 0;
+    if (!PyArg_ParseTuple(args, "O!y*y*w*l|O:read_runs", &PyTuple_Type, &paths, &checks, &runs, &out, &dst_kind,
+                          &maps))
         return NULL;
     if (dst_kind < 0 || dst_kind >= KINDS) {
         PyErr_SetString(PyExc_ValueError, "dst_kind is not a kind");
         goto done;
     }
     if (check_runs(paths, &checks, &runs, out.len, dst_kind, &n_files) < 0) goto done;
+    if (maps != Py_None && (!PyTuple_Check(maps) || PyTuple_GET_SIZE(maps) != n_files)) {
+        PyErr_SetString(PyExc_ValueError, "maps is a tuple of a buffer or None per path");
+        goto done;
+    }
+    views = PyMem_Calloc((size_t)n_files + 1, sizeof(Py_buffer));
+    if (views == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; maps != Py_None && mapped < n_files; mapped++) {
+        PyObject *map = PyTuple_GET_ITEM(maps, mapped);
+        if (map != Py_None && PyObject_GetBuffer(map, &views[mapped], PyBUF_SIMPLE) < 0) goto done;
+    }
     const int64_t *run = (const int64_t *)runs.buf, *check = (const int64_t *)checks.buf;
     Py_ssize_t n = runs.len / 32, i = 0;
     int64_t file = -1;
@@ -897,24 +935,35 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS;
     for (; i < n; i++) {
         const int64_t *r = run + 4 * i;
+        const Py_buffer *view = &views[r[0]];
+        int kind = (int)check[5 * r[0] + 4];
         if (r[0] != file) {
             if (fd >= 0) close(fd);
+            fd = -1;
             file = r[0];
-            fd = open_file(PyTuple_GET_ITEM(paths, file));
-            if (fd < 0) {
-                status = READ_OPEN;
-                break;
-            }
+            const char *path = PyBytes_AS_STRING(PyTuple_GET_ITEM(paths, file));
             struct stat st;
-            const int64_t *c = check + 5 * file;
-            if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (int64_t)st.st_size != c[0] ||
-                (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != c[1] || (int64_t)st.st_ino != c[2] ||
-                (int64_t)st.st_dev != c[3]) {
+            int found;
+            if (view->buf != NULL) {
+                found = stat(path, &st) == 0;
+            } else {
+                fd = open_file(PyTuple_GET_ITEM(paths, file));
+                if (fd < 0) {
+                    status = READ_OPEN;
+                    break;
+                }
+                found = fstat(fd, &st) == 0;
+            }
+            if (!found || !same_file(&st, check + 5 * file)) {
                 status = READ_CHANGED;
                 break;
             }
         }
-        status = read_run(fd, r[1], r[2], (int)check[5 * file + 4], (int)dst_kind, (uint8_t *)out.buf + r[3]);
+        uint8_t *dst = (uint8_t *)out.buf + r[3];
+        if (view->buf != NULL)
+            status = copy_run(view->buf, view->len, r[1], r[2], kind, (int)dst_kind, dst);
+        else
+            status = read_run(fd, r[1], r[2], kind, (int)dst_kind, dst);
         if (status) break;
     }
     error = errno;
@@ -926,6 +975,9 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
         result = Py_BuildValue("(nLii)", i, (long long)file, status,
                                status == READ_OPEN || status == READ_ERROR ? error : 0);
 done:
+    for (Py_ssize_t j = 0; views != NULL && j < mapped; j++)
+        if (views[j].obj != NULL) PyBuffer_Release(&views[j]);
+    PyMem_Free(views);
     PyBuffer_Release(&checks);
     PyBuffer_Release(&runs);
     PyBuffer_Release(&out);

@@ -399,3 +399,34 @@ def test_crop_matches_numpy_for_any_origin(extents, patch, origins, rank, fill):
         image.astype(np.float32), starts + np.asarray(patch) // 2, patch, fill, -1, np.float32
     )
     np.testing.assert_array_equal(out, expected)
+
+
+def test_a_file_with_an_open_reader_is_read_out_of_its_map_until_the_reader_closes(tmp_path: Path):
+    values = np.arange(6 * 8 * 8, dtype=np.int16).reshape(6, 8, 8)
+    path = tmp_path / "stack.mrcs"
+    vio.write_stack(values, path)
+    loader = vio.loader(workers=1, cache=1)
+    locations = [vio.ImageLocation(path, i) for i in (5, 0, 3)]
+    for _ in range(2):
+        out = np.zeros((3, 8, 8), np.float32)
+        vio.read_batch_async(loader, out, locations).get()
+        np.testing.assert_array_equal(out, values[[5, 0, 3]])
+    layout = loader.readers.layout(str(path))
+    assert layout.mapped() is not None  # the cached reader's map
+    loader.readers.clear()
+    assert layout.mapped() is None  # closed with its reader: read with pread from now on
+    vio.read_batch_async(loader, out, locations[::-1]).get()
+    np.testing.assert_array_equal(out, values[[3, 0, 5]])
+
+
+def test_a_file_truncated_under_an_open_reader_raises_naming_it(tmp_path: Path):
+    path = tmp_path / "stack.mrcs"
+    vio.write_stack(np.ones((64, 32, 32), np.float32), path)
+    loader = vio.loader(workers=1, cache=2)
+    locations = [vio.ImageLocation(path, i) for i in range(64)]
+    out = np.zeros((64, 32, 32), np.float32)
+    vio.read_batch_async(loader, out, locations).get()
+    vio.read_batch_async(loader, out, locations).get()
+    os.truncate(path, 1024 + 10 * 32 * 32 * 4)
+    with pytest.raises(OSError, match=f"{path}: .*truncated"):
+        vio.read_batch_async(loader, out, locations).get()

@@ -32,6 +32,7 @@ import errno
 import math
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO
 
@@ -95,13 +96,24 @@ class RawLayout:
         dtype: The type and byte order of the stored values.
         image_bytes: The bytes of one image as stored.
         check: (size, mtime in ns, inode, device) of the file when its header was parsed.
+
+    Args:
+        key, descriptor, offset, dtype: The attributes above.
+        status: The file's status when its header was parsed.
+        mapped: The map of the file's reader, while it lives (a weak reference is kept).
     """
 
     __slots__ = ("key", "path", "descriptor", "core_extents", "image_count", "offset", "dtype")
-    __slots__ += ("image_bytes", "check", "_plans")
+    __slots__ += ("image_bytes", "check", "_plans", "_map")
 
     def __init__(
-        self, key: str, descriptor: ImageDescriptor, offset: int, dtype: np.dtype, status: os.stat_result
+        self,
+        key: str,
+        descriptor: ImageDescriptor,
+        offset: int,
+        dtype: np.dtype,
+        status: os.stat_result,
+        mapped: Any = None,
     ):
         self.key, self.path, self.descriptor = key, os.fsencode(key), descriptor
         self.core_extents = descriptor.core_extents
@@ -110,6 +122,13 @@ class RawLayout:
         self.image_bytes = math.prod(self.core_extents) * dtype.itemsize
         self.check = (status.st_size, status.st_mtime_ns, status.st_ino, status.st_dev)
         self._plans: dict[np.dtype, tuple[int, int, int] | None] = {}
+        self._map = weakref.ref(mapped) if mapped is not None else None
+
+    def mapped(self) -> Any:
+        """The map of the file's reader while it lives (and the SIGBUS guard covers it) and no page
+        of it has failed to read, else None."""
+        mapped = self._map() if self._map is not None else None
+        return mapped if mapped is not None and not mapped.faults else None
 
     def plan(self, out_dtype: np.dtype) -> tuple[int, int, int] | None:
         """How `read_runs` reads an image into `out_dtype`: (stored kind, destination kind, values per
@@ -133,18 +152,22 @@ class RawLayout:
 
 
 class KnownFiles:
-    """Files of known layouts, as `read_runs` takes them: their layouts, paths and check rows.
+    """Files of known layouts, as `read_runs` takes them: their layouts, paths, check rows and maps.
+
+    A file whose reader is open is read out of the reader's map, without a system call but a `stat`.
 
     Args:
         layouts: The files.
         kinds: The stored kind of each file's values, as its `plan` gives it.
     """
 
-    __slots__ = ("layouts", "paths", "checks")
+    __slots__ = ("layouts", "paths", "checks", "maps", "_mapped")
 
     def __init__(self, layouts: Sequence[RawLayout], kinds: Sequence[int]):
         self.layouts = list(layouts)
         self.paths = tuple(layout.path for layout in layouts)
+        self.maps = tuple(layout.mapped() for layout in layouts)
+        self._mapped = [i for i, m in enumerate(self.maps) if m is not None]
         self.checks = np.empty((len(layouts), 5), dtype=np.int64)
         self.checks[:, :4] = [layout.check for layout in layouts]
         self.checks[:, 4] = kinds
@@ -164,9 +187,18 @@ def read_runs(files: KnownFiles, runs: np.ndarray, out: np.ndarray, dst_kind: in
         says any more (changed or gone): the runs before it were read.
 
     Raises:
-        OSError: If a read fails, or a file ends before a run does, naming the file.
+        OSError: If a read fails, a file ends before a run does, or pages of a map could not be
+            read (they read as zeros), naming the file.
     """
-    failure = _read_runs(files.paths, files.checks, runs, out, dst_kind)
+    failure = _read_runs(files.paths, files.checks, runs, out, dst_kind, files.maps)
+    for i in files._mapped:
+        faults = files.maps[i].faults
+        if faults:
+            raise OSError(
+                errno.EIO,
+                f"{files.layouts[i].key}: {faults} pages of the file could not be read while open "
+                "(it was truncated, or an I/O error), and read as zeros",
+            )
     if failure is None:
         return None
     run, file, status, code = failure
@@ -283,7 +315,8 @@ class RawArrayReader(ImageReader):
         decoder or a permutation of the axes)."""
         if self._decoder is not None or self._axes is not None or self._map is None:
             return None
-        return RawLayout(self.key, self.descriptor, self._offset, self._dtype, self._status)
+        mapped = self._map if self._map.guarded else None
+        return RawLayout(self.key, self.descriptor, self._offset, self._dtype, self._status, mapped)
 
     def read_patches(
         self,
