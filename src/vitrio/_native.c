@@ -63,9 +63,9 @@
  * And batch reads of raw images, with no Python per image (the GIL released throughout):
  *
  *   Kinds of values: 0 uint8, 1 int8, 2 uint16, 3 int16, 4 float16, 5 float32, 6 bytes (copied as
- *   they are). A stored kind may carry SWAP (256): its values are of the other byte order.
- *   Conversions: any kind to float32 or float16 (as numpy casts, rounding to nearest even), and
- *   any kind to itself.
+ *   they are), 7 bfloat16. A stored kind may carry SWAP (256): its values are of the other byte
+ *   order. Conversions: any kind but bytes to float32, float16 or bfloat16 (as numpy and ml_dtypes
+ *   cast, rounding to nearest even), and any kind to itself.
  *
  *   read_runs(paths, checks, runs, out, dst_kind, maps=None) -> None | (run, file, status, errno)
  *     `paths`: a tuple of file names (bytes); `checks`: int64 rows (size, mtime_ns, inode, device,
@@ -587,8 +587,8 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
 
 /* ---------------------------------------------------------------- batch reads of raw images */
 
-enum { K_U8, K_I8, K_U16, K_I16, K_F16, K_F32, K_BYTES, KINDS, SWAP = 256 };
-static const size_t kind_size[KINDS] = {1, 1, 2, 2, 2, 4, 1};
+enum { K_U8, K_I8, K_U16, K_I16, K_F16, K_F32, K_BYTES, K_BF16, KINDS, SWAP = 256 };
+static const size_t kind_size[KINDS] = {1, 1, 2, 2, 2, 4, 1, 2};
 static int has_f16c;
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -696,8 +696,32 @@ static void f32_f16(const float *restrict src, uint16_t *restrict dst, size_t n)
 
 static void f32_f32(const void *restrict src, float *restrict dst, size_t n) { memcpy(dst, src, n * 4); }
 
+VECTORIZE static void bf16_f32(const void *restrict src, float *restrict dst, size_t n) {
+    const uint16_t *s = (const uint16_t *)src;
+    uint32_t *d = (uint32_t *)dst;
+    for (size_t i = 0; i < n; i++) d[i] = (uint32_t)s[i] << 16;
+}
+
+/* float32 to bfloat16, rounding to nearest even as ml_dtypes does; NaN stays NaN (made quiet). */
+VECTORIZE static void f32_bf16(const float *restrict src, uint16_t *restrict dst, size_t n) {
+    const uint32_t *s = (const uint32_t *)src;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = s[i];
+        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+    }
+}
+
 typedef void (*ToFloat)(const void *restrict, float *restrict, size_t);
-static const ToFloat to_f32[K_BYTES] = {u8_f32, i8_f32, u16_f32, i16_f32, f16_f32, f32_f32};
+static const ToFloat to_f32[KINDS] = {u8_f32, i8_f32, u16_f32, i16_f32, f16_f32, f32_f32, NULL, bf16_f32};
+
+/* float32 to a kind of two bytes: float16 or bfloat16. */
+static void narrow(int dst_kind, const float *src, uint16_t *dst, size_t n) {
+    if (dst_kind == K_BF16)
+        f32_bf16(src, dst, n);
+    else
+        f32_f16(src, dst, n);
+}
 
 VECTORIZE static void swap_bytes(void *values, size_t n, size_t size) {
     if (size == 2) {
@@ -739,10 +763,10 @@ static void convert_values(int src_kind, int dst_kind, const void *src, void *ds
         else if (dst_kind == K_F32)
             to_f32[kind](from, (float *)to, m);
         else if (kind == K_F32)
-            f32_f16((const float *)from, (uint16_t *)to, m);
+            narrow(dst_kind, (const float *)from, (uint16_t *)to, m);
         else {
             to_f32[kind](from, wide, m);
-            f32_f16(wide, (uint16_t *)to, m);
+            narrow(dst_kind, wide, (uint16_t *)to, m);
         }
     }
 }
@@ -753,7 +777,7 @@ static int convertible(long src_kind, long dst_kind) {
     if (kind < 0 || kind >= KINDS || (src_kind & ~(long)(SWAP | 0xff)) || dst_kind < 0 || dst_kind >= KINDS)
         return 0;
     if (kind == K_BYTES || dst_kind == K_BYTES) return kind == dst_kind && !(src_kind & SWAP);
-    return kind == dst_kind || dst_kind == K_F32 || dst_kind == K_F16;
+    return kind == dst_kind || dst_kind == K_F32 || dst_kind == K_F16 || dst_kind == K_BF16;
 }
 
 static int bad_kinds(long src_kind, long dst_kind) {

@@ -7,6 +7,7 @@ import os
 import struct
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -16,6 +17,8 @@ from vitrio.formats._raw import value_kind
 
 SOURCES = ("uint8", "int8", "uint16", "int16", "float16", "float32")
 KINDS = {np.dtype(name): kind for kind, name in enumerate(SOURCES)}
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+KINDS[BFLOAT16] = 7
 
 
 def _values(dtype: np.dtype, count: int, seed: int = 0) -> np.ndarray:
@@ -31,11 +34,11 @@ def _values(dtype: np.dtype, count: int, seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("order", ["<", ">"])
-@pytest.mark.parametrize("target", ["float32", "float16", "same"])
+@pytest.mark.parametrize("target", ["float32", "float16", "bfloat16", "same"])
 def test_every_conversion_matches_numpy(source: str, order: str, target: str):
     stored = np.dtype(source).newbyteorder(order)
     values = _values(np.dtype(source), 4099).astype(stored)
-    wanted = np.dtype(source if target == "same" else target)
+    wanted = np.dtype(source if target == "same" else BFLOAT16 if target == "bfloat16" else target)
     for start in (0, 3):  # a start off the vector width runs the portable tail
         part = values[start:]
         out = np.empty(len(part), wanted)
@@ -55,6 +58,18 @@ def test_every_half_converts_exactly():
     finite = np.isfinite(halves)
     assert np.array_equal(back.view(np.uint16)[finite], halves.view(np.uint16)[finite])
     assert np.isnan(back[np.isnan(halves)]).all()
+
+
+def test_bfloat16_converts_exactly_to_float32_and_back():
+    every = np.arange(1 << 16, dtype=np.uint16).view(BFLOAT16)
+    out = np.empty(len(every), np.float32)
+    _native.convert(every.tobytes(), KINDS[BFLOAT16], out, KINDS[np.dtype(np.float32)])
+    assert np.array_equal(out, every.astype(np.float32), equal_nan=True)
+    back = np.empty(len(every), BFLOAT16)
+    _native.convert(out.tobytes(), KINDS[np.dtype(np.float32)], back, KINDS[BFLOAT16])
+    finite = np.isfinite(out)
+    assert np.array_equal(back.view(np.uint16)[finite], every.view(np.uint16)[finite])
+    assert np.isnan(back.astype(np.float32)[~np.isfinite(out) & np.isnan(out)]).all()
 
 
 def test_float32_to_float16_rounds_as_numpy_over_the_whole_range():
@@ -197,7 +212,7 @@ def test_batches_read_natively_match_numpy(tmp_path: Path, stored: str, order: s
     loader = vio.loader(workers=2, cache=1)  # more files than open readers
     for epoch in range(3):  # the first learns the layouts, the others read natively
         order_ = rng.permutation(len(locations))
-        for dtype in ("float32", "float16", stored, "float64"):
+        for dtype in ("float32", "float16", BFLOAT16, stored, "float64"):
             out = np.full((len(order_), 8, 6), 7, dtype)
             vio.read_batch_async(loader, out, [locations[i] for i in order_]).get()
             with np.errstate(over="ignore"):

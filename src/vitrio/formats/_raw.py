@@ -73,7 +73,14 @@ def _thread_buffer(nbytes: int) -> np.ndarray:
 _KINDS = {
     np.dtype(t): k for k, t in enumerate((np.uint8, np.int8, np.uint16, np.int16, np.float16, np.float32))
 }
-_BYTES, _SWAP = 6, 256
+_BYTES, _BFLOAT16, _SWAP = 6, 7, 256
+try:  # numpy has no bfloat16; JAX's ml_dtypes gives one
+    from ml_dtypes import bfloat16
+except ImportError:  # pragma: no cover - ml_dtypes comes with JAX
+    pass
+else:
+    _KINDS[np.dtype(bfloat16)] = _BFLOAT16
+_FLOATS = {_KINDS[np.dtype(np.float32)], _KINDS[np.dtype(np.float16)], _BFLOAT16}
 _READ_CHANGED, _READ_OPEN, _READ_SHORT = 2, 1, 4
 
 
@@ -144,7 +151,7 @@ class RawLayout:
         stored, wanted = value_kind(self.dtype), _KINDS.get(out_dtype) if out_dtype.isnative else None
         if stored is not None and wanted is not None:
             kind = stored & ~_SWAP
-            if kind == wanted or wanted in (_KINDS[np.dtype(np.float32)], _KINDS[np.dtype(np.float16)]):
+            if kind == wanted or wanted in _FLOATS:
                 return stored, wanted, values
         if out_dtype == self.dtype and self.dtype.isnative and not self.dtype.hasobject:
             return _BYTES, _BYTES, self.image_bytes
