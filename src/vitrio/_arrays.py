@@ -12,9 +12,21 @@ import numpy as np
 
 from ._types import DestinationTypeError, NumericalType, ReadOnlyDestinationError, as_numerical_type
 
-__all__ = ["as_destination", "as_source", "gather", "check_numeric_destination", "check_destination_type"]
+__all__ = [
+    "as_destination",
+    "as_source",
+    "gather",
+    "check_numeric_destination",
+    "check_destination_type",
+    "holds_values",
+]
 
 _NUMERIC = "biufc"
+
+
+def _kind(dtype: np.dtype) -> str:
+    """numpy's kind of `dtype`, with ml_dtypes' bfloat16 (a kind 'V' to numpy) counted as floating."""
+    return "f" if dtype.name == "bfloat16" else dtype.kind
 
 
 def _view(array: Any, what: str) -> np.ndarray:
@@ -50,29 +62,37 @@ def as_destination(array: Any) -> np.ndarray:
 
 def check_numeric_destination(dtype: np.dtype) -> None:
     """Raise `DestinationTypeError` if a destination of `dtype` holds no numbers (objects, text, records)."""
-    if np.dtype(dtype).kind not in _NUMERIC:
+    if _kind(np.dtype(dtype)) not in _NUMERIC:
         raise DestinationTypeError(f"a destination holds numbers, not values of type {np.dtype(dtype)}")
 
 
-def check_destination_type(key: str, data_type: Any, dtype: np.dtype) -> None:
-    """Raise `DestinationTypeError` unless a destination of `dtype` can hold the values of the file at `key`.
+def holds_values(data_type: Any, dtype: np.dtype) -> bool:
+    """Whether a numeric destination of `dtype` holds values of `data_type` without loss.
 
-    A destination holds a file's values when it is numeric and: a floating
-    or complex type takes every real type (rounding as numpy does); only a
-    complex type takes complex values; an integer type takes the integers
-    (and booleans) it holds without loss (`numpy.can_cast(file, dest,
-    "safe")`); a boolean destination takes booleans alone.
+    A floating or complex type takes every real type (rounding as numpy
+    does); only a complex type takes complex values; an integer type takes
+    the integers (and booleans) it holds without loss (`numpy.can_cast(file,
+    dest, "safe")`); a boolean destination takes booleans alone.
     """
     dtype = np.dtype(dtype)
-    check_numeric_destination(dtype)
+    kind = _kind(dtype)
     member = as_numerical_type(data_type)
     stored = np.dtype(np.complex64 if member is NumericalType.complex_float16 else member.value)
-    if dtype.kind == "c" or (dtype.kind == "f" and stored.kind != "c"):
+    if kind == "c" or (kind == "f" and stored.kind != "c"):
+        return True
+    if kind in "iu" and stored.kind in "biu" and np.can_cast(stored, dtype, "safe"):
+        return True
+    return kind == "b" and stored.kind == "b"
+
+
+def check_destination_type(key: str, data_type: Any, dtype: np.dtype) -> None:
+    """Raise `DestinationTypeError` unless a destination of `dtype` can hold the values of the file at
+    `key`, as `holds_values` says, and is numeric."""
+    dtype = np.dtype(dtype)
+    check_numeric_destination(dtype)
+    if holds_values(data_type, dtype):
         return
-    if dtype.kind in "iu" and stored.kind in "biu" and np.can_cast(stored, dtype, "safe"):
-        return
-    if dtype.kind == "b" and stored.kind == "b":
-        return
+    member = as_numerical_type(data_type)
     raise DestinationTypeError(
         f"{key}: holds {member.name} values, which a destination of type {dtype} cannot hold without loss; "
         "read into a floating point array and convert"

@@ -1,11 +1,15 @@
 """Planning batch reads: group by file, coalesce runs of consecutive images, split into tasks.
 
 A batch becomes a few tasks per worker thread. Each task takes a stretch of
-the destination's slots, groups it by file, asks the provider for each
-file's reader once, and hands the reader all its indices and slots in one
-call; the reader reads runs of consecutive images together, or gathers a
-stretch of one file with one numpy call. Planning does no per-image work
-beyond numpy calls.
+the destination's slots. The images of raw files whose layout the provider
+knows (`ImageReaderProvider.layout`) are planned with numpy into runs of
+consecutive images, (file, offset, length, destination) each, and read by
+one native call that opens each file, reads, converts and closes it without
+the GIL (`vitrio.formats.read_runs`): no Python per image or per file
+beyond a lookup. The rest is grouped by file; the provider's reader of each
+file is asked once and handed all its indices and slots in one call. The
+patches of one image are cropped by one call of its reader, a native one
+for raw files.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import as_destination, check_destination_type, check_numeric_destination
+from ._arrays import as_destination, check_destination_type, check_numeric_destination, holds_values
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
+from ._native import advise
 from ._providers import ImageReaderProvider
 from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations
-from .formats import ImageReader
+from .formats import ImageReader, RawArrayReader
+from .formats._raw import KnownFiles, read_runs
 
 __all__ = [
     "ImageLoader",
@@ -33,6 +39,7 @@ __all__ = [
 ]
 
 _TASKS_PER_WORKER = 4
+_NATIVE_TASKS_PER_WORKER = 2
 
 
 class ImageLoader:
@@ -41,11 +48,22 @@ class ImageLoader:
     Args:
         executor: Where the reads run.
         readers: What hands out the reader of each file.
+        read_ahead: Whether a batch tells the kernel what it will read of raw files
+            (`posix_fadvise` WILLNEED) as it is submitted, so that files not in the page cache
+            are read from disk many requests at a time while earlier batches are copied: worth
+            it where batches are submitted ahead of their use, as a `vitrio.data.DataLoader`
+            does. It costs the submitting thread a system call per run (and an open per file).
     """
 
-    def __init__(self, executor: ThreadPoolExecutor | SynchronousExecutor, readers: ImageReaderProvider):
+    def __init__(
+        self,
+        executor: ThreadPoolExecutor | SynchronousExecutor,
+        readers: ImageReaderProvider,
+        read_ahead: bool = False,
+    ):
         self.executor = executor
         self.readers = readers
+        self.read_ahead = read_ahead
 
     @property
     def worker_count(self) -> int:
@@ -79,8 +97,8 @@ def check_leading_extent(array: np.ndarray, count: int, what: str, of: str) -> N
         )
 
 
-def task_bounds(count: int, workers: int) -> list[tuple[int, int]]:
-    tasks = max(1, min(count, workers * _TASKS_PER_WORKER))
+def task_bounds(count: int, workers: int, per_worker: int = _TASKS_PER_WORKER) -> list[tuple[int, int]]:
+    tasks = max(1, min(count, workers * per_worker))
     bounds = np.linspace(0, count, tasks + 1).astype(np.int64).tolist()
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
@@ -179,25 +197,134 @@ def read_indexed_async(
         raise ValueError("indices mix -1 (whole files) and indices in stacks")
     whole = low < 0
     readers = loader.readers
+    left = np.arange(count)
+    tasks = []
+    if not whole and out.flags.c_contiguous:
+        plan = _plan_known(readers, out, keys, key_ids, indices)
+        if plan is not None:
+            left, files, runs, slots, dst_kind = plan
+            if loader.read_ahead:  # now, so that the kernel reads while the batches before it are copied
+                advise(files.paths, files.checks, runs)
+            for a, b in task_bounds(len(runs), loader.worker_count, _NATIVE_TASKS_PER_WORKER):
+                tasks.append(
+                    lambda a=a, b=b: _read_known(
+                        readers, out, indices, files, runs[a:b], slots[a:b], dst_kind
+                    )
+                )
 
-    def task(first: int, last: int) -> None:
-        for key_id, positions in group_ids(key_ids[first:last]):
-            slots = positions + first
-            reader = readers.acquire(keys[key_id])
-            try:
-                served = reader if whole else reader.indexed()  # a single volume's sections
-                _check_slot(served, out.shape[1:], whole)
-                check_destination_type(reader.key, reader.descriptor.data_type, out.dtype)
-                if whole:
-                    for slot in slots.tolist():
-                        reader.read_run(0, _image_views(out[slot], reader))
-                else:
-                    served.read_images(indices[slots], out, slots)
-            finally:
-                readers.release(reader)
+    def task(positions: np.ndarray) -> None:
+        for key_id, group in group_ids(key_ids[positions]):
+            _read_group(readers, keys[key_id], out, positions[group], indices, whole)
 
-    tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(count, loader.worker_count)]
+    tasks += [lambda a=a, b=b: task(left[a:b]) for a, b in task_bounds(len(left), loader.worker_count)]
     return run_tasks(loader.executor, tasks, keep=(out, keep))
+
+
+def _read_group(
+    readers: ImageReaderProvider,
+    key: str,
+    out: np.ndarray,
+    slots: np.ndarray,
+    indices: np.ndarray,
+    whole: bool,
+) -> None:
+    """Read the images of one file bound for `slots` of `out` through its reader."""
+    reader = readers.acquire(key)
+    try:
+        served = reader if whole else reader.indexed()  # a single volume's sections
+        _check_slot(served, out.shape[1:], whole)
+        check_destination_type(reader.key, reader.descriptor.data_type, out.dtype)
+        if whole:
+            for slot in slots.tolist():
+                reader.read_run(0, _image_views(out[slot], reader))
+        else:
+            served.read_images(indices[slots], out, slots)
+    finally:
+        readers.release(reader)
+
+
+def _plan_known(
+    readers: ImageReaderProvider,
+    out: np.ndarray,
+    keys: Sequence[str],
+    key_ids: np.ndarray,
+    indices: np.ndarray,
+) -> tuple[np.ndarray, KnownFiles, np.ndarray, np.ndarray, int] | None:
+    """Plan the reads of the images whose files' layouts the provider knows as native runs.
+
+    Returns:
+        None if there is none; else the slots left to the readers, the files, the runs
+        (file, offset, values, destination byte) in the order of file and index, for each run
+        its first slot and its number of images, and the kind of `out`'s values.
+    """
+    ids, inverse = np.unique(key_ids, return_inverse=True)
+    shape, dtype = out.shape[1:], out.dtype
+    numbers = np.full(len(ids), -1, dtype=np.int64)
+    layouts, rows, dst_kind = [], [], None
+    for j, key_id in enumerate(ids.tolist()):
+        layout = readers.layout(keys[key_id])
+        plan = layout.plan(dtype) if layout is not None and layout.core_extents == shape else None
+        if plan is not None and not holds_values(layout.descriptor.data_type, dtype):
+            plan = None  # the reader raises DestinationTypeError
+        if plan is not None and dst_kind in (None, plan[1]):
+            dst_kind = plan[1]
+            numbers[j] = len(layouts)
+            layouts.append(layout)
+            rows.append((layout.offset, layout.image_bytes, plan[2], layout.image_count, plan[0]))
+    if not layouts:
+        return None
+    table = np.array(rows, dtype=np.int64)
+    files = numbers[inverse]
+    known = files >= 0
+    beyond = known & (indices >= table[files, 3])
+    if beyond.any():  # the readers raise the IndexError
+        known &= ~np.isin(files, files[beyond])
+    positions = np.flatnonzero(known)
+    if not len(positions):
+        return None
+    file, index = files[positions], indices[positions]
+    order = np.lexsort((index, file))
+    file, index, slot = file[order], index[order], positions[order]
+    go_on = (np.diff(file) == 0) & (np.diff(index) == 1) & (np.diff(slot) == 1)
+    starts = np.flatnonzero(np.concatenate(([True], ~go_on)))
+    lengths = np.diff(np.append(starts, len(file)))
+    file, index, slot = file[starts], index[starts], slot[starts]
+    runs = np.empty((len(starts), 4), dtype=np.int64)
+    runs[:, 0] = file
+    runs[:, 1] = table[file, 0] + index * table[file, 1]
+    runs[:, 2] = lengths * table[file, 2]
+    runs[:, 3] = slot * out.strides[0]
+    return (
+        np.flatnonzero(~known),
+        KnownFiles(layouts, table[:, 4]),
+        runs,
+        np.column_stack((slot, lengths)),
+        dst_kind,
+    )
+
+
+def _read_known(
+    readers: ImageReaderProvider,
+    out: np.ndarray,
+    indices: np.ndarray,
+    files: KnownFiles,
+    runs: np.ndarray,
+    slots: np.ndarray,
+    dst_kind: int,
+) -> None:
+    """Read `runs` with one native call; the images of a file found changed go through its reader."""
+    while len(runs):
+        failure = read_runs(files, runs, out, dst_kind)
+        if failure is None:
+            return
+        run, bad = failure
+        key = files.layouts[bad].key
+        readers.forget_layout(key)
+        runs, slots = runs[run:], slots[run:]
+        changed = runs[:, 0] == bad
+        moved = np.concatenate([np.arange(a, a + n) for a, n in slots[changed].tolist()])
+        _read_group(readers, key, out, moved, indices, False)
+        runs, slots = np.ascontiguousarray(runs[~changed]), slots[~changed]
 
 
 def _check_slot(reader: ImageReader, slot_shape: tuple[int, ...], whole: bool) -> None:
@@ -310,6 +437,9 @@ def read_patches_indexed_async(
     def crop(reader: ImageReader, index: int, slots: np.ndarray) -> None:
         extents = np.asarray(reader.core_extents, dtype=np.int64)
         origin = origins[slots]
+        native = isinstance(reader, RawArrayReader) and out.flags.c_contiguous
+        if native and reader.read_patches(index, origin, out.shape[1:], out, slots, fill):
+            return
         low = np.clip(origin, 0, extents)
         high = np.clip(origin + shape, 0, extents)
         clipped = ((low != origin) | (high != origin + shape)).any(axis=1)

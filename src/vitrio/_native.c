@@ -59,10 +59,50 @@
  *     goes on, and counts it in the map's `faults`, which readers check after they copy. A SIGBUS
  *     outside every map goes to the handler installed before. Up to 4096 maps are guarded at a
  *     time; more are mapped unguarded (`guarded` False).
+ *
+ * And batch reads of raw images, with no Python per image (the GIL released throughout):
+ *
+ *   Kinds of values: 0 uint8, 1 int8, 2 uint16, 3 int16, 4 float16, 5 float32, 6 bytes (copied as
+ *   they are), 7 bfloat16. A stored kind may carry SWAP (256): its values are of the other byte
+ *   order. Conversions: any kind but bytes to float32, float16 or bfloat16 (as numpy and ml_dtypes
+ *   cast, rounding to nearest even), and any kind to itself.
+ *
+ *   read_runs(paths, checks, runs, out, dst_kind, maps=None) -> None | (run, file, status, errno)
+ *     `paths`: a tuple of file names (bytes); `checks`: int64 rows (size, mtime_ns, inode, device,
+ *     stored kind), one per file, what the file was when its layout was parsed; `runs`: int64 rows
+ *     (file, offset, count, destination), each `count` values at byte `offset` of the file, to
+ *     land converted at byte `destination` of `out`. Runs of one file follow one another; each
+ *     file is opened once, checked against its row, read with pread, and closed. Returns None,
+ *     or the first run that failed: status 1 the file did not open (errno), 2 it is not what
+ *     its check row says (changed since), 3 a read failed (errno), 4 the file ended first.
+ *     Runs before it are read. `maps`, a tuple of a buffer or None per file, gives files that
+ *     are mapped already (the FileMap of an open reader): such a file is checked with stat
+ *     rather than opened, and its runs are copied out of the map; a run that does not lie in
+ *     the map fails with status 2.
+ *
+ *   advise(paths, checks, runs)
+ *     Tells the kernel the runs (as read_runs takes them) will be read soon (posix_fadvise
+ *     WILLNEED), so that the disk reads them while earlier batches are copied. Files that do not
+ *     open are passed over.
+ *
+ *   convert(src, src_kind, out, dst_kind)
+ *     Converts the values of `src` into `out`.
+ *
+ *   crop(src, offset, src_kind, extents, origins, slots, out, dst_kind, patch, fill)
+ *     Crops patches out of one image of `extents` (2 or 3 of them, slowest first) stored at byte
+ *     `offset` of `src`: patch i, of shape `patch`, starts at `origins[i]` (int64 rows, any values)
+ *     and lands in slot `slots[i]` of `out`, contiguous patches one after another. `fill` (bytes
+ *     of one value of the destination kind, or None) fills what lies beyond the image; None leaves it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -451,6 +491,7 @@ typedef struct {
     void *address;
     Py_ssize_t length;
     Guard *guard;
+    PyObject *weakrefs;
 } FileMap;
 
 static int filemap_getbuffer(PyObject *self, Py_buffer *view, int flags) {
@@ -460,6 +501,7 @@ static int filemap_getbuffer(PyObject *self, Py_buffer *view, int flags) {
 
 static void filemap_dealloc(PyObject *self) {
     FileMap *map = (FileMap *)self;
+    if (map->weakrefs) PyObject_ClearWeakRefs(self);
     if (map->guard) {
         atomic_store(&map->guard->start, 0);
         atomic_store(&map->guard->end, 0);
@@ -494,6 +536,7 @@ static PyTypeObject FileMapType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A read-only map of the start of a file, whose pages that cannot be read read as zeros.",
     .tp_getset = filemap_getset,
+    .tp_weaklistoffset = offsetof(FileMap, weakrefs),
 };
 
 /* A free slot guarding `length` bytes at `address`, or NULL when every slot is taken. */
@@ -538,7 +581,577 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
     map->address = address;
     map->length = length;
     map->guard = guard(address, length);
+    map->weakrefs = NULL;
     return (PyObject *)map;
+}
+
+/* ---------------------------------------------------------------- batch reads of raw images */
+
+enum { K_U8, K_I8, K_U16, K_I16, K_F16, K_F32, K_BYTES, K_BF16, KINDS, SWAP = 256 };
+static const size_t kind_size[KINDS] = {1, 1, 2, 2, 2, 4, 1, 2};
+static int has_f16c;
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define VECTORIZE __attribute__((optimize("O3")))
+#else
+#define VECTORIZE
+#endif
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define X86 1
+#include <immintrin.h>
+#endif
+
+#define TO_F32(NAME, TYPE)                                                            \
+    VECTORIZE static void NAME(const void *restrict src, float *restrict dst, size_t n) { \
+        const TYPE *s = (const TYPE *)src;                                            \
+        for (size_t i = 0; i < n; i++) dst[i] = (float)s[i];                          \
+    }
+TO_F32(u8_f32, uint8_t)
+TO_F32(i8_f32, int8_t)
+TO_F32(u16_f32, uint16_t)
+TO_F32(i16_f32, int16_t)
+
+/* float16 to float32, exact (F. Giesen's half_to_float). */
+VECTORIZE static void f16_f32_portable(const void *restrict src, float *restrict dst, size_t n) {
+    const uint16_t *s = (const uint16_t *)src;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = s[i], o = (h & 0x7fffu) << 13, exponent = o & (0x7c00u << 13);
+        o += (uint32_t)(127 - 15) << 23;
+        if (exponent == (0x7c00u << 13)) {
+            o += (uint32_t)(128 - 16) << 23; /* infinity, NaN */
+        } else if (exponent == 0) {          /* zero, subnormal */
+            float f, magic;
+            uint32_t magic_bits = 113u << 23;
+            o += 1u << 23;
+            memcpy(&f, &o, 4);
+            memcpy(&magic, &magic_bits, 4);
+            f -= magic;
+            memcpy(&o, &f, 4);
+        }
+        o |= (h & 0x8000u) << 16;
+        memcpy(dst + i, &o, 4);
+    }
+}
+
+/* float32 to float16, rounding to nearest even as numpy does (F. Giesen's float_to_half_fast3_rtne);
+ * NaN stays NaN. */
+VECTORIZE static void f32_f16_portable(const float *restrict src, uint16_t *restrict dst, size_t n) {
+    const uint32_t infinity = 255u << 23, too_large = (127u + 16) << 23;
+    const uint32_t denorm_bits = ((127u - 15) + (23 - 10) + 1) << 23;
+    float denorm;
+    memcpy(&denorm, &denorm_bits, 4);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, 4);
+        uint32_t sign = u & 0x80000000u;
+        u ^= sign;
+        uint16_t o;
+        if (u >= too_large) {
+            o = u > infinity ? 0x7e00 | (uint16_t)((u >> 13) & 0x3ff) : 0x7c00;
+        } else if (u < (113u << 23)) {
+            float f;
+            memcpy(&f, &u, 4);
+            f += denorm;
+            memcpy(&u, &f, 4);
+            o = (uint16_t)(u - denorm_bits);
+        } else {
+            u += ((uint32_t)(15 - 127) << 23) + 0xfff + ((u >> 13) & 1);
+            o = (uint16_t)(u >> 13);
+        }
+        dst[i] = o | (uint16_t)(sign >> 16);
+    }
+}
+
+#ifdef X86
+__attribute__((target("avx,f16c"))) static void f16_f32_f16c(const void *restrict src, float *restrict dst,
+                                                             size_t n) {
+    const uint16_t *s = (const uint16_t *)src;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    f16_f32_portable(s + i, dst + i, n - i);
+}
+
+__attribute__((target("avx,f16c"))) static void f32_f16_f16c(const float *restrict src, uint16_t *restrict dst,
+                                                             size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    f32_f16_portable(src + i, dst + i, n - i);
+}
+#endif
+
+static void f16_f32(const void *restrict src, float *restrict dst, size_t n) {
+#ifdef X86
+    if (has_f16c) return f16_f32_f16c(src, dst, n);
+#endif
+    f16_f32_portable(src, dst, n);
+}
+
+static void f32_f16(const float *restrict src, uint16_t *restrict dst, size_t n) {
+#ifdef X86
+    if (has_f16c) return f32_f16_f16c(src, dst, n);
+#endif
+    f32_f16_portable(src, dst, n);
+}
+
+static void f32_f32(const void *restrict src, float *restrict dst, size_t n) { memcpy(dst, src, n * 4); }
+
+VECTORIZE static void bf16_f32(const void *restrict src, float *restrict dst, size_t n) {
+    const uint16_t *s = (const uint16_t *)src;
+    uint32_t *d = (uint32_t *)dst;
+    for (size_t i = 0; i < n; i++) d[i] = (uint32_t)s[i] << 16;
+}
+
+/* float32 to bfloat16, rounding to nearest even as ml_dtypes does; NaN stays NaN (made quiet). */
+VECTORIZE static void f32_bf16(const float *restrict src, uint16_t *restrict dst, size_t n) {
+    const uint32_t *s = (const uint32_t *)src;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = s[i];
+        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+    }
+}
+
+typedef void (*ToFloat)(const void *restrict, float *restrict, size_t);
+static const ToFloat to_f32[KINDS] = {u8_f32, i8_f32, u16_f32, i16_f32, f16_f32, f32_f32, NULL, bf16_f32};
+
+/* float32 to a kind of two bytes: float16 or bfloat16. */
+static void narrow(int dst_kind, const float *src, uint16_t *dst, size_t n) {
+    if (dst_kind == K_BF16)
+        f32_bf16(src, dst, n);
+    else
+        f32_f16(src, dst, n);
+}
+
+VECTORIZE static void swap_bytes(void *values, size_t n, size_t size) {
+    if (size == 2) {
+        uint16_t *v = (uint16_t *)values;
+        for (size_t i = 0; i < n; i++) v[i] = (uint16_t)((v[i] >> 8) | (v[i] << 8));
+    } else if (size == 4) {
+        uint32_t *v = (uint32_t *)values;
+        for (size_t i = 0; i < n; i++) v[i] = __builtin_bswap32(v[i]);
+    }
+}
+
+enum { CHUNK = 2048 };
+
+/* Converts n values of kind `src_kind` (SWAP included) at src into kind dst_kind at dst. */
+static void convert_values(int src_kind, int dst_kind, const void *src, void *dst, size_t n) {
+    int kind = src_kind & ~SWAP, swap = (src_kind & SWAP) && kind_size[kind] > 1;
+    size_t size = kind_size[kind];
+    if (!swap && kind == dst_kind) {
+        memcpy(dst, src, n * size);
+        return;
+    }
+    if (!swap && dst_kind == K_F32) {
+        to_f32[kind](src, dst, n);
+        return;
+    }
+    _Alignas(32) uint8_t stored[CHUNK * 4];
+    _Alignas(32) float wide[CHUNK];
+    for (size_t done = 0; done < n; done += CHUNK) {
+        size_t m = n - done < CHUNK ? n - done : CHUNK;
+        const uint8_t *from = (const uint8_t *)src + done * size;
+        uint8_t *to = (uint8_t *)dst + done * kind_size[dst_kind];
+        if (swap) {
+            memcpy(stored, from, m * size);
+            swap_bytes(stored, m, size);
+            from = stored;
+        }
+        if (kind == dst_kind)
+            memcpy(to, from, m * size);
+        else if (dst_kind == K_F32)
+            to_f32[kind](from, (float *)to, m);
+        else if (kind == K_F32)
+            narrow(dst_kind, (const float *)from, (uint16_t *)to, m);
+        else {
+            to_f32[kind](from, wide, m);
+            narrow(dst_kind, wide, (uint16_t *)to, m);
+        }
+    }
+}
+
+/* Whether values of src_kind convert to dst_kind. */
+static int convertible(long src_kind, long dst_kind) {
+    long kind = src_kind & ~(long)SWAP;
+    if (kind < 0 || kind >= KINDS || (src_kind & ~(long)(SWAP | 0xff)) || dst_kind < 0 || dst_kind >= KINDS)
+        return 0;
+    if (kind == K_BYTES || dst_kind == K_BYTES) return kind == dst_kind && !(src_kind & SWAP);
+    return kind == dst_kind || dst_kind == K_F32 || dst_kind == K_F16 || dst_kind == K_BF16;
+}
+
+static int bad_kinds(long src_kind, long dst_kind) {
+    if (convertible(src_kind, dst_kind)) return 0;
+    PyErr_Format(PyExc_ValueError, "no conversion from kind %ld to kind %ld", src_kind, dst_kind);
+    return 1;
+}
+
+static PyObject *convert(PyObject *self, PyObject *args) {
+    Py_buffer src = {0}, out = {0};
+    long src_kind, dst_kind;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*lw*l:convert", &src, &src_kind, &out, &dst_kind)) return NULL;
+    if (bad_kinds(src_kind, dst_kind)) goto done;
+    size_t n = (size_t)src.len / kind_size[src_kind & ~SWAP];
+    if ((size_t)src.len % kind_size[src_kind & ~SWAP] || (size_t)out.len < n * kind_size[dst_kind]) {
+        PyErr_SetString(PyExc_ValueError, "src is not whole values, or out is too small for them");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    convert_values((int)src_kind, (int)dst_kind, src.buf, out.buf, n);
+    Py_END_ALLOW_THREADS;
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+enum { READ_OK = 0, READ_OPEN = 1, READ_CHANGED = 2, READ_ERROR = 3, READ_SHORT = 4 };
+enum { BUFFER_BYTES = 1 << 18 };
+static pthread_key_t buffer_key;
+
+/* This thread's buffer of BUFFER_BYTES for values read before they are converted, or NULL. */
+static uint8_t *thread_buffer(void) {
+    uint8_t *buffer = pthread_getspecific(buffer_key);
+    if (buffer == NULL) {
+        void *memory = NULL;
+        if (posix_memalign(&memory, 64, BUFFER_BYTES)) return NULL;
+        if (pthread_setspecific(buffer_key, memory)) {
+            free(memory);
+            return NULL;
+        }
+        buffer = memory;
+    }
+    return buffer;
+}
+
+/* Reads `length` bytes at `offset` of fd into dst: READ_OK, READ_ERROR (errno set) or READ_SHORT. */
+static int read_fully(int fd, uint8_t *dst, size_t length, int64_t offset) {
+    while (length) {
+        ssize_t got = pread(fd, dst, length, (off_t)offset);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return READ_ERROR;
+        }
+        if (got == 0) return READ_SHORT;
+        dst += got, length -= (size_t)got, offset += got;
+    }
+    return READ_OK;
+}
+
+/* Checks the paths, the check rows and the runs (rows of 4 int64, files in range, offsets and counts
+ * not negative, each run's bytes within the size its file had and, with dst_kind >= 0, its
+ * destination within out_len). */
+static int check_runs(PyObject *paths, const Py_buffer *checks, const Py_buffer *runs, Py_ssize_t out_len,
+                      long dst_kind, Py_ssize_t *files) {
+    if (!PyTuple_Check(paths)) {
+        PyErr_SetString(PyExc_TypeError, "paths is a tuple of bytes");
+        return -1;
+    }
+    Py_ssize_t n_files = PyTuple_GET_SIZE(paths);
+    for (Py_ssize_t i = 0; i < n_files; i++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(paths, i))) {
+            PyErr_SetString(PyExc_TypeError, "paths is a tuple of bytes");
+            return -1;
+        }
+    }
+    if (runs->len % 32 || checks->len != n_files * 40) {
+        PyErr_SetString(PyExc_ValueError, "runs are int64 rows of 4, checks int64 rows of 5, one per path");
+        return -1;
+    }
+    const int64_t *check = (const int64_t *)checks->buf;
+    for (Py_ssize_t i = 0; i < n_files; i++)
+        if (bad_kinds((long)check[5 * i + 4], dst_kind < 0 ? K_F32 : dst_kind)) return -1;
+    const int64_t *run = (const int64_t *)runs->buf;
+    for (Py_ssize_t i = 0; i < runs->len / 32; i++, run += 4) {
+        int64_t file = run[0], offset = run[1], count = run[2], at = run[3];
+        int ok = file >= 0 && file < n_files && offset >= 0 && count >= 0 && at >= 0 && count <= (INT64_MAX >> 3);
+        if (ok) {
+            const int64_t *c = check + 5 * file;
+            int64_t bytes = count * (int64_t)kind_size[c[4] & ~SWAP];
+            ok = offset <= c[0] && bytes <= c[0] - offset;
+            if (dst_kind >= 0)
+                ok = ok && at <= out_len && count * (int64_t)kind_size[dst_kind] <= out_len - at;
+        }
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "run %zd lies outside its file or the destination", i);
+            return -1;
+        }
+    }
+    *files = n_files;
+    return 0;
+}
+
+/* Reads one run of file `fd` stored as `src_kind` into dst as dst_kind. */
+static int read_run(int fd, int64_t offset, int64_t count, int src_kind, int dst_kind, uint8_t *dst) {
+    size_t size = kind_size[src_kind & ~SWAP];
+    if (src_kind == dst_kind) return read_fully(fd, dst, (size_t)count * size, offset);
+    uint8_t *buffer = thread_buffer();
+    if (buffer == NULL) {
+        errno = ENOMEM;
+        return READ_ERROR;
+    }
+    size_t per_chunk = BUFFER_BYTES / size;
+    while (count > 0) {
+        size_t m = (size_t)count < per_chunk ? (size_t)count : per_chunk;
+        int status = read_fully(fd, buffer, m * size, offset);
+        if (status) return status;
+        convert_values(src_kind, dst_kind, buffer, dst, m);
+        offset += (int64_t)(m * size), count -= (int64_t)m, dst += m * kind_size[dst_kind];
+    }
+    return READ_OK;
+}
+
+static int open_file(PyObject *path) {
+    int fd;
+    do fd = open(PyBytes_AS_STRING(path), O_RDONLY | O_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    return fd;
+}
+
+/* Whether the file `st` describes is the one a check row (size, mtime_ns, inode, device) describes. */
+static int same_file(const struct stat *st, const int64_t *c) {
+    return S_ISREG(st->st_mode) && (int64_t)st->st_size == c[0] &&
+           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == c[1] && (int64_t)st->st_ino == c[2] &&
+           (int64_t)st->st_dev == c[3];
+}
+
+/* Copies one run out of the map of its file (`map`, `length` bytes) into dst, converting. */
+static int copy_run(const uint8_t *map, Py_ssize_t length, int64_t offset, int64_t count, int src_kind,
+                    int dst_kind, uint8_t *dst) {
+    if (offset > length || count * (int64_t)kind_size[src_kind & ~SWAP] > length - offset) return READ_CHANGED;
+    convert_values(src_kind, dst_kind, map + offset, dst, (size_t)count);
+    return READ_OK;
+}
+
+static PyObject *read_runs(PyObject *self, PyObject *args) {
+    PyObject *paths, *maps = Py_None, *result = NULL;
+    Py_buffer checks = {0}, runs = {0}, out = {0};
+    Py_buffer *views = NULL;
+    long dst_kind;
+    Py_ssize_t n_files = 0, mapped = 0;
+    if (!PyArg_ParseTuple(args, "O!y*y*w*l|O:read_runs", &PyTuple_Type, &paths, &checks, &runs, &out, &dst_kind,
+                          &maps))
+        return NULL;
+    if (dst_kind < 0 || dst_kind >= KINDS) {
+        PyErr_SetString(PyExc_ValueError, "dst_kind is not a kind");
+        goto done;
+    }
+    if (check_runs(paths, &checks, &runs, out.len, dst_kind, &n_files) < 0) goto done;
+    if (maps != Py_None && (!PyTuple_Check(maps) || PyTuple_GET_SIZE(maps) != n_files)) {
+        PyErr_SetString(PyExc_ValueError, "maps is a tuple of a buffer or None per path");
+        goto done;
+    }
+    views = PyMem_Calloc((size_t)n_files + 1, sizeof(Py_buffer));
+    if (views == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; maps != Py_None && mapped < n_files; mapped++) {
+        PyObject *map = PyTuple_GET_ITEM(maps, mapped);
+        if (map != Py_None && PyObject_GetBuffer(map, &views[mapped], PyBUF_SIMPLE) < 0) goto done;
+    }
+    const int64_t *run = (const int64_t *)runs.buf, *check = (const int64_t *)checks.buf;
+    Py_ssize_t n = runs.len / 32, i = 0;
+    int64_t file = -1;
+    int fd = -1, status = READ_OK, error = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    for (; i < n; i++) {
+        const int64_t *r = run + 4 * i;
+        const Py_buffer *view = &views[r[0]];
+        int kind = (int)check[5 * r[0] + 4];
+        if (r[0] != file) {
+            if (fd >= 0) close(fd);
+            fd = -1;
+            file = r[0];
+            const char *path = PyBytes_AS_STRING(PyTuple_GET_ITEM(paths, file));
+            struct stat st;
+            int found;
+            if (view->buf != NULL) {
+                found = stat(path, &st) == 0;
+            } else {
+                fd = open_file(PyTuple_GET_ITEM(paths, file));
+                if (fd < 0) {
+                    status = READ_OPEN;
+                    break;
+                }
+                found = fstat(fd, &st) == 0;
+            }
+            if (!found || !same_file(&st, check + 5 * file)) {
+                status = READ_CHANGED;
+                break;
+            }
+        }
+        uint8_t *dst = (uint8_t *)out.buf + r[3];
+        if (view->buf != NULL)
+            status = copy_run(view->buf, view->len, r[1], r[2], kind, (int)dst_kind, dst);
+        else
+            status = read_run(fd, r[1], r[2], kind, (int)dst_kind, dst);
+        if (status) break;
+    }
+    error = errno;
+    if (fd >= 0) close(fd);
+    Py_END_ALLOW_THREADS;
+    if (status == READ_OK)
+        result = Py_NewRef(Py_None);
+    else
+        result = Py_BuildValue("(nLii)", i, (long long)file, status,
+                               status == READ_OPEN || status == READ_ERROR ? error : 0);
+done:
+    for (Py_ssize_t j = 0; views != NULL && j < mapped; j++)
+        if (views[j].obj != NULL) PyBuffer_Release(&views[j]);
+    PyMem_Free(views);
+    PyBuffer_Release(&checks);
+    PyBuffer_Release(&runs);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyObject *advise(PyObject *self, PyObject *args) {
+    PyObject *paths;
+    Py_buffer checks = {0}, runs = {0};
+    Py_ssize_t n_files;
+    if (!PyArg_ParseTuple(args, "O!y*y*:advise", &PyTuple_Type, &paths, &checks, &runs)) return NULL;
+    if (check_runs(paths, &checks, &runs, 0, -1, &n_files) < 0) {
+        PyBuffer_Release(&checks);
+        PyBuffer_Release(&runs);
+        return NULL;
+    }
+    const int64_t *run = (const int64_t *)runs.buf, *check = (const int64_t *)checks.buf;
+    Py_ssize_t n = runs.len / 32;
+    Py_BEGIN_ALLOW_THREADS;
+    int64_t file = -1;
+    int fd = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t *r = run + 4 * i;
+        if (r[0] != file) {
+            if (fd >= 0) close(fd);
+            file = r[0];
+            fd = open_file(PyTuple_GET_ITEM(paths, file));
+        }
+        off_t bytes = (off_t)(r[2] * (int64_t)kind_size[check[5 * r[0] + 4] & ~SWAP]);
+        if (fd >= 0) posix_fadvise(fd, (off_t)r[1], bytes, POSIX_FADV_WILLNEED);
+    }
+    if (fd >= 0) close(fd);
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&checks);
+    PyBuffer_Release(&runs);
+    Py_RETURN_NONE;
+}
+
+/* Fills n values of `size` bytes at dst with `value`: one value, then copies of what is filled. */
+static void fill_values(uint8_t *dst, size_t n, const uint8_t *value, size_t size) {
+    if (n == 0) return;
+    size_t total = n * size, done = size;
+    memcpy(dst, value, size);
+    while (done < total) {
+        size_t step = done < total - done ? done : total - done;
+        memcpy(dst + done, dst, step);
+        done += step;
+    }
+}
+
+#define PATCH_LIMIT ((int64_t)1 << 40)
+
+static PyObject *crop(PyObject *self, PyObject *args) {
+    Py_buffer src = {0}, origins = {0}, slots = {0}, out = {0}, fill = {0};
+    PyObject *extents_obj, *patch_obj, *fill_obj, *result = NULL;
+    Py_ssize_t offset;
+    long src_kind, dst_kind;
+    int has_fill = 0;
+    if (!PyArg_ParseTuple(args, "y*nlOy*y*w*lOO:crop", &src, &offset, &src_kind, &extents_obj, &origins, &slots,
+                          &out, &dst_kind, &patch_obj, &fill_obj))
+        return NULL;
+    int64_t extents[3] = {1, 1, 1}, patch[3] = {1, 1, 1};
+    Py_ssize_t rank = 0;
+    if (bad_kinds(src_kind, dst_kind)) goto done;
+    if (!PyTuple_Check(extents_obj) || !PyTuple_Check(patch_obj) || PyTuple_GET_SIZE(extents_obj) < 2 ||
+        PyTuple_GET_SIZE(extents_obj) > 3 || PyTuple_GET_SIZE(patch_obj) != PyTuple_GET_SIZE(extents_obj)) {
+        PyErr_SetString(PyExc_ValueError, "extents and patch are tuples of 2 or 3 sizes");
+        goto done;
+    }
+    rank = PyTuple_GET_SIZE(extents_obj);
+    for (Py_ssize_t a = 0; a < rank; a++) {
+        long long e = PyLong_AsLongLong(PyTuple_GET_ITEM(extents_obj, a));
+        long long p = PyLong_AsLongLong(PyTuple_GET_ITEM(patch_obj, a));
+        if (PyErr_Occurred()) goto done;
+        if (e < 0 || e >= PATCH_LIMIT || p < 0 || p >= PATCH_LIMIT) {
+            PyErr_SetString(PyExc_ValueError, "extents and patch sizes are out of range");
+            goto done;
+        }
+        extents[3 - rank + a] = e, patch[3 - rank + a] = p;
+    }
+    size_t in_size = kind_size[src_kind & ~SWAP], out_size = kind_size[dst_kind];
+    uint64_t image_values = 1, patch_values = 1;
+    int too_large = 0;
+    for (int a = 0; a < 3; a++)
+        too_large |= __builtin_mul_overflow(image_values, (uint64_t)extents[a], &image_values) |
+                     __builtin_mul_overflow(patch_values, (uint64_t)patch[a], &patch_values);
+    if (too_large || image_values > (uint64_t)PY_SSIZE_T_MAX / 8 || patch_values > (uint64_t)PY_SSIZE_T_MAX / 8) {
+        PyErr_SetString(PyExc_ValueError, "extents or patch too large");
+        goto done;
+    }
+    if (offset < 0 || (uint64_t)offset > (uint64_t)src.len || image_values * in_size > (uint64_t)(src.len - offset)) {
+        PyErr_SetString(PyExc_ValueError, "the image lies outside src");
+        goto done;
+    }
+    Py_ssize_t n = slots.len / 8;
+    if (slots.len % 8 || origins.len != n * rank * 8) {
+        PyErr_SetString(PyExc_ValueError, "slots are int64, origins int64 rows of the rank, one per slot");
+        goto done;
+    }
+    const int64_t *slot = (const int64_t *)slots.buf, *origin = (const int64_t *)origins.buf;
+    uint64_t patch_bytes = patch_values * out_size;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int ok = slot[i] >= 0 && (patch_bytes == 0 || (uint64_t)slot[i] < (uint64_t)out.len / patch_bytes);
+        for (Py_ssize_t a = 0; a < rank; a++) ok = ok && origin[i * rank + a] > -PATCH_LIMIT && origin[i * rank + a] < PATCH_LIMIT;
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "patch %zd lies outside out, or its origin is out of range", i);
+            goto done;
+        }
+    }
+    if (fill_obj != Py_None) {
+        if (PyObject_GetBuffer(fill_obj, &fill, PyBUF_SIMPLE) < 0) goto done;
+        has_fill = 1;
+        if ((size_t)fill.len != out_size) {
+            PyErr_SetString(PyExc_ValueError, "fill is the bytes of one value of the destination");
+            goto done;
+        }
+    }
+    const uint8_t *image = (const uint8_t *)src.buf + offset;
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t o[3] = {0, 0, 0}, low[3], high[3];
+        for (Py_ssize_t a = 0; a < rank; a++) o[3 - rank + a] = origin[i * rank + a];
+        int clipped = 0, empty = 0;
+        for (int a = 0; a < 3; a++) {
+            low[a] = o[a] < 0 ? 0 : o[a] > extents[a] ? extents[a] : o[a];
+            int64_t end = o[a] + patch[a];
+            high[a] = end < 0 ? 0 : end > extents[a] ? extents[a] : end;
+            clipped |= low[a] != o[a] || high[a] != end;
+            empty |= high[a] <= low[a];
+        }
+        uint8_t *dst = (uint8_t *)out.buf + (size_t)slot[i] * patch_bytes;
+        if (clipped && has_fill) fill_values(dst, patch_values, fill.buf, out_size);
+        if (empty) continue;
+        size_t width = (size_t)(high[2] - low[2]);
+        for (int64_t z = low[0]; z < high[0]; z++)
+            for (int64_t y = low[1]; y < high[1]; y++) {
+                const uint8_t *from = image + (((size_t)z * extents[1] + y) * extents[2] + low[2]) * in_size;
+                uint8_t *to = dst + (((size_t)(z - o[0]) * patch[1] + (y - o[1])) * patch[2] + (low[2] - o[2])) * out_size;
+                convert_values((int)src_kind, (int)dst_kind, from, to, width);
+            }
+    }
+    Py_END_ALLOW_THREADS;
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&origins);
+    PyBuffer_Release(&slots);
+    PyBuffer_Release(&out);
+    if (has_fill) PyBuffer_Release(&fill);
+    return result;
 }
 
 static PyMethodDef methods[] = {
@@ -546,19 +1159,29 @@ static PyMethodDef methods[] = {
     {"events", events, METH_VARARGS, "Write the sub-pixel positions of the events of EER strips."},
     {"lzw_check", lzw_check, METH_VARARGS, "Find a code in a TIFF LZW segment that crashes imagecodecs."},
     {"map_file", map_file, METH_VARARGS, "Map the start of a file; pages that cannot be read read as zeros."},
+    {"read_runs", read_runs, METH_VARARGS, "Read runs of values of files into an array, converting them."},
+    {"advise", advise, METH_VARARGS, "Tell the kernel runs of files will be read soon."},
+    {"convert", convert, METH_VARARGS, "Convert values of one kind into another."},
+    {"crop", crop, METH_VARARGS, "Crop patches out of an image, converting them."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_native",
-    .m_doc = "Decoding of EER electron event streams, a check of TIFF LZW segments, and guarded file maps.",
+    .m_doc = "Decoding of EER electron event streams, a check of TIFF LZW segments, guarded file maps, and "
+             "batch reads and conversions of raw images.",
     .m_size = -1,
     .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
     page_size = (size_t)sysconf(_SC_PAGESIZE);
+#ifdef X86
+    __builtin_cpu_init();
+    has_f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+#endif
+    if (pthread_key_create(&buffer_key, free)) return PyErr_NoMemory();
     if (PyType_Ready(&FileMapType) < 0) return NULL;
     return PyModule_Create(&module);
 }

@@ -3,6 +3,14 @@
 A reader provider hands out a reader for a key with `acquire(key)` and takes
 it back with `release(reader)`; between the two the reader is in use and is
 never closed. Every provider is safe to use from many threads at once.
+
+A provider that opens files also keeps the layout of each raw file it has
+opened (`layout(key)`), apart from its open readers and many more of them,
+so that a batch reads such a file with one native call, open to close,
+whether its reader is open or not. A layout found out of date (the file
+changed) is forgotten (`forget_layout`), and the file is read through its
+reader, which a caching provider may still hold open: it checks the file
+as it always does, and the file is parsed anew when it is opened next.
 """
 
 from __future__ import annotations
@@ -17,7 +25,16 @@ import numpy as np
 
 from ._types import DeclaredTwiceError, ImageDescriptor, IncompleteFileError, as_key, as_voxel_size
 from ._writers import ImageWriterProvider, TrackedWriter
-from .formats import Format, ImageReader, ImageWriter, create_writer, open_reader, resolve_formats
+from .formats import (
+    Format,
+    ImageReader,
+    ImageWriter,
+    RawArrayReader,
+    create_writer,
+    open_reader,
+    resolve_formats,
+)
+from .formats._raw import RawLayout
 from .formats.eer import EerFormat
 
 __all__ = [
@@ -40,6 +57,13 @@ class ImageReaderProvider:
         """Hand back a reader `acquire` gave."""
         raise NotImplementedError
 
+    def layout(self, key: str) -> RawLayout | None:
+        """The layout of the raw file at `key` as parsed when it was last opened; None if unknown."""
+        return None
+
+    def forget_layout(self, key: str) -> None:
+        """Forget the layout of the file at `key`, found out of date."""
+
     def query_descriptor(self, key) -> ImageDescriptor:
         """The descriptor of the file at `key`."""
         reader = self.acquire(key)
@@ -49,8 +73,13 @@ class ImageReaderProvider:
             self.release(reader)
 
 
+_LAYOUTS = 1 << 16
+
+
 class FileImageReaderProvider(ImageReaderProvider):
     """Opens the file at the path a key is, each time it is asked, and closes it when released.
+
+    It keeps the layouts of the last 65,536 raw files it opened.
 
     Args:
         formats: The formats to try, in order. Defaults to every registered one.
@@ -58,6 +87,8 @@ class FileImageReaderProvider(ImageReaderProvider):
 
     def __init__(self, formats: Iterable[type[Format]] | None = None):
         self._formats = resolve_formats(formats)
+        self._layouts: dict[str, RawLayout] = {}
+        self._layouts_lock = threading.Lock()
 
     @property
     def formats(self) -> tuple[type[Format], ...]:
@@ -65,10 +96,25 @@ class FileImageReaderProvider(ImageReaderProvider):
         return self._formats
 
     def acquire(self, key) -> ImageReader:
-        return open_reader(key, self._formats)
+        reader = open_reader(key, self._formats)
+        layout = reader.layout() if isinstance(reader, RawArrayReader) else None
+        if layout is not None:
+            with self._layouts_lock:
+                self._layouts.pop(layout.key, None)
+                self._layouts[layout.key] = layout
+                if len(self._layouts) > _LAYOUTS:
+                    del self._layouts[next(iter(self._layouts))]
+        return reader
 
     def release(self, reader: ImageReader) -> None:
         reader.close()
+
+    def layout(self, key: str) -> RawLayout | None:
+        return self._layouts.get(key)
+
+    def forget_layout(self, key: str) -> None:
+        with self._layouts_lock:
+            self._layouts.pop(key, None)
 
     def __repr__(self) -> str:
         return f"FileImageReaderProvider(formats={[f.name for f in self._formats]})"
@@ -154,6 +200,12 @@ class CachingImageReaderProvider(ImageReaderProvider):
                     entry.users -= 1
                 raise entry.error
         return entry.reader
+
+    def layout(self, key: str) -> RawLayout | None:
+        return self._backing.layout(key)
+
+    def forget_layout(self, key: str) -> None:
+        self._backing.forget_layout(key)
 
     def release(self, reader: ImageReader) -> None:
         """Hand back a reader `acquire` gave; it stays open until it is the least recently used.

@@ -10,7 +10,9 @@ doubled; one to three of them per case.
 
 Workers are subprocesses that take cases one at a time and read each
 mutated file through `vitrio.query_descriptor`, `vitrio.read` (whole file
-and image 0), `read_batch_async` and `read_patches_async` (and, for EER,
+and image 0), `read_batch_async` (twice: the second read of a raw file goes
+through the native batch read, with the layout the first one kept) and
+`read_patches_async` (the native crop for raw files) (and, for EER,
 `read_events` and a rendering format). Each runs under `RLIMIT_AS` of its
 address space after start-up plus `memory` bytes, so an allocation that a
 file of a few KiB does not justify raises `MemoryError`. Every call must
@@ -271,6 +273,7 @@ def check_file(key: str, file_format: str, loader: Any, variant: int = 0) -> tup
                 vio.read_patches_async(loader, out, first_last[1], centres).get()
 
             results.append(attempt("read_batch_async", batch, key, problems)[0])
+            results.append(attempt("read_batch_async again", batch, key, problems)[0])
             results.append(attempt("read_patches_async", patches, key, problems)[0])
     if file_format == "eer":
         results.append(attempt("read_events", lambda: vio.read_events(key), key, problems)[0])

@@ -7,6 +7,18 @@ W2: the same from 1,000 stacks of 20 images.
 W3: 256x256 patches around 300 random centres on each of 20 micrographs of
     4096x4096 float32, batches in shuffled order.
 W4: int16 and float16 stacks read into float32.
+W5: bare read_batch_async of 80 shuffled batches of W1's stack into one array.
+W6r: vio.read of a whole 256x1024x1024 float32 tomogram.
+W6p: read_patches_async of 64 patches 64x128x128 of that tomogram, 4 calls.
+W1c, W2c: W1 and W2 with the files evicted from the page cache before each
+    epoch (posix_fadvise DONTNEED), read by a loader that reads ahead (as the
+    DataLoader's) against one that does not, in the same run.
+
+Each row gives images/s, bytes/s, the share of one-thread memcpy (np.copyto
+of 512 MB, best of 3, measured in the same run) and the ratio to the
+baselines: medians of --repeats runs, each measured after one run that is
+not (the files in the page cache, as after a first epoch; for the cold rows
+the page cache is emptied before every run).
 
 Baselines, in the same run: (a) torch's DataLoader with 2 worker processes
 over a Dataset that reads one image per item with mrcfile; (b) mrcfile's
@@ -29,7 +41,9 @@ from .workloads import (
     MrcfileImages,
     Workloads,
     data_folder,
+    evict,
     median_rate,
+    memcpy_rate,
     timed_rate,
     torch_baseline_rate,
 )
@@ -150,7 +164,13 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=5, help="runs of each measurement; the median is reported"
     )
-    parser.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4"], help="workloads to run")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=["W1", "W2", "W3", "W4", "W5", "W6", "W1c", "W2c"],
+        help="workloads to run",
+    )
+    parser.add_argument("--threads", type=int, default=2, help="vitrio's reading threads")
     args = parser.parse_args()
     with data_folder(args.data) as folder:
         _run(args, folder)
@@ -159,60 +179,174 @@ def main() -> None:
 def _run(args: argparse.Namespace, folder: Path) -> None:
     """Measure what `args` asks for, on synthetic files kept in `folder`."""
     if args.quick:
-        work = Workloads(folder, images=4000, micrographs=4, micrograph_side=2048, picks=300)
+        work = Workloads(
+            folder, images=4000, micrographs=4, micrograph_side=2048, picks=300, tomogram=(64, 512, 512)
+        )
         batches, repeats = 12, min(args.repeats, 3)
     else:
         work = Workloads(folder)
         batches, repeats = 40, args.repeats
     rng = np.random.default_rng(0)
     shape = (work.side, work.side)
-    rows = []
+    image_bytes = work.side * work.side * 4
+    threads = args.threads
+    memcpy = memcpy_rate()
+    print(f"one-thread memcpy: {memcpy / 1e9:.2f} GB/s; vitrio reads with {threads} threads")
+    print(HEADER)
 
-    def measure(name, ours, mmap, torch_dataset):
+    def measure(name, ours, item_bytes, baselines):
+        """Print the row of `ours` (items done per call) against `baselines`, (label, items per call) or
+        (label, rate per call) for torch's."""
+        ours()  # a first epoch: the files into the page cache, the readers opened, the layouts kept
         rate, _ = median_rate(lambda: timed_rate(ours), repeats)
-        mmap_rate = median_rate(lambda: timed_rate(mmap), repeats)[0] if mmap else None
-        torch_rate = median_rate(lambda: torch_baseline_rate(torch_dataset, batches), repeats)[0]
-        rows.append((name, rate, torch_rate, mmap_rate))
-        print(format_row(*rows[-1]), flush=True)
+        against = []
+        for label, baseline in baselines:
+            if label != "torch":  # torch's DataLoader leaves out its first batch itself
+                baseline()
+            measured = baseline if label == "torch" else lambda b=baseline: timed_rate(b)
+            against.append((label, median_rate(measured, repeats)[0]))
+        print(format_line(name, rate, rate * item_bytes, memcpy, against), flush=True)
 
-    print(f"{'workload':<22}{'vitrio img/s':>14}{'(a) torch':>12}{'x (a)':>8}{'(b) mmap':>12}{'x (b)':>8}")
-    stacks = (("W1", "W1 one stack", work.w1, 8), ("W2", "W2 1000 stacks", work.w2, 1024))
+    def torch_baseline(dataset):
+        return "torch", lambda: torch_baseline_rate(dataset, batches)
+
+    stacks = (("W1", "W1 one stack", work.w1, 8), ("W2", "W2 1000 stacks", work.w2, 64))
     for key, name, files, cache in stacks:
         if key not in args.only:
             continue
         locations = files()
-        loader = vio.loader(workers=2, cache=cache)
+        loader = vio.loader(workers=threads, cache=cache)
         measure(
             name,
             lambda loader=loader, locations=locations: vitrio_images(
                 loader, locations, batches_of(len(locations), batches, rng), shape
             ),
-            lambda locations=locations: mmap_images(locations, batches_of(len(locations), batches, rng)),
-            MrcfileImages(locations),
+            image_bytes,
+            [
+                torch_baseline(MrcfileImages(locations)),
+                (
+                    "mmap",
+                    lambda locations=locations: mmap_images(
+                        locations, batches_of(len(locations), batches, rng)
+                    ),
+                ),
+            ],
         )
     if "W3" in args.only:
         paths, picks = work.w3()
-        loader = vio.loader(workers=2, cache=64)
+        loader = vio.loader(workers=threads, cache=64)
         measure(
             "W3 patches 256",
             lambda: vitrio_patches(loader, paths, picks, batches_of(len(picks), batches, rng), 256),
-            lambda: mmap_patches(paths, picks, batches_of(len(picks), batches, rng), 256),
-            MrcfilePatches(paths, picks, 256),
+            256 * 256 * 4,
+            [
+                torch_baseline(MrcfilePatches(paths, picks, 256)),
+                ("mmap", lambda: mmap_patches(paths, picks, batches_of(len(picks), batches, rng), 256)),
+            ],
         )
     if "W4" in args.only:
-        loader = vio.loader(workers=2, cache=8)
+        loader = vio.loader(workers=threads, cache=8)
         for dtype, locations in work.w4().items():
             measure(
                 f"W4 {dtype}->float32",
                 lambda loc=locations: vitrio_images(loader, loc, batches_of(len(loc), batches, rng), shape),
-                lambda loc=locations: mmap_images(loc, batches_of(len(loc), batches, rng)),
-                MrcfileImages(locations),
+                image_bytes,
+                [
+                    torch_baseline(MrcfileImages(locations)),
+                    ("mmap", lambda loc=locations: mmap_images(loc, batches_of(len(loc), batches, rng))),
+                ],
             )
+    if "W5" in args.only:
+        locations = work.w1()
+        loader = vio.loader(workers=threads, cache=8)
+        count = min(80, len(locations) // BATCH)
+        target = np.empty((count * BATCH, *shape), np.float32)
+
+        def bare() -> int:
+            order = rng.permutation(len(locations))[: count * BATCH]
+            chosen = [locations[i] for i in order]
+            pending = [
+                vio.read_batch_async(loader, target[b : b + BATCH], chosen[b : b + BATCH])
+                for b in range(0, len(chosen), BATCH)
+            ]
+            for completion in pending:
+                completion.get()
+            return len(chosen)
+
+        measure("W5 bare batches", bare, image_bytes, [torch_baseline(MrcfileImages(locations))])
+    if "W6" in args.only:
+        tomogram = work.w6()
+        volume_bytes = int(np.prod(work.tomogram)) * 4
+        loader = vio.loader(workers=threads, cache=8)
+
+        def mrcfile_read() -> int:
+            mrcfile.read(tomogram)
+            return 1
+
+        measure(
+            "W6r whole tomogram",
+            lambda: (vio.read(tomogram, readers=loader.readers), 1)[1],
+            volume_bytes,
+            [("mrcfile", mrcfile_read)],
+        )
+        patch = (64, 128, 128)
+        patches = np.empty((64, *patch), np.float32)
+
+        def centres() -> np.ndarray:
+            return rng.integers(0, work.tomogram, (len(patches), 3))
+
+        def ours_patches() -> int:
+            for _ in range(4):
+                vio.read_patches_async(loader, patches, tomogram, centres()).get()
+            return 4 * len(patches)
+
+        def mmap_volume_patches() -> int:
+            with mrcfile.mmap(tomogram, mode="r", permissive=True) as mrc:
+                data = mrc.data
+                for _ in range(4):
+                    for slot, centre in enumerate(centres().tolist()):
+                        origin = [c - p // 2 for c, p in zip(centre, patch)]
+                        low = [max(o, 0) for o in origin]
+                        high = [min(o + p, e) for o, p, e in zip(origin, patch, data.shape)]
+                        patches[slot][tuple(slice(a - o, b - o) for a, b, o in zip(low, high, origin))] = (
+                            data[tuple(slice(a, b) for a, b in zip(low, high))]
+                        )
+            return 4 * len(patches)
+
+        measure(
+            "W6p tomogram patches", ours_patches, int(np.prod(patch)) * 4, [("mmap", mmap_volume_patches)]
+        )
+    cold = (("W1c", "W1c one stack, cold", work.w1, 8), ("W2c", "W2c 1000 stacks, cold", work.w2, 64))
+    for key, name, files, cache in cold:
+        if key not in args.only:
+            continue
+        locations = files()
+        paths = sorted({Path(loc.key) for loc in locations})
+        plain = vio.loader(workers=threads, cache=cache)
+        ahead = vio.ImageLoader(plain.executor, plain.readers, read_ahead=True)
+
+        def epoch(loader, locations=locations, paths=paths) -> int:
+            order = batches_of(len(locations), batches, rng)
+            evict(paths)
+            return vitrio_images(loader, locations, order, shape)
+
+        epoch(plain)  # learns the layouts, as a first epoch does
+        measure(name, lambda a=ahead: epoch(a), image_bytes, [("no hints", lambda p=plain: epoch(p))])
+
+
+HEADER = f"{'workload':<24}{'img/s':>10}{'MB/s':>9}{'memcpy':>8}   ratio to the baselines (img/s)"
 
 
 def format_row(name, rate, torch_rate, mmap_rate) -> str:
+    """A line of `vitrio bench`'s table: vitrio's rate and its ratio to baselines (a) and (b)."""
     mmap_text = f"{mmap_rate:>12,.0f}{rate / mmap_rate:>8.2f}" if mmap_rate else f"{'-':>12}{'-':>8}"
     return f"{name:<22}{rate:>14,.0f}{torch_rate:>12,.0f}{rate / torch_rate:>8.2f}{mmap_text}"
+
+
+def format_line(name, rate, byte_rate, memcpy, against) -> str:
+    """A line of the table: the rates, the share of memcpy, and the ratio to each baseline."""
+    ratios = "  ".join(f"x{rate / other:.2f} {label} ({other:,.0f})" for label, other in against)
+    return f"{name:<24}{rate:>10,.0f}{byte_rate / 1e6:>9,.0f}{byte_rate / memcpy:>8.2f}   {ratios}"
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ __all__ = [
     "own_folder",
     "MrcfileImages",
     "torch_baseline_rate",
+    "evict",
+    "memcpy_rate",
 ]
 
 
@@ -88,6 +90,7 @@ class Workloads:
     W2: `images / 20` stacks of 20 such images.
     W3: `micrographs` micrographs of `micrograph_side` squared float32 and `picks` centres on each.
     W4: the W1 stack as int16 and as float16.
+    W6: one tomogram of `tomogram` float32 voxels (slowest axis first).
     """
 
     def __init__(
@@ -99,11 +102,13 @@ class Workloads:
         micrograph_side: int = 4096,
         picks: int = 300,
         seed: int = 0,
+        tomogram: tuple[int, int, int] = (256, 1024, 1024),
     ):
         self.root = own_folder(own_folder(Path(root)) / f"{images}x{side}-{micrographs}x{micrograph_side}")
         self.images, self.side = images, side
         self.micrographs, self.micrograph_side, self.picks = micrographs, micrograph_side, picks
         self.rng = np.random.default_rng(seed)
+        self.tomogram = tomogram
 
     def _stack(self, name: str, dtype: str) -> Path:
         path = self.root / name
@@ -153,12 +158,40 @@ class Workloads:
         )
         return paths, picks
 
+    def w6(self) -> Path:
+        """The tomogram."""
+        path = self.root / "w6-{}x{}x{}.mrc".format(*self.tomogram)
+        if not path.exists():
+            vio.write_single(self.rng.standard_normal(self.tomogram, dtype=np.float32), path)
+        return path
+
     def w4(self) -> dict[str, list[vio.ImageLocation]]:
         out = {}
         for dtype in ("int16", "float16"):
             path = self._stack(f"w4-{dtype}.mrcs", dtype)
             out[dtype] = [vio.ImageLocation(path, i) for i in range(self.images)]
         return out
+
+
+def evict(paths: list[Path]) -> None:
+    """Drop the pages of `paths` from the page cache (`posix_fadvise` DONTNEED), for cold reads."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def memcpy_rate(size: int = 512 << 20) -> float:
+    """Bytes per second of one thread's `numpy.copyto` of `size` bytes, the best of 3."""
+    source, target = np.ones(size, np.uint8), np.zeros(size, np.uint8)
+    best = 0.0
+    for _ in range(3):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        best = max(best, size / (time.perf_counter() - start))
+    return best
 
 
 def median_rate(run: Callable[[], float], repeats: int) -> tuple[float, list[float]]:

@@ -4,9 +4,11 @@ Each iteration is an epoch, a generator that, once the batch it hands out
 next is read, starts reading the ones after it until `prefetch` are under
 way, so that they are read while the consumer works; the first batch of an
 epoch is read alone, as soon as it can be. Every batch is read into arrays
-of its own. A batch whose read failed raises when its turn comes; whatever is still
-under way then, or when an iteration is abandoned, is waited for before the
-generator finishes, so the loader's threads are free for the next epoch.
+of its own, and first tells the kernel what it will read (`ImageLoader`'s
+read_ahead), so that a cold epoch keeps the disk busy. A batch whose read
+failed raises when its turn comes; whatever is still under way then, or
+when an iteration is abandoned, is waited for before the generator
+finishes, so the loader's threads are free for the next epoch.
 
 An iteration counts the batches it hands out, which is all its state adds to
 that of the batch sampler as the iteration began: resuming loads the one and
@@ -350,7 +352,8 @@ class DataLoader:
         return copy.deepcopy(sampler.state_dict()) if _is_stateful(sampler) else None
 
     def _epoch(self) -> Iterator[Any]:
-        loader = self._loader or shared_loader()
+        given = self._loader or shared_loader()
+        loader = ImageLoader(given.executor, given.readers, read_ahead=True)
         skip, self._resume = self._resume, 0
         samples = iter(self._batch_sampler)
         progress = self._progress = _Progress(self._sampler_state(), skip)

@@ -12,6 +12,13 @@ I/O error) would kill the process with SIGBUS: the map of `vitrio._native.map_fi
 reads it as zeros instead and counts it, and the read raises `OSError`; the
 reader raises it from then on.
 
+A reader also gives its file's layout (`RawArrayReader.layout`): where the
+images lie, in what type, and what the file was (size, mtime, inode) when
+its header was parsed. With it, `read_runs` reads images of files whose
+readers are closed with one native call: open, `pread`s, close, converting
+in the same pass, without the GIL. Patches of one image are cropped out of
+the map in one native call too (`RawArrayReader.read_patches`).
+
 Writers write with `os.pwrite` into a private file made beside the
 destination (`vitrio._fs.PartialFile`) and renamed onto it when flushed or
 finished.
@@ -26,18 +33,29 @@ import errno
 import math
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from .._arrays import gather
 from .._fs import PartialFile
-from .._native import map_file
+from .._native import crop, map_file
+from .._native import read_runs as _read_runs
 from .._types import ImageDescriptor, past_the_end
 from ._contract import FormatError, HeaderStatistics, ImageReader, ImageWriter
 
-__all__ = ["Decoder", "RawArrayReader", "RawArrayWriter", "Statistics"]
+__all__ = [
+    "Decoder",
+    "KnownFiles",
+    "RawArrayReader",
+    "RawArrayWriter",
+    "RawLayout",
+    "Statistics",
+    "read_runs",
+    "value_kind",
+]
 
 _buffers = threading.local()
 
@@ -51,6 +69,153 @@ def _thread_buffer(nbytes: int) -> np.ndarray:
         buffer = np.empty(max(nbytes, 1 << 16), dtype=np.uint8)
         _buffers.array = buffer
     return buffer[:nbytes]
+
+
+_KINDS = {
+    np.dtype(t): k for k, t in enumerate((np.uint8, np.int8, np.uint16, np.int16, np.float16, np.float32))
+}
+_BYTES, _BFLOAT16, _SWAP = 6, 7, 256
+try:  # numpy has no bfloat16; JAX's ml_dtypes gives one
+    from ml_dtypes import bfloat16
+except ImportError:  # pragma: no cover - ml_dtypes comes with JAX
+    pass
+else:
+    _KINDS[np.dtype(bfloat16)] = _BFLOAT16
+_FLOATS = {_KINDS[np.dtype(np.float32)], _KINDS[np.dtype(np.float16)], _BFLOAT16}
+_READ_CHANGED, _READ_OPEN, _READ_SHORT = 2, 1, 4
+
+
+def value_kind(dtype: np.dtype) -> int | None:
+    """The kind `vitrio._native` gives values of `dtype` (other byte order included), or None."""
+    dtype = np.dtype(dtype)
+    kind = _KINDS.get(dtype.newbyteorder("=")) if dtype.fields is None else None
+    if kind is None:
+        return None
+    return kind if dtype.isnative or dtype.itemsize == 1 else kind | _SWAP
+
+
+class RawLayout:
+    """Where the images of a file lie and in what type, as its header said, and what the file was then.
+
+    Attributes:
+        key: The file's key.
+        descriptor: What the file holds.
+        offset: Where image 0 starts.
+        dtype: The type and byte order of the stored values.
+        image_bytes: The bytes of one image as stored.
+        check: (size, mtime in ns, inode, device) of the file when its header was parsed.
+
+    Args:
+        key, descriptor, offset, dtype: The attributes above.
+        status: The file's status when its header was parsed.
+        mapped: The map of the file's reader, while it lives (a weak reference is kept).
+    """
+
+    __slots__ = ("key", "path", "descriptor", "core_extents", "image_count", "offset", "dtype")
+    __slots__ += ("image_bytes", "check", "_plans", "_map")
+
+    def __init__(
+        self,
+        key: str,
+        descriptor: ImageDescriptor,
+        offset: int,
+        dtype: np.dtype,
+        status: os.stat_result,
+        mapped: Any = None,
+    ):
+        self.key, self.path, self.descriptor = key, os.fsencode(key), descriptor
+        self.core_extents = descriptor.core_extents
+        self.image_count = descriptor.image_count if descriptor.is_stack else 1
+        self.offset, self.dtype = offset, dtype
+        self.image_bytes = math.prod(self.core_extents) * dtype.itemsize
+        self.check = (status.st_size, status.st_mtime_ns, status.st_ino, status.st_dev)
+        self._plans: dict[np.dtype, tuple[int, int, int] | None] = {}
+        self._map = weakref.ref(mapped) if mapped is not None else None
+
+    def mapped(self) -> Any:
+        """The map of the file's reader while it lives (and the SIGBUS guard covers it) and no page
+        of it has failed to read, else None."""
+        mapped = self._map() if self._map is not None else None
+        return mapped if mapped is not None and not mapped.faults else None
+
+    def plan(self, out_dtype: np.dtype) -> tuple[int, int, int] | None:
+        """How `read_runs` reads an image into `out_dtype`: (stored kind, destination kind, values per
+        image), or None when it cannot convert to that type (numpy must)."""
+        plan = self._plans.get(out_dtype, False)
+        if plan is False:
+            plan = self._plan(np.dtype(out_dtype))
+            self._plans[out_dtype] = plan
+        return plan
+
+    def _plan(self, out_dtype: np.dtype) -> tuple[int, int, int] | None:
+        values = math.prod(self.core_extents)
+        stored, wanted = value_kind(self.dtype), _KINDS.get(out_dtype) if out_dtype.isnative else None
+        if stored is not None and wanted is not None:
+            kind = stored & ~_SWAP
+            if kind == wanted or wanted in _FLOATS:
+                return stored, wanted, values
+        if out_dtype == self.dtype and self.dtype.isnative and not self.dtype.hasobject:
+            return _BYTES, _BYTES, self.image_bytes
+        return None
+
+
+class KnownFiles:
+    """Files of known layouts, as `read_runs` takes them: their layouts, paths, check rows and maps.
+
+    A file whose reader is open is read out of the reader's map, without a system call but a `stat`.
+
+    Args:
+        layouts: The files.
+        kinds: The stored kind of each file's values, as its `plan` gives it.
+    """
+
+    __slots__ = ("layouts", "paths", "checks", "maps", "_mapped")
+
+    def __init__(self, layouts: Sequence[RawLayout], kinds: Sequence[int]):
+        self.layouts = list(layouts)
+        self.paths = tuple(layout.path for layout in layouts)
+        self.maps = tuple(layout.mapped() for layout in layouts)
+        self._mapped = [i for i, m in enumerate(self.maps) if m is not None]
+        self.checks = np.empty((len(layouts), 5), dtype=np.int64)
+        self.checks[:, :4] = [layout.check for layout in layouts]
+        self.checks[:, 4] = kinds
+
+
+def read_runs(files: KnownFiles, runs: np.ndarray, out: np.ndarray, dst_kind: int) -> tuple[int, int] | None:
+    """Read runs of values of files into `out` with one native call, without the GIL.
+
+    Args:
+        files: The files.
+        runs: C-contiguous int64 rows (file, offset, values, destination byte), those of one file together.
+        out: A C-contiguous array.
+        dst_kind: The kind of `out`'s values.
+
+    Returns:
+        None when all were read; `(run, file)` for the first run whose file is not what its layout
+        says any more (changed or gone): the runs before it were read.
+
+    Raises:
+        OSError: If a read fails, a file ends before a run does, or pages of a map could not be
+            read (they read as zeros), naming the file.
+    """
+    failure = _read_runs(files.paths, files.checks, runs, out, dst_kind, files.maps)
+    for i in files._mapped:
+        faults = files.maps[i].faults
+        if faults:
+            raise OSError(
+                errno.EIO,
+                f"{files.layouts[i].key}: {faults} pages of the file could not be read while open "
+                "(it was truncated, or an I/O error), and read as zeros",
+            )
+    if failure is None:
+        return None
+    run, file, status, code = failure
+    if status in (_READ_CHANGED, _READ_OPEN):
+        return run, file
+    key = files.layouts[file].key
+    if status == _READ_SHORT:
+        raise OSError(errno.EIO, f"{key}: the file ended before its images did: it was truncated while read")
+    raise OSError(code, f"{key}: {os.strerror(code)}")
 
 
 class RawArrayReader(ImageReader):
@@ -98,7 +263,8 @@ class RawArrayReader(ImageReader):
         )
         self._decoder = decoder
         self._end = self._offset + self.image_count * math.prod(stored_core) * self._dtype.itemsize
-        size = os.fstat(fd).st_size
+        self._status = os.fstat(fd)
+        size = self._status.st_size
         if size < self._end:
             raise FormatError(
                 f"{key}: the file is truncated: it has {size} bytes, its header says its "
@@ -126,6 +292,41 @@ class RawArrayReader(ImageReader):
     def data_offset(self) -> int:
         """Where image 0 starts in the file."""
         return self._offset
+
+    def layout(self) -> RawLayout | None:
+        """Where the file's images lie, for `read_runs`; None where numpy must read them (a
+        decoder or a permutation of the axes)."""
+        if self._decoder is not None or self._axes is not None or self._map is None:
+            return None
+        mapped = self._map if self._map.guarded else None
+        return RawLayout(self.key, self.descriptor, self._offset, self._dtype, self._status, mapped)
+
+    def read_patches(
+        self,
+        index: int,
+        origins: np.ndarray,
+        patch: tuple[int, ...],
+        out: np.ndarray,
+        slots: np.ndarray,
+        fill: Any,
+    ) -> bool:
+        """Crop the patches of image `index` starting at `origins` into the slots of `out` in one native
+        call; what lies beyond the image is `fill`, or left as it was when `fill` is None.
+
+        Returns:
+            Whether it did: not where the values need numpy to convert them or `out` is not C-contiguous.
+        """
+        layout = self.layout()
+        plan = layout.plan(out.dtype) if layout is not None else None
+        if plan is None or plan[1] == _BYTES or not out.flags.c_contiguous:
+            return False
+        self.check_run(index, 1)
+        self.check_unchanged()
+        value = None if fill is None else np.asarray(fill).astype(out.dtype).tobytes()
+        image = self._offset + index * layout.image_bytes
+        crop(self._map, image, plan[0], self.core_extents, origins, slots, out, plan[1], patch, value)
+        self._check_copied()
+        return True
 
     def _copy(self, stored: np.ndarray, out: np.ndarray) -> None:
         if self._decoder is not None:
