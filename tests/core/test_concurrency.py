@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
+import re
+import sys
 import threading
 import time
 import weakref
@@ -136,14 +138,52 @@ def test_completion_is_ready_wait_and_get():
     assert (destination == 3).all()
 
 
+class CountingExecutor(vio.ThreadPoolExecutor):
+    """A thread pool that counts the tasks it has finished, so a test can wait for the n-th."""
+
+    def __init__(self, worker_count: int):
+        super().__init__(worker_count)
+        self._finished = 0
+        self._changed = threading.Condition()
+
+    def submit(self, function, *args):
+        def counted():
+            try:
+                function(*args)
+            finally:
+                with self._changed:
+                    self._finished += 1
+                    self._changed.notify_all()
+
+        super().submit(counted)
+
+    def wait_finished(self, count: int, timeout: float = 20) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: self._finished >= count, timeout), "tasks never finished"
+
+
+def wait_until_waiting(thread: threading.Thread, timeout: float = 20) -> None:
+    """Return once `thread` blocks in a wait of `threading` (an Event's or a Condition's)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident)
+        while frame is not None:
+            if frame.f_code.co_name == "wait" and frame.f_code.co_filename == threading.__file__:
+                return
+            frame = frame.f_back
+        time.sleep(0.001)
+    raise AssertionError(f"{thread.name} never waited")
+
+
 def test_get_raises_the_first_failure_and_wait_nothing():
     slow, fast = threading.Event(), threading.Event()
     provider = GatedProvider({"fail-slow": slow, "fail-fast": fast})
-    loader = _loader(provider, vio.ThreadPoolExecutor(2))
+    executor = CountingExecutor(2)
+    loader = _loader(provider, executor)
     locations = [vio.ImageLocation("fail-slow", 0), vio.ImageLocation("fail-fast", 0)]
     completion = vio.read_batch_async(loader, np.zeros((2, 2, 3), np.float32), locations)
     fast.set()
-    time.sleep(0.2)
+    executor.wait_finished(1)  # the fast failure is recorded before the slow one happens
     slow.set()
     assert completion.wait() is None
     with pytest.raises(OSError, match="fail-fast"):
@@ -381,3 +421,75 @@ def test_many_threads_many_batches_more_files_than_the_cache(many_files):
     assert errors == []
     assert cache.reader_count <= 8
     assert len(backing.opened) - len(backing.closed) == cache.reader_count
+
+
+def test_threads_waiting_on_a_failed_open_of_the_same_file_get_its_error(tmp_path):
+    """Many threads ask a cache for one file whose open fails: the file is opened once, and every
+    thread, the one that opened it and those that waited on it, raises the error."""
+    gate = threading.Event()
+    backing = GatedProvider({"fail-shared": gate})
+    cache = vio.CachingImageReaderProvider(backing, 4)
+    outcomes: dict[int, object] = {}
+
+    def grab(number):
+        try:
+            outcomes[number] = cache.acquire("fail-shared")
+        except OSError as error:
+            outcomes[number] = error
+
+    threads = [threading.Thread(target=grab, args=(n,), name=f"grab-{n}") for n in range(6)]
+    for thread in threads:
+        thread.start()
+        wait_until_waiting(thread)  # the first in the provider's gate, the others on its open
+    gate.set()
+    for thread in threads:
+        thread.join(20)
+    assert sorted(outcomes) == list(range(6))
+    for number, outcome in outcomes.items():
+        assert isinstance(outcome, OSError), f"thread {number} got {outcome!r} instead of the error"
+        assert "fail-shared: cannot be read" in str(outcome)
+    assert cache.reader_count == 0
+    with pytest.raises(OSError, match="fail-shared: cannot be read"):
+        cache.acquire("fail-shared")  # a later open tries again, and fails again
+
+
+def test_a_cached_reader_whose_file_changed_is_dropped_for_every_thread(tmp_path):
+    """A file truncated under a cache's reader fails the reads of many threads; written anew, it is
+    opened anew and every thread reads what it now holds."""
+    path = tmp_path / "changing.mrcs"
+    vio.write_stack(np.zeros((6, 8, 8), np.int16), path)
+    loader = vio.ImageLoader(vio.ThreadPoolExecutor(4), vio.CachingImageReaderProvider(CountingProvider(), 2))
+    locations = [vio.ImageLocation(path, i) for i in range(6)]
+
+    def read_all(count):
+        outcomes = [None] * count
+        barrier = threading.Barrier(count)
+
+        def client(number):
+            barrier.wait()
+            out = np.full((6, 8, 8), -7, np.int16)
+            try:
+                vio.read_batch_async(loader, out, locations).get()
+                outcomes[number] = out
+            except (OSError, ValueError) as error:  # the cached reader's, or a new one's
+                outcomes[number] = error
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        return outcomes
+
+    assert all(isinstance(out, np.ndarray) and (out == 0).all() for out in read_all(4))
+    os.truncate(path, 1024 + 8 * 8 * 2)
+    for outcome in read_all(4):
+        assert isinstance(outcome, Exception) and re.search(
+            f"{re.escape(str(path))}: the file (was|is) truncated", str(outcome)
+        )
+    values = np.stack([_image(3, i) for i in range(6)]).astype(np.int16)
+    vio.write_stack(values, path)
+    for out in read_all(4):
+        assert isinstance(out, np.ndarray), f"a reader of the changed file was kept: {out!r}"
+        np.testing.assert_array_equal(out, values)
+    assert loader.readers.reader_count == 1

@@ -178,3 +178,32 @@ def test_flush_hands_the_images_and_header_so_far_to_the_system(tmp_path, rng):
     writers.close(tmp_path / "f.mrcs")
     assert _listing(tmp_path) == ["f.mrcs"]
     np.testing.assert_array_equal(vio.read(tmp_path / "f.mrcs"), data)
+
+
+def test_a_tiff_past_4_gib_is_written_as_bigtiff(tmp_path):
+    """A stack of 4 GiB and more cannot be a classic TIFF (its offsets are 32-bit): it is written as
+    BigTIFF. Only the last two images are written; the rest stays a hole of the sparse file."""
+    path = tmp_path / "big.tif"
+    count, side = 257, 4096  # 257 images of 16 MiB: past 4 GiB
+    writers = vio.writer_provider()
+    writers.declare(path, vio.ImageDescriptor((count, side, side), 2, "uint8"))
+    last = (np.arange(2 * side * side) % 251).astype(np.uint8).reshape(2, side, side)
+    vio.write_batch_async(
+        vio.saver(writers, workers=1),
+        last,
+        [vio.ImageLocation(path, count - 2), vio.ImageLocation(path, count - 1)],
+    ).get()
+    writers.close(path)
+    assert path.stat().st_size > 2**32
+    with tifffile.TiffFile(path) as tiff:
+        assert tiff.is_bigtiff
+        assert tiff.series[0].shape == (count, side, side)
+        np.testing.assert_array_equal(tiff.pages[count - 1].asarray(), last[1])
+        np.testing.assert_array_equal(tiff.pages[count - 2].asarray(), last[0])
+        assert not tiff.pages[0].asarray().any()
+    out = np.full((2, side, side), 7, np.uint8)
+    vio.read_batch_async(
+        vio.loader(workers=1), out, [vio.ImageLocation(path, count - 1), vio.ImageLocation(path, 0)]
+    ).get()
+    np.testing.assert_array_equal(out[0], last[1])
+    assert not out[1].any()

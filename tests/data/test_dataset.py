@@ -110,6 +110,41 @@ def test_pending_batch(dataset, loader, stacks):
     assert batch.is_ready and list(batch.get()) == ["x"]
 
 
+class _Failed:
+    """A read of a batch that failed at once."""
+
+    is_ready = True
+
+    def wait(self):
+        pass
+
+    def get(self):
+        raise OSError("a.mrc: image 3 of 2 is past the end of its stack")
+
+
+class _Slow:
+    """A read of a batch that is done only once waited for: notes that it was."""
+
+    def __init__(self):
+        self.is_ready = False
+
+    def wait(self):
+        self.is_ready = True
+
+    def get(self):
+        self.wait()
+
+
+def test_pending_batch_get_waits_for_every_read_before_it_raises():
+    """A batch whose first read failed still waits for the others: its arrays are not being written
+    once get() raises, so they may be reused or freed."""
+    slow = _Slow()
+    batch = PendingBatch({"a": np.zeros(2), "b": np.zeros(2)}, [_Failed(), slow])
+    with pytest.raises(OSError, match="a.mrc: image 3 of 2"):
+        batch.get()
+    assert slow.is_ready, "get() raised before every read of the batch was done"
+
+
 def test_subset_shares_sources_and_counts_its_own_rows(dataset, stacks):
     part = dataset.subset([20, 3, 3, -1])
     assert len(part) == 4
