@@ -19,6 +19,7 @@ from vitrio.formats.dm import DigitalMicrographFormat, DigitalMicrographReader
 from vitrio.testing.dm import DATA_TYPES, dm_file, image_entry, thumbnail
 
 from .. import DM_SAMPLES as ARCHIVE
+from .. import need_dm_samples
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,16 +35,13 @@ def _sample_names() -> list[str]:
 
 
 SAMPLES = _sample_names()
-each_sample = pytest.mark.parametrize(
-    "name", SAMPLES or [pytest.param("absent", marks=pytest.mark.skip(reason=f"no DM samples at {ARCHIVE}"))]
-)
+each_sample = pytest.mark.parametrize("name", SAMPLES or ["absent"])  # "absent": the samples fixture says so
 
 
 @pytest.fixture(scope="session")
 def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder the sample archive is extracted into."""
-    if not ARCHIVE.is_file():
-        pytest.skip(f"no DM samples at {ARCHIVE}")
+    need_dm_samples()
     folder = tmp_path_factory.mktemp("dm-samples")
     with tarfile.open(ARCHIVE) as tar:
         tar.extractall(folder, filter="data")
