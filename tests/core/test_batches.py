@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -218,10 +217,10 @@ def test_slot_shape_that_does_not_fit_names_the_file(files):
         completion.get()
 
 
-def test_header_claiming_a_huge_size_is_refused_fast(tmp_path):
+def test_header_claiming_a_huge_size_is_refused(tmp_path):
+    """Refused before anything is allocated (the next test measures that); a hang meets the timeout."""
     path = tmp_path / "huge.mrc"
     path.write_bytes(mrc_header(2**20, 2**20, 2**20, 2, ispg=1) + bytes(4096))
-    started = time.monotonic()
     with pytest.raises(ValueError, match="huge.mrc"):
         vio.read(path)
     completion = vio.read_batch_async(vio.loader(workers=1), np.zeros((1, 4, 4), np.float32), [path])
@@ -231,7 +230,6 @@ def test_header_claiming_a_huge_size_is_refused_fast(tmp_path):
     completion = vio.read_patches_async(vio.loader(workers=1), patches, path, [[5, 5, 5]])
     with pytest.raises(ValueError, match="huge.mrc"):
         completion.get()
-    assert time.monotonic() - started < 10
 
 
 def test_header_claiming_a_huge_size_allocates_nothing(tmp_path):

@@ -7,7 +7,6 @@ import json
 import os
 import random
 import tarfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -353,7 +352,6 @@ def test_byte_flips(samples: Path, tmp_path: Path, name: str, seed: int):
         data = reader.data_offset
     rng = random.Random(seed)
     path = tmp_path / name
-    started = time.monotonic()
     outcomes = {"read": 0, "refused": 0}
     for _ in range(200):
         flipped = bytearray(content)
@@ -370,5 +368,4 @@ def test_byte_flips(samples: Path, tmp_path: Path, name: str, seed: int):
         except CLEAN_ERRORS as error:
             assert str(path) in str(error)
             outcomes["refused"] += 1
-    assert outcomes["read"] and outcomes["refused"]
-    assert time.monotonic() - started < 20
+    assert outcomes["read"] and outcomes["refused"]  # a hang is caught by the timeout of the module
