@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -493,3 +494,48 @@ def test_a_cached_reader_whose_file_changed_is_dropped_for_every_thread(tmp_path
         assert isinstance(out, np.ndarray), f"a reader of the changed file was kept: {out!r}"
         np.testing.assert_array_equal(out, values)
     assert loader.readers.reader_count == 1
+
+
+def test_an_interrupt_during_get_comes_out_and_the_work_goes_on():
+    """Ctrl-C (SIGINT) while the main thread waits in Completion.get: KeyboardInterrupt comes out of
+    get, the reads go on, and the completion is waited for and read right afterwards.
+
+    A signal that lands just before the wait blocks is seen only once the wait ends, so SIGINT is
+    sent again until it has been handled; only the first raises."""
+    gate = threading.Event()
+    destination = np.zeros((3, 2, 3), np.float32)
+    completion = vio.read_batch_async(
+        _loader(GatedProvider({"k": gate}), vio.ThreadPoolExecutor(2)),
+        destination,
+        [vio.ImageLocation("k", i) for i in (4, 5, 6)],
+    )
+    main = threading.current_thread()
+    assert main is threading.main_thread()
+    armed, handled = threading.Event(), threading.Event()
+
+    def once(signum, frame):
+        if not handled.is_set():
+            handled.set()
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, once)
+
+    def interrupt():
+        assert armed.wait(20)
+        wait_until_waiting(main)  # the only wait after `armed` is get's
+        while not handled.wait(0.01):
+            signal.pthread_kill(main.ident, signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt)
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            armed.set()
+            completion.get()
+        interrupter.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not completion.is_ready
+    gate.set()
+    assert completion.get() is None
+    np.testing.assert_array_equal(destination[:, 0, 0], [4, 5, 6])
