@@ -268,7 +268,11 @@ class FileImageWriterProvider:
         with creating:
             writer = self._writers.get(key)
             if writer is None:
-                writer = create_writer(key, self._declared[key], self._formats)
+                with self._lock:
+                    descriptor = self._declared.get(key)
+                if descriptor is None:  # closed or discarded meanwhile
+                    raise IndexError(f"{key}: is not declared")
+                writer = create_writer(key, descriptor, self._formats)
                 self._writers[key] = writer
         return writer
 
