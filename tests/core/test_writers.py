@@ -207,3 +207,33 @@ def test_a_tiff_past_4_gib_is_written_as_bigtiff(tmp_path):
     ).get()
     np.testing.assert_array_equal(out[0], last[1])
     assert not out[1].any()
+
+
+def test_closing_a_file_while_writes_to_it_are_in_flight(tmp_path):
+    """close() racing a batch of writes to the same file, 30 times: each write lands, or raises an
+    error naming the file (IndexError once the file is closed); the file at the path is whole, of
+    the declared shape; a file written meanwhile is intact; no partial file is left."""
+    descriptor = vio.ImageDescriptor((64, 32, 32), 2, "float32")
+    ones = np.ones((64, 32, 32), np.float32)
+    failures = set()
+    for trial in range(30):
+        writers = vio.writer_provider()
+        saver = vio.saver(writers, workers=4)
+        closed, other = tmp_path / f"closed{trial}.mrcs", tmp_path / f"other{trial}.mrcs"
+        writers.declare(closed, descriptor)
+        writers.declare(other, descriptor)
+        racing = vio.write_batch_async(saver, ones, [vio.ImageLocation(closed, i) for i in range(64)])
+        writers.close(closed)
+        vio.write_batch_async(saver, 2 * ones, [vio.ImageLocation(other, i) for i in range(64)]).get()
+        writers.close(other)
+        try:
+            racing.get()
+        except (IndexError, OSError) as error:
+            assert str(closed) in str(error), error
+            failures.add(type(error))
+        assert vio.query_descriptor(closed) == descriptor
+        assert set(np.unique(vio.read(closed)).tolist()) <= {0.0, 1.0}
+        np.testing.assert_array_equal(vio.read(other), 2 * ones)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"closed{n}.mrcs" for n in range(30)] + [f"other{n}.mrcs" for n in range(30)]
+    )
