@@ -67,7 +67,7 @@ def _loader(provider, executor):
 def test_thread_pool_executor_worker_count():
     assert vio.ThreadPoolExecutor(3).worker_count == 3
     assert vio.ThreadPoolExecutor(1).worker_count == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="worker_count must be positive: 0"):
         vio.ThreadPoolExecutor(0)
     assert vio.loader(workers=5).worker_count == 5
     assert vio.loader().worker_count == (os.cpu_count() or 1)
@@ -115,9 +115,9 @@ def test_loaders_and_savers_share_an_executor(tmp_path, rng):
         completion.get()
     np.testing.assert_array_equal(a, np.concatenate([data, data]))
     np.testing.assert_array_equal(b, np.concatenate([data, data])[::-1])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="give workers or executor, not both"):
         vio.loader(workers=2, executor=executor)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="give workers or executor, not both"):
         vio.saver(writers, workers=2, executor=executor)
 
 
@@ -278,9 +278,9 @@ def test_reader_provider_defaults():
     assert isinstance(cached, vio.CachingImageReaderProvider) and cached.capacity == 4
     assert cached.reader_count == 0
     assert vio.loader(workers=1, cache=3).readers.capacity == 3
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="capacity must be positive: 0"):
         vio.reader_provider(cache=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="capacity must be positive: 0"):
         vio.CachingImageReaderProvider(vio.FileImageReaderProvider(), 0)
 
 
@@ -338,7 +338,7 @@ def test_cache_errors(many_files, tmp_path):
     assert cache.reader_count == 0
     stranger = vio.FileImageReaderProvider().acquire(many_files[0])
     try:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="f00.tif: this reader was not acquired from this provider"):
             cache.release(stranger)
     finally:
         stranger.close()

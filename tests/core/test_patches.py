@@ -111,17 +111,19 @@ def test_no_centres(micrograph):
 def test_patch_errors_at_the_call(micrograph):
     path, _ = micrograph
     loader = vio.loader(workers=1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="centres must not be negative"):
         vio.read_patches_async(loader, np.zeros((1, 3, 3), np.float32), path, [[-1, 4]])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="centres must not be negative"):
         vio.read_patches_async(loader, np.zeros((1, 3, 3), np.float32), path, np.array([[4, -4]]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"patches of shape \(3, 3\) do not fit centres of rank 3"):
         vio.read_patches_async(loader, np.zeros((1, 3, 3), np.float32), path, [[1, 2, 3]])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"patches of shape \(3, 3, 3\) do not fit centres of rank 2"):
         vio.read_patches_async(loader, np.zeros((1, 3, 3, 3), np.float32), path, [[1, 2]])
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"leading extent must be the number of centres, 1: its shape is \(2, 3, 3\)"
+    ):
         vio.read_patches_async(loader, np.zeros((2, 3, 3), np.float32), path, [[1, 2]])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="centres must be integers, not float64"):
         vio.read_patches_async(loader, np.zeros((1, 3, 3), np.float32), path, [[1.5, 2.0]])
 
 

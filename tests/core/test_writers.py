@@ -24,15 +24,15 @@ def test_declare_close_and_file_count(tmp_path):
     writers.declare(tmp_path / "a.mrcs", descriptor)
     writers.declare(str(tmp_path / "b.tif"), descriptor)
     assert writers.file_count == 2
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="a.mrcs: is declared already"):
         writers.declare(str(tmp_path / "a.mrcs"), descriptor)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="c.mrc: a descriptor is an ImageDescriptor, not tuple"):
         writers.declare(tmp_path / "c.mrc", (2, 3, 4))
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="never.mrc: is not declared"):
         writers.close(tmp_path / "never.mrc")
     writers.close(str(tmp_path / "a.mrcs"))
     assert writers.file_count == 1
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="a.mrcs: is not declared"):
         writers.close(tmp_path / "a.mrcs")  # closed: no longer declared
     writers.close(tmp_path / "b.tif")
     assert writers.file_count == 0
@@ -111,14 +111,16 @@ def test_write_batch_errors(tmp_path):
     writers.declare(tmp_path / "e.mrcs", vio.ImageDescriptor((2, 4, 4), 2, "float32"))
     saver = vio.saver(writers, workers=2)
     one = [vio.ImageLocation(tmp_path / "e.mrcs", 0)]
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"leading extent must be the number of locations, 1: its shape is \(2, 4, 4\)"
+    ):
         vio.write_batch_async(saver, np.zeros((2, 4, 4)), one)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="locations mix whole files and images of stacks"):
         vio.write_batch_async(saver, np.zeros((2, 4, 4)), [*one, tmp_path / "e.mrcs"])
     completion = vio.write_batch_async(
         saver, np.zeros((1, 4, 4)), [vio.ImageLocation(tmp_path / "e.mrcs", 2)]
     )
-    with pytest.raises(IndexError, match="e.mrcs"):
+    with pytest.raises(IndexError, match=r"e\.mrcs: index 2 is past the end of a stack of 2"):
         completion.get()
     completion = vio.write_batch_async(
         saver, np.zeros((1, 4, 4)), [vio.ImageLocation(tmp_path / "x.mrcs", 0)]
@@ -128,7 +130,7 @@ def test_write_batch_errors(tmp_path):
     completion = vio.write_batch_async(saver, np.zeros((1, 4, 5)), one)
     with pytest.raises(ValueError, match="e.mrcs"):
         completion.get()
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="writers is a FileImageWriterProvider, not object"):
         vio.saver(object())
     writers.discard(tmp_path / "e.mrcs")
     assert writers.file_count == 0
