@@ -131,6 +131,16 @@ MUTANTS = (
         "        for pending in self._pending:\n            pending.get()",
         ("tests/data/test_dataset.py",),
     ),
+    Mutant(
+        "writer-close-race-key-error",
+        "src/vitrio/_providers.py",
+        "                with self._lock:\n"
+        "                    descriptor = self._declared.get(key)\n"
+        "                if descriptor is None:  # closed or discarded meanwhile\n"
+        '                    raise IndexError(f"{key}: is not declared")\n',
+        "                descriptor = self._declared[key]\n",
+        ("tests/core/test_writers.py",),
+    ),
     # the data loader
     Mutant(
         "rows-past-the-end-by-one",
