@@ -334,7 +334,12 @@ class FileImageWriterProvider(ImageWriterProvider):
         with creating:
             writer = self._writers.get(key)
             if writer is None:
-                made = create_writer(key, self._declared[key], self._formats, self._voxel_sizes[key])
+                with self._lock:
+                    descriptor = self._declared.get(key)
+                    voxel_size = self._voxel_sizes.get(key)
+                if descriptor is None:  # closed or discarded meanwhile
+                    raise IndexError(f"{key}: is not declared")
+                made = create_writer(key, descriptor, self._formats, voxel_size)
                 writer = self._writers[key] = TrackedWriter(made)
         return writer
 

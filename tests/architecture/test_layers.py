@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import importlib.machinery
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -216,9 +217,11 @@ def test_the_rules_catch_what_they_forbid():
 
 
 def _run(*arguments: str) -> subprocess.CompletedProcess:
-    """Run a fresh interpreter in `src/`, so that it imports the modules this file reads."""
+    """Run a fresh interpreter that imports the modules this file reads, from `src/` first."""
+    path = os.pathsep.join(filter(None, [str(SOURCES), os.environ.get("PYTHONPATH")]))
+    environment = {**os.environ, "PYTHONPATH": path}
     return subprocess.run(
-        [sys.executable, *arguments], capture_output=True, text=True, timeout=300, cwd=SOURCES
+        [sys.executable, *arguments], capture_output=True, text=True, timeout=300, env=environment
     )
 
 

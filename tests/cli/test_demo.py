@@ -16,8 +16,9 @@ def test_the_demo_extracts_trains_and_draws(vitrio, tmp_path: Path):
     result = vitrio("demo", "--out", out, "--micrographs", 2, "--size", 384, "--epochs", 2)
     assert result.status == 0, result.err
     assert torch.get_num_threads() == threads
-    accuracies = [float(a) for a in re.findall(r"held-out accuracy ([0-9.]+)%,", result.out)]
-    assert len(accuracies) == 2 and all(0 <= a <= 100 for a in accuracies)
+    losses, accuracies = _progress(result.out)
+    assert len(accuracies) == 2 and all((a * 8 / 100).is_integer() for a in accuracies)  # of 8 held out
+    assert losses[1] < losses[0]
     assert (out / "particles.png").stat().st_size > 1000 and (out / "training.png").stat().st_size > 1000
     particles = starfile.read(out / "particles.star", always_dict=True)["particles"]
     coordinates = starfile.read(out / "coordinates.star", always_dict=True)["particles"]
@@ -27,8 +28,19 @@ def test_the_demo_extracts_trains_and_draws(vitrio, tmp_path: Path):
         "micrograph000.mrcs",
         "micrograph001.mrcs",
     ]
-    # a second run replaces the files of the first
-    assert vitrio("demo", "--out", out, "--micrographs", 1, "--size", 384, "--epochs", 1).status == 0
+    # a second run, longer, replaces the files of the first, and learns: better than chance (1 in 3)
+    result = vitrio("demo", "--out", out, "--micrographs", 4, "--size", 384, "--epochs", 6)
+    assert result.status == 0, result.err
+    losses, accuracies = _progress(result.out)
+    assert losses[-1] < losses[0] / 2 and accuracies[-1] > 100 / 3, result.out
+    assert len(starfile.read(out / "particles.star", always_dict=True)["particles"]) == 4 * 20
+    assert len(list((out / "Particles").iterdir())) == 4
+
+
+def _progress(out: str) -> tuple[list[float], list[float]]:
+    """The loss and the held-out accuracy (in %) of each epoch, as the demo prints them."""
+    epochs = re.findall(r"loss ([0-9.]+), held-out accuracy ([0-9.]+)%,", out)
+    return [float(loss) for loss, _ in epochs], [float(accuracy) for _, accuracy in epochs]
 
 
 def test_the_benchmarks_run_and_draw(vitrio, tmp_path: Path):

@@ -102,7 +102,8 @@ def test_without_optics_the_pixel_size_comes_from_the_header(vitrio, picked: Pic
 
 def test_root_data_type_and_batches_across_micrographs(vitrio, picked: Picked, tmp_path, monkeypatch):
     monkeypatch.setattr(_extract, "BATCH_BYTES", 5 * 12 * 12 * 2)  # batches of 5, spanning micrographs
-    monkeypatch.chdir("/")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # paths are relative to --root, not to where the command runs
     output = tmp_path / "out" / "particles.star"
     result = extract(
         vitrio, picked, "--root", tmp_path, "--data-type", "float16", "-j", 2, box=12, output=output

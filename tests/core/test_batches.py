@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -161,22 +160,28 @@ def test_empty_batch(files):
 def test_errors_at_the_call(files):
     locations = _all_locations(files)[:3]
     loader = vio.loader(workers=2)
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"leading extent must be the number of locations, 3: its shape is \(4, 6, 5\)"
+    ):
         vio.read_batch_async(loader, np.zeros((4, H, W), np.float32), locations)
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"leading extent must be the number of locations, 3: its shape is \(2, 6, 5\)"
+    ):
         vio.read_batch_async(loader, np.zeros((2, H, W), np.float32), locations)
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"leading extent must be the number of locations, 0: its shape is \(\)"
+    ):
         vio.read_batch_async(loader, np.zeros((), np.float32), [])
     key = locations[0].key
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="locations mix whole files and images of stacks"):
         vio.read_batch_async(loader, np.zeros((2, H, W), np.float32), [vio.ImageLocation(key, 0), key])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="locations mix whole files and images of stacks"):
         vio.read_batch_async(loader, np.zeros((2, H, W), np.float32), [vio.ImageLocation(key), locations[1]])
     read_only = np.zeros((3, H, W), np.float32)
     read_only.setflags(write=False)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the destination is read only"):
         vio.read_batch_async(loader, read_only, locations)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="buffer protocol or DLPack, not object"):
         vio.read_batch_async(loader, object(), locations)
 
 
@@ -187,7 +192,7 @@ def test_index_past_the_end_names_the_file(files):
     destination = np.zeros((3, H, W), np.float32)
     completion = vio.read_batch_async(vio.loader(workers=2), destination, locations)
     completion.wait()  # raises nothing
-    with pytest.raises(IndexError, match="c.mrcs"):
+    with pytest.raises(IndexError, match=r"c\.mrcs: index 3 is past the end of a stack of 3"):
         completion.get()
     np.testing.assert_array_equal(destination[0], files[other][0])
 
@@ -218,10 +223,10 @@ def test_slot_shape_that_does_not_fit_names_the_file(files):
         completion.get()
 
 
-def test_header_claiming_a_huge_size_is_refused_fast(tmp_path):
+def test_header_claiming_a_huge_size_is_refused(tmp_path):
+    """Refused before anything is allocated (the next test measures that); a hang meets the timeout."""
     path = tmp_path / "huge.mrc"
     path.write_bytes(mrc_header(2**20, 2**20, 2**20, 2, ispg=1) + bytes(4096))
-    started = time.monotonic()
     with pytest.raises(ValueError, match="huge.mrc"):
         vio.read(path)
     completion = vio.read_batch_async(vio.loader(workers=1), np.zeros((1, 4, 4), np.float32), [path])
@@ -231,7 +236,6 @@ def test_header_claiming_a_huge_size_is_refused_fast(tmp_path):
     completion = vio.read_patches_async(vio.loader(workers=1), patches, path, [[5, 5, 5]])
     with pytest.raises(ValueError, match="huge.mrc"):
         completion.get()
-    assert time.monotonic() - started < 10
 
 
 def test_header_claiming_a_huge_size_allocates_nothing(tmp_path):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gc
 import os
+import re
+import signal
+import sys
 import threading
 import time
 import weakref
@@ -64,7 +67,7 @@ def _loader(provider, executor):
 def test_thread_pool_executor_worker_count():
     assert vio.ThreadPoolExecutor(3).worker_count == 3
     assert vio.ThreadPoolExecutor(1).worker_count == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="worker_count must be positive: 0"):
         vio.ThreadPoolExecutor(0)
     assert vio.loader(workers=5).worker_count == 5
     assert vio.loader().worker_count == (os.cpu_count() or 1)
@@ -112,9 +115,9 @@ def test_loaders_and_savers_share_an_executor(tmp_path, rng):
         completion.get()
     np.testing.assert_array_equal(a, np.concatenate([data, data]))
     np.testing.assert_array_equal(b, np.concatenate([data, data])[::-1])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="give workers or executor, not both"):
         vio.loader(workers=2, executor=executor)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="give workers or executor, not both"):
         vio.saver(writers, workers=2, executor=executor)
 
 
@@ -136,14 +139,52 @@ def test_completion_is_ready_wait_and_get():
     assert (destination == 3).all()
 
 
+class CountingExecutor(vio.ThreadPoolExecutor):
+    """A thread pool that counts the tasks it has finished, so a test can wait for the n-th."""
+
+    def __init__(self, worker_count: int):
+        super().__init__(worker_count)
+        self._finished = 0
+        self._changed = threading.Condition()
+
+    def submit(self, function, *args):
+        def counted():
+            try:
+                function(*args)
+            finally:
+                with self._changed:
+                    self._finished += 1
+                    self._changed.notify_all()
+
+        super().submit(counted)
+
+    def wait_finished(self, count: int, timeout: float = 20) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: self._finished >= count, timeout), "tasks never finished"
+
+
+def wait_until_waiting(thread: threading.Thread, timeout: float = 20) -> None:
+    """Return once `thread` blocks in a wait of `threading` (an Event's or a Condition's)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident)
+        while frame is not None:
+            if frame.f_code.co_name == "wait" and frame.f_code.co_filename == threading.__file__:
+                return
+            frame = frame.f_back
+        time.sleep(0.001)
+    raise AssertionError(f"{thread.name} never waited")
+
+
 def test_get_raises_the_first_failure_and_wait_nothing():
     slow, fast = threading.Event(), threading.Event()
     provider = GatedProvider({"fail-slow": slow, "fail-fast": fast})
-    loader = _loader(provider, vio.ThreadPoolExecutor(2))
+    executor = CountingExecutor(2)
+    loader = _loader(provider, executor)
     locations = [vio.ImageLocation("fail-slow", 0), vio.ImageLocation("fail-fast", 0)]
     completion = vio.read_batch_async(loader, np.zeros((2, 2, 3), np.float32), locations)
     fast.set()
-    time.sleep(0.2)
+    executor.wait_finished(1)  # the fast failure is recorded before the slow one happens
     slow.set()
     assert completion.wait() is None
     with pytest.raises(OSError, match="fail-fast"):
@@ -237,9 +278,9 @@ def test_reader_provider_defaults():
     assert isinstance(cached, vio.CachingImageReaderProvider) and cached.capacity == 4
     assert cached.reader_count == 0
     assert vio.loader(workers=1, cache=3).readers.capacity == 3
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="capacity must be positive: 0"):
         vio.reader_provider(cache=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="capacity must be positive: 0"):
         vio.CachingImageReaderProvider(vio.FileImageReaderProvider(), 0)
 
 
@@ -297,7 +338,7 @@ def test_cache_errors(many_files, tmp_path):
     assert cache.reader_count == 0
     stranger = vio.FileImageReaderProvider().acquire(many_files[0])
     try:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="f00.tif: this reader was not acquired from this provider"):
             cache.release(stranger)
     finally:
         stranger.close()
@@ -381,3 +422,120 @@ def test_many_threads_many_batches_more_files_than_the_cache(many_files):
     assert errors == []
     assert cache.reader_count <= 8
     assert len(backing.opened) - len(backing.closed) == cache.reader_count
+
+
+def test_threads_waiting_on_a_failed_open_of_the_same_file_get_its_error(tmp_path):
+    """Many threads ask a cache for one file whose open fails: the file is opened once, and every
+    thread, the one that opened it and those that waited on it, raises the error."""
+    gate = threading.Event()
+    backing = GatedProvider({"fail-shared": gate})
+    cache = vio.CachingImageReaderProvider(backing, 4)
+    outcomes: dict[int, object] = {}
+
+    def grab(number):
+        try:
+            outcomes[number] = cache.acquire("fail-shared")
+        except OSError as error:
+            outcomes[number] = error
+
+    threads = [threading.Thread(target=grab, args=(n,), name=f"grab-{n}") for n in range(6)]
+    for thread in threads:
+        thread.start()
+        wait_until_waiting(thread)  # the first in the provider's gate, the others on its open
+    gate.set()
+    for thread in threads:
+        thread.join(20)
+    assert sorted(outcomes) == list(range(6))
+    for number, outcome in outcomes.items():
+        assert isinstance(outcome, OSError), f"thread {number} got {outcome!r} instead of the error"
+        assert "fail-shared: cannot be read" in str(outcome)
+    assert cache.reader_count == 0
+    with pytest.raises(OSError, match="fail-shared: cannot be read"):
+        cache.acquire("fail-shared")  # a later open tries again, and fails again
+
+
+def test_a_cached_reader_whose_file_changed_is_dropped_for_every_thread(tmp_path):
+    """A file truncated under a cache's reader fails the reads of many threads; written anew, it is
+    opened anew and every thread reads what it now holds."""
+    path = tmp_path / "changing.mrcs"
+    vio.write_stack(np.zeros((6, 8, 8), np.int16), path)
+    loader = vio.ImageLoader(vio.ThreadPoolExecutor(4), vio.CachingImageReaderProvider(CountingProvider(), 2))
+    locations = [vio.ImageLocation(path, i) for i in range(6)]
+
+    def read_all(count):
+        outcomes = [None] * count
+        barrier = threading.Barrier(count)
+
+        def client(number):
+            barrier.wait()
+            out = np.full((6, 8, 8), -7, np.int16)
+            try:
+                vio.read_batch_async(loader, out, locations).get()
+                outcomes[number] = out
+            except (OSError, ValueError) as error:  # the cached reader's, or a new one's
+                outcomes[number] = error
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        return outcomes
+
+    assert all(isinstance(out, np.ndarray) and (out == 0).all() for out in read_all(4))
+    os.truncate(path, 1024 + 8 * 8 * 2)
+    for outcome in read_all(4):
+        assert isinstance(outcome, Exception) and re.search(
+            f"{re.escape(str(path))}: the file (was|is) truncated", str(outcome)
+        )
+    values = np.stack([_image(3, i) for i in range(6)]).astype(np.int16)
+    vio.write_stack(values, path)
+    for out in read_all(4):
+        assert isinstance(out, np.ndarray), f"a reader of the changed file was kept: {out!r}"
+        np.testing.assert_array_equal(out, values)
+    assert loader.readers.reader_count == 1
+
+
+def test_an_interrupt_during_get_comes_out_and_the_work_goes_on():
+    """Ctrl-C (SIGINT) while the main thread waits in Completion.get: KeyboardInterrupt comes out of
+    get, the reads go on, and the completion is waited for and read right afterwards.
+
+    A signal that lands just before the wait blocks is seen only once the wait ends, so SIGINT is
+    sent again until it has been handled; only the first raises."""
+    gate = threading.Event()
+    destination = np.zeros((3, 2, 3), np.float32)
+    completion = vio.read_batch_async(
+        _loader(GatedProvider({"k": gate}), vio.ThreadPoolExecutor(2)),
+        destination,
+        [vio.ImageLocation("k", i) for i in (4, 5, 6)],
+    )
+    main = threading.current_thread()
+    assert main is threading.main_thread()
+    armed, handled = threading.Event(), threading.Event()
+
+    def once(signum, frame):
+        if not handled.is_set():
+            handled.set()
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, once)
+
+    def interrupt():
+        assert armed.wait(20)
+        wait_until_waiting(main)  # the only wait after `armed` is get's
+        while not handled.wait(0.01):
+            signal.pthread_kill(main.ident, signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt)
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            armed.set()
+            completion.get()
+        interrupter.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not completion.is_ready
+    gate.set()
+    assert completion.get() is None
+    np.testing.assert_array_equal(destination[:, 0, 0], [4, 5, 6])

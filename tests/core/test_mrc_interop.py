@@ -105,7 +105,7 @@ def test_reads_mode_3_complex_int16(tmp_path, rng, order):
 
 
 def test_mode_3_is_not_written(tmp_path):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="x.mrc: MRC cannot hold complex_float16 values"):
         vio.write_single(np.zeros((4, 4), np.complex64), tmp_path / "x.mrc", data_type="complex_float16")
     assert os.listdir(tmp_path) == []
 

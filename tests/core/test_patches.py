@@ -96,29 +96,34 @@ def test_patches_of_an_image_of_a_stack(tmp_path, rng):
 
 
 def test_no_centres(micrograph):
+    """No centres: nothing to read (the file is not even opened), done at once; a destination that does
+    not hold no patches is refused."""
     path, _ = micrograph
-    completion = vio.read_patches_async(vio.loader(workers=1), np.zeros((0, 3, 3), np.float32), path, [])
-    completion.get()
-    completion = vio.read_patches_async(
-        vio.loader(workers=1), np.zeros((0, 3, 3), np.float32), path, vio.IndexTable(2)
-    )
-    completion.get()
+    for key in (path, path.parent / "absent.mrc"):
+        for centres in ([], vio.IndexTable(2)):
+            out = np.zeros((0, 3, 3), np.float32)
+            completion = vio.read_patches_async(vio.loader(workers=1), out, key, centres)
+            assert completion.is_ready and completion.get() is None
+    with pytest.raises(ValueError, match="leading extent must be the number of centres, 0: its shape is"):
+        vio.read_patches_async(vio.loader(workers=1), np.zeros((1, 3, 3), np.float32), path, [])
 
 
 def test_patch_errors_at_the_call(micrograph):
     path, _ = micrograph
     loader = vio.loader(workers=1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="centres must not be negative"):
         vio.read_patches_async(loader, np.zeros((1, 3, 3), np.float32), path, [[-1, 4]])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="centres must not be negative"):
         vio.read_patches_async(loader, np.zeros((1, 3, 3), np.float32), path, np.array([[4, -4]]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"patches of shape \(3, 3\) do not fit centres of rank 3"):
         vio.read_patches_async(loader, np.zeros((1, 3, 3), np.float32), path, [[1, 2, 3]])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"patches of shape \(3, 3, 3\) do not fit centres of rank 2"):
         vio.read_patches_async(loader, np.zeros((1, 3, 3, 3), np.float32), path, [[1, 2]])
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"leading extent must be the number of centres, 1: its shape is \(2, 3, 3\)"
+    ):
         vio.read_patches_async(loader, np.zeros((2, 3, 3), np.float32), path, [[1, 2]])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="centres must be integers, not float64"):
         vio.read_patches_async(loader, np.zeros((1, 3, 3), np.float32), path, [[1.5, 2.0]])
 
 

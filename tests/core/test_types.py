@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -77,14 +78,14 @@ def test_numerical_type_from_python_types_and_short_codes():
     "bad", ["float128x", "nonsense", "U8", np.dtype("U3"), object, np.dtype([("a", "<i2")])]
 )
 def test_numerical_type_errors(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a valid NumericalType"):
         NT(bad)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="not a (numerical )?data type: "):
         vio.ImageDescriptor((2, 3), 2, bad)
 
 
 def test_none_is_not_a_data_type():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="not a data type: None"):
         vio.ImageDescriptor((2, 3), 2, None)
 
 
@@ -125,7 +126,8 @@ def test_descriptor_pickles():
 
 @pytest.mark.parametrize(("extents", "core_rank"), [((3, 4), 3), ((3, 4), 0), ((-1, 4), 2), ((), 1)])
 def test_descriptor_rejects_impossible_shapes(extents, core_rank):
-    with pytest.raises(ValueError):
+    fits = f"core_rank {core_rank} does not fit extents {re.escape(str(extents))}"
+    with pytest.raises(ValueError, match=f"{fits}|extents must not be negative: {re.escape(str(extents))}"):
         vio.ImageDescriptor(extents, core_rank, "float32")
 
 
@@ -158,7 +160,7 @@ def test_location_str_is_relion_text():
 
 @pytest.mark.parametrize("text", ["", "   ", "0@stack.mrcs", "@stack.mrcs", "3@", "x@stack.mrcs", "-1@a.mrc"])
 def test_location_from_malformed_text(text):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"not an image location: {re.escape(repr(text))}"):
         vio.ImageLocation.from_string(text)
 
 
@@ -175,9 +177,9 @@ def test_location_str_round_trip(key, index):
 
 
 def test_location_rejects_negative_index_and_bad_keys():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="index_in_stack must not be negative: -2"):
         vio.ImageLocation("a.mrc", -2)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="a key is a str or os.PathLike, not int"):
         vio.ImageLocation(3, 0)
 
 
@@ -282,7 +284,7 @@ def test_index_table_add_len_index_rank():
     table.add(np.array([7, 8, 9], dtype=np.uint16))
     assert len(table) == 3
     assert tuple(table[0]) == (1, 2, 3) and tuple(table[2]) == (7, 8, 9) and tuple(table[-1]) == (7, 8, 9)
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="entry 3 of a table of 3"):
         table[3]
     array = np.asarray(table)
     assert array.shape == (3, 3) and array.dtype == np.uintp
@@ -311,12 +313,12 @@ def test_index_table_array_is_a_copy():
 
 
 def test_index_table_rejects_bad_entries():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="rank must not be negative: -1"):
         vio.IndexTable(-1)
     table = vio.IndexTable(2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"an entry of this table has 2 values, not \(3,\)"):
         table.add([1, 2, 3])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"an index table holds no negative index: \[1, -2\]"):
         table.add([1, -2])
     assert len(table) == 0
 

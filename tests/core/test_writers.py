@@ -24,18 +24,18 @@ def test_declare_close_and_file_count(tmp_path):
     writers.declare(tmp_path / "a.mrcs", descriptor)
     writers.declare(str(tmp_path / "b.tif"), descriptor)
     assert writers.file_count == 2
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="a.mrcs: is declared already"):
         writers.declare(str(tmp_path / "a.mrcs"), descriptor)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="c.mrc: a descriptor is an ImageDescriptor, not tuple"):
         writers.declare(tmp_path / "c.mrc", (2, 3, 4))
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="never.mrc: is not declared"):
         writers.close(tmp_path / "never.mrc")
     with pytest.raises(vio.IncompleteFileError, match="2 of its 2 images were never written"):
         writers.close(str(tmp_path / "a.mrcs"))
     assert writers.file_count == 2  # still declared
     writers.close(str(tmp_path / "a.mrcs"), allow_partial=True)
     assert writers.file_count == 1
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="a.mrcs: is not declared"):
         writers.close(tmp_path / "a.mrcs")  # closed: no longer declared
     writers.close(tmp_path / "b.tif", allow_partial=True)
     assert writers.file_count == 0
@@ -117,14 +117,16 @@ def test_write_batch_errors(tmp_path):
     writers.declare(tmp_path / "e.mrcs", vio.ImageDescriptor((2, 4, 4), 2, "float32"))
     saver = vio.saver(writers, workers=2)
     one = [vio.ImageLocation(tmp_path / "e.mrcs", 0)]
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"leading extent must be the number of locations, 1: its shape is \(2, 4, 4\)"
+    ):
         vio.write_batch_async(saver, np.zeros((2, 4, 4)), one)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="locations mix whole files and images of stacks"):
         vio.write_batch_async(saver, np.zeros((2, 4, 4)), [*one, tmp_path / "e.mrcs"])
     completion = vio.write_batch_async(
         saver, np.zeros((1, 4, 4)), [vio.ImageLocation(tmp_path / "e.mrcs", 2)]
     )
-    with pytest.raises(IndexError, match="e.mrcs"):
+    with pytest.raises(IndexError, match=r"e\.mrcs: index 2 is past the end of a stack of 2"):
         completion.get()
     completion = vio.write_batch_async(
         saver, np.zeros((1, 4, 4)), [vio.ImageLocation(tmp_path / "x.mrcs", 0)]
@@ -134,7 +136,7 @@ def test_write_batch_errors(tmp_path):
     completion = vio.write_batch_async(saver, np.zeros((1, 4, 5)), one)
     with pytest.raises(ValueError, match="e.mrcs"):
         completion.get()
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="writers is a FileImageWriterProvider, not object"):
         vio.saver(object())
     writers.discard(tmp_path / "e.mrcs")
     assert writers.file_count == 0
@@ -183,3 +185,62 @@ def test_flush_hands_the_images_and_header_so_far_to_the_system(tmp_path, rng):
     writers.close(tmp_path / "f.mrcs")
     assert _listing(tmp_path) == ["f.mrcs"]
     np.testing.assert_array_equal(vio.read(tmp_path / "f.mrcs"), data)
+
+
+def test_a_tiff_past_4_gib_is_written_as_bigtiff(tmp_path):
+    """A stack of 4 GiB and more cannot be a classic TIFF (its offsets are 32-bit): it is written as
+    BigTIFF. Only the last two images are written; the rest stays a hole of the sparse file."""
+    path = tmp_path / "big.tif"
+    count, side = 257, 4096  # 257 images of 16 MiB: past 4 GiB
+    writers = vio.writer_provider()
+    writers.declare(path, vio.ImageDescriptor((count, side, side), 2, "uint8"))
+    last = (np.arange(2 * side * side) % 251).astype(np.uint8).reshape(2, side, side)
+    vio.write_batch_async(
+        vio.saver(writers, workers=1),
+        last,
+        [vio.ImageLocation(path, count - 2), vio.ImageLocation(path, count - 1)],
+    ).get()
+    writers.close(path)
+    assert path.stat().st_size > 2**32
+    with tifffile.TiffFile(path) as tiff:
+        assert tiff.is_bigtiff
+        assert tiff.series[0].shape == (count, side, side)
+        np.testing.assert_array_equal(tiff.pages[count - 1].asarray(), last[1])
+        np.testing.assert_array_equal(tiff.pages[count - 2].asarray(), last[0])
+        assert not tiff.pages[0].asarray().any()
+    out = np.full((2, side, side), 7, np.uint8)
+    vio.read_batch_async(
+        vio.loader(workers=1), out, [vio.ImageLocation(path, count - 1), vio.ImageLocation(path, 0)]
+    ).get()
+    np.testing.assert_array_equal(out[0], last[1])
+    assert not out[1].any()
+
+
+def test_closing_a_file_while_writes_to_it_are_in_flight(tmp_path):
+    """close() racing a batch of writes to the same file, 30 times: each write lands, or raises an
+    error naming the file (IndexError once the file is closed); the file at the path is whole, of
+    the declared shape; a file written meanwhile is intact; no partial file is left."""
+    descriptor = vio.ImageDescriptor((64, 32, 32), 2, "float32")
+    ones = np.ones((64, 32, 32), np.float32)
+    failures = set()
+    for trial in range(30):
+        writers = vio.writer_provider()
+        saver = vio.saver(writers, workers=4)
+        closed, other = tmp_path / f"closed{trial}.mrcs", tmp_path / f"other{trial}.mrcs"
+        writers.declare(closed, descriptor)
+        writers.declare(other, descriptor)
+        racing = vio.write_batch_async(saver, ones, [vio.ImageLocation(closed, i) for i in range(64)])
+        writers.close(closed)
+        vio.write_batch_async(saver, 2 * ones, [vio.ImageLocation(other, i) for i in range(64)]).get()
+        writers.close(other)
+        try:
+            racing.get()
+        except (IndexError, OSError) as error:
+            assert str(closed) in str(error), error
+            failures.add(type(error))
+        assert vio.query_descriptor(closed) == descriptor
+        assert set(np.unique(vio.read(closed)).tolist()) <= {0.0, 1.0}
+        np.testing.assert_array_equal(vio.read(other), 2 * ones)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"closed{n}.mrcs" for n in range(30)] + [f"other{n}.mrcs" for n in range(30)]
+    )

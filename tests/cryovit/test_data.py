@@ -457,7 +457,7 @@ def test_tomogram_and_label_of_different_shapes(tmp_path: Path, rng: np.random.G
     tomogram = write_tomogram(tmp_path / "tomo", random_volume(rng), "mrc")
     labels = write_tomogram(tmp_path / "labels", np.zeros((6, 10, 11), np.int8), "mrc")
     dataset = TomogramDataset([FileData(tomogram, labels, labels=["mito"])], label="mito")
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match=r"has shape \(6, 10, 12\), its label volume") as error:
         dataset[0]
     assert str(tomogram) in str(error.value) and str(labels) in str(error.value)
 
@@ -492,14 +492,14 @@ def test_bad_arguments_and_boxes(tmp_path: Path, rng: np.random.Generator) -> No
     dataset = TomogramDataset([FileData(path)])
     with pytest.raises(ValueError, match="not inside"):
         dataset.read(0, (5, 0, 0), (2, 1, 1))
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="tomogram 1 of a dataset of 1"):
         dataset[1]
     image = tmp_path / "image.mrc"
     with mrcfile.new(image) as mrc:
         mrc.set_data(np.zeros((4, 5), np.float32))
     with pytest.raises(ValueError, match="not a volume"):
         TomogramDataset([FileData(image)])[0]
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="missing.mrc: no such file"):
         TomogramDataset([FileData(tmp_path / "missing.mrc")])[0]
 
 

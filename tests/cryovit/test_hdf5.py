@@ -109,9 +109,9 @@ def test_label_names_and_is_hdf5(tmp_path: Path) -> None:
     other = tmp_path / "t.mrc"
     vio.write_single(np.zeros((2, 2, 2), np.float32), other)
     assert is_hdf5(path) and not is_hdf5(other)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="missing.h5: no such file"):
         is_hdf5(tmp_path / "missing.h5")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="missing.h5: no such file"):
         label_names(tmp_path / "missing.h5")
 
 

@@ -316,7 +316,7 @@ def test_batch_properties_and_flat_indexing(channels: bool) -> None:
         assert index.tolist() == [b * 4 + i for b, n in enumerate(sizes) if n > i]
         assert torch.equal(flat[index], batch.tomo_batch[batch.tomo_sizes > i, i])
     for bad in (batch.num_slices, -1):
-        with pytest.raises(IndexError):
+        with pytest.raises(IndexError, match=f"slice {bad} is out of range for a batch of 4 slices"):
             batch.index_to_flat_batch(bad)
 
 

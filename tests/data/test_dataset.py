@@ -53,13 +53,13 @@ def test_batches_hold_the_rows_asked_for_in_their_order(dataset, stacks):
 
 
 def test_bad_rows(dataset):
-    with pytest.raises(IndexError, match="21"):
+    with pytest.raises(IndexError, match="row 21 is past the end of 21 rows"):
         dataset[[0, 21]]
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="row -22 is past the end of 21 rows"):
         dataset[-22]
     with pytest.raises(IndexError, match="mask"):
         dataset[np.ones(20, bool)]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="rows are integers or a mask of booleans, not float64"):
         dataset[[0.5]]
 
 
@@ -110,6 +110,41 @@ def test_pending_batch(dataset, loader, stacks):
     assert batch.is_ready and list(batch.get()) == ["x"]
 
 
+class _Failed:
+    """A read of a batch that failed at once."""
+
+    is_ready = True
+
+    def wait(self):
+        pass
+
+    def get(self):
+        raise OSError("a.mrc: image 3 of 2 is past the end of its stack")
+
+
+class _Slow:
+    """A read of a batch that is done only once waited for: notes that it was."""
+
+    def __init__(self):
+        self.is_ready = False
+
+    def wait(self):
+        self.is_ready = True
+
+    def get(self):
+        self.wait()
+
+
+def test_pending_batch_get_waits_for_every_read_before_it_raises():
+    """A batch whose first read failed still waits for the others: its arrays are not being written
+    once get() raises, so they may be reused or freed."""
+    slow = _Slow()
+    batch = PendingBatch({"a": np.zeros(2), "b": np.zeros(2)}, [_Failed(), slow])
+    with pytest.raises(OSError, match="a.mrc: image 3 of 2"):
+        batch.get()
+    assert slow.is_ready, "get() raised before every read of the batch was done"
+
+
 def test_subset_shares_sources_and_counts_its_own_rows(dataset, stacks):
     part = dataset.subset([20, 3, 3, -1])
     assert len(part) == 4
@@ -130,7 +165,7 @@ def test_preload_reads_every_source_and_no_file_afterwards(dataset, stacks, load
     np.testing.assert_array_equal(batch["image"], stacks.images[[20, 0, 7]])
     np.testing.assert_array_equal(batch["index"], [20, 0, 7])
     assert loaded.fields["defocus"] is dataset.fields["defocus"]
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"stack0.mrcs: no such file \(reading row 0"):
         dataset[[0]]
 
 
@@ -148,7 +183,7 @@ def test_preload_of_some_fields(stacks, tmp_path, loader):
     assert isinstance(loaded.fields["kept"], ImageSource)
     shutil.rmtree(copy)
     np.testing.assert_array_equal(loaded[[5]]["read"], stacks.images[[5]])
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r"no fields named \['nothing'\]"):
         dataset.preload(["nothing"])
 
 

@@ -21,17 +21,20 @@ def numbered_stack(path: Path, rows: int) -> Path:
     return path
 
 
-def run(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=120, env={**os.environ, **environment}, cwd=HERE
-    )
+def run(command: list[str], environment: dict[str, str], folder: Path) -> subprocess.CompletedProcess:
+    """Run `command` in `folder`, its temporary files (torchrun's `torchelastic_*`) in `folder`/tmp."""
+    (folder / "tmp").mkdir()
+    environment = {**os.environ, **environment, "TMPDIR": str(folder / "tmp")}
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment, cwd=folder)
 
 
 def test_two_processes_read_every_row_of_an_epoch_between_them(tmp_path):
     stack = numbered_stack(tmp_path / "numbered.mrcs", 23)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     result = run(
-        [*command, str(HERE / "distributed_torch.py"), str(stack), "23", "5", "7"], {"OMP_NUM_THREADS": "1"}
+        [*command, str(HERE / "distributed_torch.py"), str(stack), "23", "5", "7"],
+        {"OMP_NUM_THREADS": "1"},
+        tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     line = next(line for line in result.stdout.splitlines() if line.startswith("rows read:"))
@@ -42,6 +45,6 @@ def test_two_processes_read_every_row_of_an_epoch_between_them(tmp_path):
 def test_jax_batches_are_sharded_over_two_devices(tmp_path):
     stack = numbered_stack(tmp_path / "numbered.mrcs", 20)
     environment = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    result = run([sys.executable, str(HERE / "distributed_jax.py"), str(stack), "20"], environment)
+    result = run([sys.executable, str(HERE / "distributed_jax.py"), str(stack), "20"], environment, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK 3" in result.stdout

@@ -304,3 +304,86 @@ def test_a_scratch_of_the_loader_serves_the_epochs_after_the_first(dataset, stac
     assert [b["index"].tolist() for b in first] != [b["index"].tolist() for b in second]
     for batch in second:
         np.testing.assert_array_equal(batch["image"], stacks.images[batch["index"]])
+
+
+class _Interrupting(Slow):
+    """A slow source whose batch starting at row `at` raises `error` from get(), once."""
+
+    def __init__(self, rows: int, at: int, error: BaseException):
+        super().__init__(rows)
+        self.at, self.error = at, error
+
+    def read_async(self, loader, rows, out):
+        pending = super().read_async(loader, rows, out)
+        if int(np.asarray(rows)[0]) != self.at or self.error is None:
+            return pending
+        error, self.error = self.error, None
+
+        class Raising(Slow.Pending):
+            def get(self):
+                pending.get()
+                raise error
+
+        raising = Raising()
+        raising.done = pending.done
+        return raising
+
+
+def _hooked(error: BaseException, on_call: int):
+    """A function handing a batch on as it is, that raises `error` on its `on_call`-th call only."""
+    calls = []
+
+    def hook(batch):
+        calls.append(None)
+        if len(calls) == on_call:
+            raise error
+        return batch
+
+    return hook
+
+
+@pytest.mark.parametrize(
+    "error", [RuntimeError("the hook failed"), KeyboardInterrupt()], ids=["error", "interrupt"]
+)
+@pytest.mark.parametrize("where", ["transform", "output", "get"])
+def test_a_failure_in_transform_output_or_the_wait_waits_for_the_reads_under_way(loader, error, where):
+    """An exception, or KeyboardInterrupt, raised by transform, by a callable output, or from the wait
+    for a batch, comes out of next() as it is, once every read under way is done; the next iteration
+    reads a whole epoch."""
+    if where == "get":
+        source = _Interrupting(64, 4, error)
+        data_loader = DataLoader(Dataset({"row": source}), 4, prefetch=4, loader=loader)
+    else:
+        source = Slow(64)
+        data_loader = DataLoader(
+            Dataset({"row": source}), 4, prefetch=4, loader=loader, **{where: _hooked(error, 2)}
+        )
+    iterator = iter(data_loader)
+    np.testing.assert_array_equal(next(iterator)["row"][:, 0], [0, 1, 2, 3])
+    with pytest.raises(type(error)) as caught:
+        next(iterator)
+    assert caught.value is error
+    assert source.begun > 2 and source.begun == source.finished  # nothing left writing a batch's arrays
+    with pytest.raises(StopIteration):
+        next(iterator)
+    rows = np.concatenate([batch["row"][:, 0] for batch in data_loader])
+    np.testing.assert_array_equal(rows, np.arange(64))
+
+
+def test_two_live_iterations_of_one_loader_are_two_epochs(dataset, stacks, loader):
+    """Each iteration is an epoch of its own, even while another is under way: interleaved, the two
+    draw the orders of epochs 0 and 1 and read their own rows right."""
+    data_loader = DataLoader(dataset, 5, shuffle=True, seed=4, loader=loader, prefetch=3)
+    sampler = BatchSampler(len(dataset), 5, shuffle=True, seed=4)
+    first, second = iter(data_loader), iter(data_loader)
+    drawn: list[list[np.ndarray]] = [[], []]
+    for _ in range(len(data_loader)):
+        for number, iterator in ((1, second), (0, first)):
+            batch = next(iterator)
+            np.testing.assert_array_equal(batch["image"], stacks.images[batch["index"]])
+            drawn[number].append(batch["index"])
+    for iterator in (first, second):
+        with pytest.raises(StopIteration):
+            next(iterator)
+    orders = {tuple(np.concatenate(rows).tolist()) for rows in drawn}
+    assert orders == {tuple(sampler.order(0).tolist()), tuple(sampler.order(1).tolist())}

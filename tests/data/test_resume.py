@@ -204,7 +204,7 @@ def environment() -> dict[str, str]:
 
 def kill_when_recorded(command: list[str], record: Path, batches: int) -> None:
     """Run a worker, and SIGKILL it once it has recorded at least so many batches."""
-    process = subprocess.Popen(command, env=environment(), cwd=HERE)
+    process = subprocess.Popen(command, env=environment(), cwd=record.parent)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None:

@@ -73,9 +73,9 @@ def test_errors():
     for shard in [(2, 2), (-1, 2), (0, 0)]:
         with pytest.raises(ValueError, match="shard"):
             BatchSampler(10, 2, shard=shard)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the number of rows cannot be negative: -1"):
         BatchSampler(-1, 2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="an epoch cannot be negative: -1"):
         BatchSampler(10, 2).set_epoch(-1)
 
 

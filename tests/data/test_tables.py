@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +29,13 @@ def test_as_columns_of_a_dataframe_a_mapping_and_a_structured_array():
 
 
 def test_as_columns_errors():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="a table is a pandas DataFrame, .* not list"):
         as_columns([1, 2, 3])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="a table is a pandas DataFrame, .* not ndarray"):
         as_columns(np.zeros(3))
     with pytest.raises(ValueError, match="not all as long"):
         as_columns({"a": [1, 2], "b": [1, 2, 3]})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"columns \['a'\] hold a single value, not a value for each row"):
         as_columns({"a": 3})
 
 
@@ -50,7 +51,7 @@ def test_make_locations_as_cryosparc_states_them(tmp_path):
     assert make_locations([">p/z.mrcs"], [1]) == [ImageLocation("p/z.mrcs", 1)]
     with pytest.raises(ValueError, match="2 indices for 3 keys"):
         make_locations(["a", "b", "c"], [0, 1])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="an index in a stack cannot be negative: -1"):
         make_locations(["a"], [-1])
 
 
@@ -67,5 +68,5 @@ def test_parse_locations_as_relion_writes_them(tmp_path):
         ImageLocation(tmp_path / "Micrographs/m.mrc"),
     ]
     for bad in ["0@a.mrcs", "", "x@a.mrcs", 3.5]:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=f"not an image location: {re.escape(repr(bad))}"):
             parse_locations(["1@fine.mrcs", bad])

@@ -7,7 +7,6 @@ import json
 import os
 import random
 import tarfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from vitrio.formats.dm import DigitalMicrographFormat, DigitalMicrographReader
 from vitrio.testing.dm import DATA_TYPES, dm_file, image_entry, thumbnail
 
 from .. import DM_SAMPLES as ARCHIVE
+from .. import need_dm_samples
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,16 +34,13 @@ def _sample_names() -> list[str]:
 
 
 SAMPLES = _sample_names()
-each_sample = pytest.mark.parametrize(
-    "name", SAMPLES or [pytest.param("absent", marks=pytest.mark.skip(reason=f"no DM samples at {ARCHIVE}"))]
-)
+each_sample = pytest.mark.parametrize("name", SAMPLES or ["absent"])  # "absent": the samples fixture says so
 
 
 @pytest.fixture(scope="session")
 def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder the sample archive is extracted into."""
-    if not ARCHIVE.is_file():
-        pytest.skip(f"no DM samples at {ARCHIVE}")
+    need_dm_samples()
     folder = tmp_path_factory.mktemp("dm-samples")
     with tarfile.open(ARCHIVE) as tar:
         tar.extractall(folder, filter="data")
@@ -355,7 +352,6 @@ def test_byte_flips(samples: Path, tmp_path: Path, name: str, seed: int):
         data = reader.data_offset
     rng = random.Random(seed)
     path = tmp_path / name
-    started = time.monotonic()
     outcomes = {"read": 0, "refused": 0}
     for _ in range(200):
         flipped = bytearray(content)
@@ -372,5 +368,4 @@ def test_byte_flips(samples: Path, tmp_path: Path, name: str, seed: int):
         except CLEAN_ERRORS as error:
             assert str(path) in str(error)
             outcomes["refused"] += 1
-    assert outcomes["read"] and outcomes["refused"]
-    assert time.monotonic() - started < 20
+    assert outcomes["read"] and outcomes["refused"]  # a hang is caught by the timeout of the module

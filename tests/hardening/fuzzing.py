@@ -363,12 +363,15 @@ class _Worker:
         command = (
             f"from tests.hardening.fuzzing import serve; serve({str(manifest)!r}, {str(workdir)!r}, {memory})"
         )
-        environment = dict(os.environ, MALLOC_ARENA_MAX="2", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))  # for `tests`
+        environment = dict(
+            os.environ, PYTHONPATH=path, MALLOC_ARENA_MAX="2", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"
+        )
         self.log = workdir / f"worker-{number}.log"
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", command],
-                cwd=REPO_ROOT,
+                cwd=workdir,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

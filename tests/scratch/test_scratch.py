@@ -8,12 +8,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import vitrio as vio
+from vitrio.formats import ImageReader
 
 STACKS, IMAGES, SIDE = 4, 50, 16
 
@@ -270,3 +272,64 @@ def test_two_processes_taking_in_the_same_images_both_read_right(stacks, tmp_pat
     for i in range(2):
         np.testing.assert_array_equal(np.load(tmp_path / f"o{i}.npy"), values)
     assert resume(tmp_path, read=False) == len(locations)
+
+
+class _CountingReader(ImageReader):
+    """A stack of 10 images of 4 x 4 whose image i is full of i; reads wait for a gate and are counted."""
+
+    def __init__(self, key: str, provider: _GatedFiles):
+        super().__init__(key, vio.ImageDescriptor((10, 4, 4), 2, "float32"))
+        self._provider = provider
+
+    def read_run(self, start, outs):
+        self.check_run(start, len(outs))
+        assert self._provider.gate.wait(20), "the gate never opened"
+        with self._provider.lock:
+            self._provider.reads.append((start, len(outs)))
+        for i, out in enumerate(outs):
+            out[...] = start + i
+
+
+class _GatedFiles(vio.ImageReaderProvider):
+    """Serves `_CountingReader`s, counting the readers asked for (once the gate is open, any number)."""
+
+    def __init__(self):
+        self.gate = threading.Event()
+        self.lock = threading.Condition()
+        self.acquired = 0
+        self.reads: list[tuple[int, int]] = []
+
+    def acquire(self, key):
+        with self.lock:
+            self.acquired += 1
+            self.lock.notify_all()
+        return _CountingReader(os.fspath(key), self)
+
+    def release(self, reader):
+        pass
+
+    def wait_acquired(self, count: int) -> None:
+        with self.lock:
+            assert self.lock.wait_for(lambda: self.acquired >= count, 20), f"{self.acquired} of {count} came"
+
+
+@pytest.mark.parametrize("kind", ["host", "mapped", "directory"])
+def test_threads_taking_in_the_same_run_read_it_once(kind, tmp_path):
+    """Six threads ask for one run of a scratch at once: all of them find it missing and ask for the
+    file before any has read it; the run is read once, and each gets its images."""
+    files = _GatedFiles()
+    locations = [vio.ImageLocation("stack", i) for i in range(10)]
+    scratch = make(kind, locations, tmp_path, files=files)
+    wanted = [vio.ImageLocation("stack", 2)]  # in the first run, images 0 to 7
+    executor = vio.ThreadPoolExecutor(6)
+    before = files.acquired
+    completions = [vio.prefetch_scratch_async(scratch, wanted, executor, files) for _ in range(6)]
+    files.wait_acquired(before + 6)  # every thread found the run missing
+    files.gate.set()
+    for completion in completions:
+        completion.get()
+    assert files.reads == [(0, 8)]
+    out = np.full((3, 4, 4), -7, np.float32)
+    vio.read_batch_async(vio.loader(workers=2, scratch=scratch), out, [locations[i] for i in (7, 0, 2)]).get()
+    np.testing.assert_array_equal(out[:, 0, 0], [7, 0, 2])
+    assert files.reads == [(0, 8)]
