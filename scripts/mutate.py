@@ -136,9 +136,10 @@ MUTANTS = (
         "src/vitrio/_providers.py",
         "                with self._lock:\n"
         "                    descriptor = self._declared.get(key)\n"
+        "                    voxel_size = self._voxel_sizes.get(key)\n"
         "                if descriptor is None:  # closed or discarded meanwhile\n"
         '                    raise IndexError(f"{key}: is not declared")\n',
-        "                descriptor = self._declared[key]\n",
+        "                descriptor, voxel_size = self._declared[key], self._voxel_sizes[key]\n",
         ("tests/core/test_writers.py",),
     ),
     # the data loader
@@ -196,15 +197,15 @@ MUTANTS = (
     Mutant(
         "dataset-data-padding-unwritten",
         "src/cryovit/dataset.py",
-        "data[j, depth:] = 0",
+        "data[j, :, depth:] = 0",
         "pass",
         ("tests/cryovit/test_padding.py", "tests/cryovit/test_data.py"),
     ),
     Mutant(
         "dataset-label-value-ignored",
         "src/cryovit/dataset.py",
-        "np.equal(stored[j], value, out=out)",
-        "np.not_equal(stored[j], 0, out=out)",
+        "np.equal(stored[j], value, out=labels[j])",
+        "np.not_equal(stored[j], 0, out=labels[j])",
         ("tests/cryovit/test_data.py",),
     ),
 )

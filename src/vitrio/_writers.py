@@ -45,11 +45,30 @@ class TrackedWriter(ImageWriter):
         self.inner = writer
         self._written = np.zeros(self.image_count, dtype=bool)
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._writing = 0
+        self._ended = False
 
     def write_run(self, start: int, sources: Sequence[np.ndarray]) -> None:
-        self.inner.write_run(start, sources)
+        """Write as the format's writer does; `IndexError` once the file is being finished or discarded."""
+        with self._lock:
+            if self._ended:
+                raise IndexError(f"{self.key}: is not declared (closed or discarded)")
+            self._writing += 1
+        try:
+            self.inner.write_run(start, sources)
+        finally:
+            with self._lock:
+                self._writing -= 1
+                self._idle.notify_all()
         with self._lock:
             self._written[start : start + len(sources)] = True
+
+    def _end(self) -> None:
+        """Refuse new writes and wait for those under way, so that none writes a file closed under it."""
+        with self._lock:
+            self._ended = True
+            self._idle.wait_for(lambda: self._writing == 0)
 
     @property
     def unwritten(self) -> np.ndarray:
@@ -61,7 +80,9 @@ class TrackedWriter(ImageWriter):
         self.inner.flush()
 
     def finish(self) -> None:
+        self._end()
         self.inner.finish()
 
     def discard(self) -> None:
+        self._end()
         self.inner.discard()

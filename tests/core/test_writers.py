@@ -136,7 +136,7 @@ def test_write_batch_errors(tmp_path):
     completion = vio.write_batch_async(saver, np.zeros((1, 4, 5)), one)
     with pytest.raises(ValueError, match="e.mrcs"):
         completion.get()
-    with pytest.raises(TypeError, match="writers is a FileImageWriterProvider, not object"):
+    with pytest.raises(TypeError, match="writers is an ImageWriterProvider, not object"):
         vio.saver(object())
     writers.discard(tmp_path / "e.mrcs")
     assert writers.file_count == 0
@@ -200,7 +200,7 @@ def test_a_tiff_past_4_gib_is_written_as_bigtiff(tmp_path):
         last,
         [vio.ImageLocation(path, count - 2), vio.ImageLocation(path, count - 1)],
     ).get()
-    writers.close(path)
+    writers.close(path, allow_partial=True)  # sparse: only the last images are written
     assert path.stat().st_size > 2**32
     with tifffile.TiffFile(path) as tiff:
         assert tiff.is_bigtiff
@@ -230,7 +230,7 @@ def test_closing_a_file_while_writes_to_it_are_in_flight(tmp_path):
         writers.declare(closed, descriptor)
         writers.declare(other, descriptor)
         racing = vio.write_batch_async(saver, ones, [vio.ImageLocation(closed, i) for i in range(64)])
-        writers.close(closed)
+        writers.close(closed, allow_partial=True)  # the writes under way finish first; later ones are refused
         vio.write_batch_async(saver, 2 * ones, [vio.ImageLocation(other, i) for i in range(64)]).get()
         writers.close(other)
         try:

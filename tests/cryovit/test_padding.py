@@ -61,8 +61,8 @@ def tomogram(depth: int, dtype: torch.dtype, seed: int) -> TomogramData:
         sample="s",
         tomo_name=f"t{seed}.mrc",
         split_id=None,
-        data=torch.rand(depth, 1, 4, 5, generator=generator).to(dtype) + 1,
-        label=torch.rand(depth, 4, 5, generator=generator) > 0.5,
+        data=torch.rand(1, depth, 4, 5, generator=generator).to(dtype) + 1,
+        label=(torch.rand(depth, 4, 5, generator=generator) > 0.5).float(),
         batch_size=[],
     )
 
@@ -81,8 +81,10 @@ def test_collate_pads_new_buffers(garbage: None, dtypes: tuple[torch.dtype, ...]
     assert batch.tomo_batch.shape == (4, 4, 1, 4, 5)
     check_padding(batch, depths)
     for i, item in enumerate(tomograms):
-        assert torch.equal(batch.tomo_batch[i, : depths[i]], item.data.to(batch.tomo_batch.dtype))
-        assert torch.equal(batch.labels[i, : depths[i]], item.label.to(torch.int8))
+        # data is [C, D, H, W] in an item, [D, C, H, W] in a batch's tomo_batch
+        expected = item.data.transpose(0, 1).to(batch.tomo_batch.dtype)
+        assert torch.equal(batch.tomo_batch[i, : depths[i]], expected)
+        assert torch.equal(batch.labels[i, : depths[i]], item.label.to(batch.labels.dtype))
 
 
 @pytest.mark.parametrize("labels", [True, False])

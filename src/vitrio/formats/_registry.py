@@ -140,7 +140,10 @@ def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageRead
 
 
 def create_writer(
-    key, descriptor: ImageDescriptor, formats: Iterable[type[Format]] | None = None, voxel_size=None
+    key,
+    descriptor: ImageDescriptor,
+    formats: Iterable[type[Format]] | None = None,
+    voxel_size: tuple[float, ...] | None = None,
 ) -> ImageWriter:
     """Start writing a new file at `key` in the format its extension names.
 
