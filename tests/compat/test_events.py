@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -300,3 +302,38 @@ def test_a_renderer_written_in_python(movie):
     totals = vio.read(movie.path, readers=provider)
     assert totals.shape == (2, 1, 1) and totals.dtype == np.float64
     assert totals[:, 0, 0].tolist() == [sum(len(e) for e in movie.events[a:b]) for a, b in ((0, 2), (2, 4))]
+
+
+def test_a_timeline_being_read_refuses_every_other_use(movie, monkeypatch):
+    """While a read fills a timeline, another thread's use of it raises BufferError; the read is whole."""
+    from vitrio.formats.eer import _timeline
+
+    decoding, release = threading.Event(), threading.Event()
+    decode = _timeline.decode_frames
+
+    def paused(*args):  # the read holds the timeline here until the other thread has tried it
+        decoding.set()
+        assert release.wait(30)
+        decode(*args)
+
+    monkeypatch.setattr(_timeline, "decode_frames", paused)
+    reader = vio.detector_event_timeline_reader_provider().acquire(movie.path)
+    timeline = vio.DetectorEventTimeline(2)
+    reading = threading.Thread(target=reader.read, args=(0, 4, timeline))
+    reading.start()
+    try:
+        assert decoding.wait(30)
+        for use in (
+            timeline.clear,
+            lambda: timeline.add_group(9, [[0, 0]]),
+            lambda: timeline.timestamps,
+            timeline.get_positions,
+            lambda: reader.read(0, 1, timeline),
+        ):
+            with pytest.raises(BufferError, match="being read or changed by another call"):
+                use()
+    finally:
+        release.set()
+        reading.join(30)
+    assert timeline.group_count == 4 and timeline.timestamps.tolist() == [0, 1, 2, 3]
+    np.testing.assert_array_equal(timeline.get_positions(0), movie.events[0])

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -57,6 +60,7 @@ class DetectorEventTimeline:
         self._groups = 0
         self._events = 0
         self._views: weakref.WeakSet[_ViewOwner] = weakref.WeakSet()
+        self._busy = threading.RLock()
 
     @property
     def rank(self) -> int:
@@ -81,7 +85,8 @@ class DetectorEventTimeline:
     @property
     def timestamps(self) -> np.ndarray:
         """The timestamp of each group (for EER files, the frame index): a read-only int64 view."""
-        return self._view(self._timestamps[: self._groups])
+        with self._in_use():
+            return self._view(self._timestamps[: self._groups])
 
     def get_positions(self, group: int | None = None) -> np.ndarray:
         """The positions of the events of one group, or of all: a read-only uint32 view, a row each.
@@ -89,14 +94,15 @@ class DetectorEventTimeline:
         Raises:
             IndexError: If there is no group `group`.
         """
-        if group is None:
-            return self._view(self._positions[: self._events])
-        index = operator.index(group)
-        if not -self._groups <= index < self._groups:
-            raise IndexError(f"group {group} of a timeline of {self._groups}")
-        index %= self._groups
-        start = int(self._ends[index - 1]) if index else 0
-        return self._view(self._positions[start : self._ends[index]])
+        with self._in_use():
+            if group is None:
+                return self._view(self._positions[: self._events])
+            index = operator.index(group)
+            if not -self._groups <= index < self._groups:
+                raise IndexError(f"group {group} of a timeline of {self._groups}")
+            index %= self._groups
+            start = int(self._ends[index - 1]) if index else 0
+            return self._view(self._positions[start : self._ends[index]])
 
     def add_group(self, timestamp: int, positions: Any) -> None:
         """Append a group of events.
@@ -122,13 +128,14 @@ class DetectorEventTimeline:
             raise TypeError(f"positions are integers, not {rows.dtype}")
         if rows.size and (rows.min() < 0 or rows.max() > 0xFFFFFFFF):
             raise ValueError("positions must be within 0 and 2**32 - 1")
-        self._check_later(timestamp)
-        self._grow(1, len(rows))
-        self._positions[self._events : self._events + len(rows)] = rows
-        self._events += len(rows)
-        self._timestamps[self._groups] = timestamp
-        self._ends[self._groups] = self._events
-        self._groups += 1
+        with self._in_use():
+            self._check_later(timestamp)
+            self._grow(1, len(rows))
+            self._positions[self._events : self._events + len(rows)] = rows
+            self._events += len(rows)
+            self._timestamps[self._groups] = timestamp
+            self._ends[self._groups] = self._events
+            self._groups += 1
 
     def clear(self) -> None:
         """Remove every group, keeping the memory.
@@ -136,8 +143,9 @@ class DetectorEventTimeline:
         Raises:
             BufferError: If a view is alive.
         """
-        self._check_unshared()
-        self._groups = self._events = 0
+        with self._in_use():
+            self._check_unshared()
+            self._groups = self._events = 0
 
     def reserve(self, groups: int, events: int) -> None:
         """Make room for `groups` groups and `events` events in all.
@@ -161,6 +169,16 @@ class DetectorEventTimeline:
         grown = np.empty((length, *array.shape[1:]), dtype=array.dtype)
         grown[:used] = array[:used]
         return grown
+
+    @contextlib.contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """Hold the timeline for one call: a call of another thread meanwhile raises `BufferError`."""
+        if not self._busy.acquire(blocking=False):
+            raise BufferError("the timeline is being read or changed by another call at this moment")
+        try:
+            yield
+        finally:
+            self._busy.release()
 
     def _check_unshared(self) -> None:
         if len(self._views):

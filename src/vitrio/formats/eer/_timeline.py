@@ -161,7 +161,8 @@ class DetectorEventTimelineReader(ABC):
         Raises:
             ValueError: If `time_begin > time_end`, or `destination` is of another rank.
             IndexError: If `time_end` is past the descriptor's `time_extent`.
-            BufferError: If `destination` has a live view.
+            BufferError: If `destination` has a live view, or another call is reading or
+                changing it at that moment.
             FormatError: If the file turns out to be malformed where it is read (a `RuntimeError`).
         """
 
@@ -214,10 +215,13 @@ class EerTimelineReader(DetectorEventTimelineReader):
     def read(self, time_begin: int, time_end: int, destination: DetectorEventTimeline) -> None:
         """Clear `destination`, then fill it with the events of frames `time_begin..time_end`."""
         time_begin, time_end = operator.index(time_begin), operator.index(time_end)
-        self._check_read(time_begin, time_end, destination)
-        if self._fd < 0:
-            raise ValueError(f"{self.key}: the reader is closed")
-        decode_frames(self._layout, self._fd, destination, time_begin, time_end)
+        if not isinstance(destination, DetectorEventTimeline):
+            raise TypeError(f"the destination is a DetectorEventTimeline, not {type(destination).__name__}")
+        with destination._in_use():  # another call on `destination` meanwhile raises BufferError
+            self._check_read(time_begin, time_end, destination)
+            if self._fd < 0:
+                raise ValueError(f"{self.key}: the reader is closed")
+            decode_frames(self._layout, self._fd, destination, time_begin, time_end)
 
     def close(self) -> None:
         """Close the file."""
