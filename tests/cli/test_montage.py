@@ -257,7 +257,8 @@ def test_the_demo_draws_its_particles_with_montage(vitrio: Run, tmp_path: Path) 
     assert [label.split(" → ")[0] for label in labels] == [kinds[k] for k in classes[rows]]
     assert all(label.split(" → ")[1] in kinds for label in labels)
     first = vio.read(vio.data.particle_locations(particles, out / "particles.star", root=out)[rows[0]])
-    np.testing.assert_array_equal(cell(pixels, 0, 8, 64, (64, 64)), tile_values(first, (1, 99)))
+    enlarged = np.repeat(np.repeat(first, 2, axis=0), 2, axis=1)  # 64 x 64 in tiles of 128
+    np.testing.assert_array_equal(cell(pixels, 0, 8, 128, (128, 128)), tile_values(enlarged, (1, 99)))
 
 
 def test_a_stack_of_volumes_shows_the_sections_of_the_volumes_chosen(vitrio: Run) -> None:

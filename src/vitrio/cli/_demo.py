@@ -213,7 +213,7 @@ def _montage(
     shown["vitrioGuess"] = [f"{KINDS[k]} → {KINDS[g]}" for k, g in zip(labels[rows], guesses)]
     write_star({"particles": shown}, out / "shown.star")
     arguments = ["montage", "--star", str(out / "shown.star"), "--label", "vitrioGuess", "--root", str(out)]
-    arguments += ["--columns", str(columns), "--tile", "96", "-n", str(len(rows)), "--force"]
+    arguments += ["--columns", str(columns), "--tile", "128", "-n", str(len(rows)), "--force"]
     draw_montage(build_parser().parse_args([*arguments, "-o", str(out / "particles.png")]))
 
 
