@@ -62,39 +62,14 @@ def test_the_core_commands_work_without_the_extras(stack, tmp_path: Path):
     assert _command("info", path, blocked=blocked).returncode == 0
 
 
+EXTRACT = ("extract", "--micrographs", "m.star", "--coordinates", "c.star", "--box-size", "8", "-o", "p.star")
+
+
 @pytest.mark.parametrize(
     ("arguments", "missing", "extra"),
     [
-        (
-            (
-                "extract",
-                "--micrographs",
-                "m.star",
-                "--coordinates",
-                "c.star",
-                "--box-size",
-                "8",
-                "-o",
-                "p.star",
-            ),
-            "pandas",
-            "cli",
-        ),
-        (
-            (
-                "extract",
-                "--micrographs",
-                "m.star",
-                "--coordinates",
-                "c.star",
-                "--box-size",
-                "8",
-                "-o",
-                "p.star",
-            ),
-            "starfile",
-            "cli",
-        ),
+        (EXTRACT, "pandas", "cli"),
+        (EXTRACT, "starfile", "cli"),
         (("demo", "--out", "demo"), "torch", "cli,torch"),
         (("demo", "--out", "demo"), "matplotlib", "cli,torch"),
         (("bench", "--quick"), "mrcfile", "bench"),

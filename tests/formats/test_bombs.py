@@ -80,17 +80,31 @@ def zeros_zstd(nbytes: int, frames: int) -> bytes:
     return imagecodecs.zstd_encode(np.zeros(nbytes, np.uint8)) * frames
 
 
-def read_patch_limited(path: Path) -> tuple[str, float]:
-    """Read a 64 x 64 patch of `path` in a subprocess under `RLIMIT_AS`: what happened, and in how long."""
+def run_limited(body: str, headroom: int) -> tuple[str, float]:
+    """Run `body` in a fresh interpreter whose address space may grow `headroom` bytes past its size
+    after start: what it printed, and in how long."""
     script = textwrap.dedent(
         f"""
-        import resource, sys
-        import numpy as np
-        import vitrio as vio
+        import resource
         with open("/proc/self/status") as status:
             size = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
-        limit = size + (512 << 20)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_AS, (size + {headroom}, size + {headroom}))
+        """
+    ) + textwrap.dedent(body)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=dict(os.environ)
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip(), elapsed
+
+
+def read_patch_limited(path: Path) -> tuple[str, float]:
+    """Read a 64 x 64 patch of `path` with 512 MiB to spare: what happened, and in how long."""
+    body = f"""
+        import numpy as np
+        import vitrio as vio
         out = np.zeros((1, 64, 64), np.float32)
         try:
             vio.read_patches_async(vio.loader(workers=1), out, {str(path)!r}, [[100, 100]]).get()
@@ -101,14 +115,7 @@ def read_patch_limited(path: Path) -> tuple[str, float]:
         else:
             print("read")
         """
-    )
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=dict(os.environ)
-    )
-    elapsed = time.monotonic() - started
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip(), elapsed
+    return run_limited(body, 512 << 20)
 
 
 @pytest.mark.parametrize("compression", [ZSTD, DEFLATE, LZW])
@@ -195,20 +202,10 @@ def test_read_events_reserves_what_the_frames_can_hold(tmp_path):
     and then bits the frame has no room for. Reserving 8 events a byte would take 512 MiB."""
     frames = [[bytes(1 << 20)] for _ in range(8)]
     path = write_eer(tmp_path / "dense.eer", frames, (8, 8), 65002, (1, 0, 0))
-    script = textwrap.dedent(
-        f"""
-        import resource
+    body = f"""
         import vitrio as vio
-        with open("/proc/self/status") as status:
-            size = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
-        limit = size + (256 << 20)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         timeline = vio.read_events({str(path)!r})
         print(timeline.group_count, timeline.event_count)
         """
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=dict(os.environ)
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["8", str(8 * 64)]
+    printed, _ = run_limited(body, 256 << 20)
+    assert printed.split() == ["8", str(8 * 64)]
