@@ -93,6 +93,10 @@
  *     `offset` of `src`: patch i, of shape `patch`, starts at `origins[i]` (int64 rows, any values)
  *     and lands in slot `slots[i]` of `out`, contiguous patches one after another. `fill` (bytes
  *     of one value of the destination kind, or None) fills what lies beyond the image; None leaves it.
+ *
+ *   simd(enabled) -> bool
+ *     Whether conversions use F16C and AVX2 where the processor has them (the default) or the
+ *     portable loops, so that tests run both; returns whether they were in use.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -589,7 +593,7 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
 
 enum { K_U8, K_I8, K_U16, K_I16, K_F16, K_F32, K_BYTES, K_BF16, KINDS, SWAP = 256 };
 static const size_t kind_size[KINDS] = {1, 1, 2, 2, 2, 4, 1, 2};
-static int has_f16c;
+static int has_f16c, has_avx2, cpu_f16c, cpu_avx2; /* in use; what the processor has */
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define VECTORIZE __attribute__((optimize("O3")))
@@ -601,11 +605,23 @@ static int has_f16c;
 #include <immintrin.h>
 #endif
 
-#define TO_F32(NAME, TYPE)                                                            \
-    VECTORIZE static void NAME(const void *restrict src, float *restrict dst, size_t n) { \
-        const TYPE *s = (const TYPE *)src;                                            \
-        for (size_t i = 0; i < n; i++) dst[i] = (float)s[i];                          \
+/* Integers to float32: one loop the compiler vectorizes, built twice on x86 (baseline and AVX2) and
+ * chosen at run time. */
+#define TO_F32_LOOP(NAME, TYPE, ATTRIBUTES)                                                 \
+    ATTRIBUTES static void NAME(const void *restrict src, float *restrict dst, size_t n) { \
+        const TYPE *s = (const TYPE *)src;                                                 \
+        for (size_t i = 0; i < n; i++) dst[i] = (float)s[i];                               \
     }
+#ifdef X86
+#define TO_F32(NAME, TYPE)                                                          \
+    TO_F32_LOOP(NAME##_base, TYPE, VECTORIZE)                                       \
+    TO_F32_LOOP(NAME##_avx2, TYPE, VECTORIZE __attribute__((target("avx2"))))       \
+    static void NAME(const void *restrict src, float *restrict dst, size_t n) {     \
+        (has_avx2 ? NAME##_avx2 : NAME##_base)(src, dst, n);                        \
+    }
+#else
+#define TO_F32(NAME, TYPE) TO_F32_LOOP(NAME, TYPE, VECTORIZE)
+#endif
 TO_F32(u8_f32, uint8_t)
 TO_F32(i8_f32, int8_t)
 TO_F32(u16_f32, uint16_t)
@@ -1154,6 +1170,16 @@ done:
     return result;
 }
 
+/* simd(enabled): whether conversions use the processor's vector extensions (F16C, AVX2) where it has
+ * them; False runs the portable loops, for tests. Returns whether they were in use. */
+static PyObject *simd(PyObject *self, PyObject *args) {
+    int enabled, was = has_f16c || has_avx2;
+    if (!PyArg_ParseTuple(args, "p:simd", &enabled)) return NULL;
+    has_f16c = enabled && cpu_f16c;
+    has_avx2 = enabled && cpu_avx2;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef methods[] = {
     {"render", render, METH_VARARGS, "Add the events of EER strips into an image."},
     {"events", events, METH_VARARGS, "Write the sub-pixel positions of the events of EER strips."},
@@ -1163,6 +1189,7 @@ static PyMethodDef methods[] = {
     {"advise", advise, METH_VARARGS, "Tell the kernel runs of files will be read soon."},
     {"convert", convert, METH_VARARGS, "Convert values of one kind into another."},
     {"crop", crop, METH_VARARGS, "Crop patches out of an image, converting them."},
+    {"simd", simd, METH_VARARGS, "Whether conversions use the processor's vector extensions (for tests)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1179,7 +1206,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     page_size = (size_t)sysconf(_SC_PAGESIZE);
 #ifdef X86
     __builtin_cpu_init();
-    has_f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    has_f16c = cpu_f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    has_avx2 = cpu_avx2 = __builtin_cpu_supports("avx2");
 #endif
     if (pthread_key_create(&buffer_key, free)) return PyErr_NoMemory();
     if (PyType_Ready(&FileMapType) < 0) return NULL;

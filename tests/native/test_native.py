@@ -13,6 +13,7 @@ import pytest
 
 import vitrio as vio
 from vitrio import _native
+from vitrio.formats import _raw
 from vitrio.formats._raw import value_kind
 
 SOURCES = ("uint8", "int8", "uint16", "int16", "float16", "float32")
@@ -32,10 +33,18 @@ def _values(dtype: np.dtype, count: int, seed: int = 0) -> np.ndarray:
     return values
 
 
+@pytest.fixture(params=[True, False], ids=["simd", "portable"])
+def simd(request):
+    """Conversions with the vector extensions of the processor (where it has them), then without."""
+    was = _native.simd(request.param)
+    yield request.param
+    _native.simd(was)
+
+
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("order", ["<", ">"])
 @pytest.mark.parametrize("target", ["float32", "float16", "bfloat16", "same"])
-def test_every_conversion_matches_numpy(source: str, order: str, target: str):
+def test_every_conversion_matches_numpy(source: str, order: str, target: str, simd: bool):
     stored = np.dtype(source).newbyteorder(order)
     values = _values(np.dtype(source), 4099).astype(stored)
     wanted = np.dtype(source if target == "same" else BFLOAT16 if target == "bfloat16" else target)
@@ -48,7 +57,7 @@ def test_every_conversion_matches_numpy(source: str, order: str, target: str):
         np.testing.assert_array_equal(out, expected)
 
 
-def test_every_half_converts_exactly():
+def test_every_half_converts_exactly(simd: bool):
     halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     out = np.empty(len(halves), np.float32)
     _native.convert(halves.tobytes(), KINDS[np.dtype(np.float16)], out, KINDS[np.dtype(np.float32)])
@@ -60,7 +69,7 @@ def test_every_half_converts_exactly():
     assert np.isnan(back[np.isnan(halves)]).all()
 
 
-def test_bfloat16_converts_exactly_to_float32_and_back():
+def test_bfloat16_converts_exactly_to_float32_and_back(simd: bool):
     every = np.arange(1 << 16, dtype=np.uint16).view(BFLOAT16)
     out = np.empty(len(every), np.float32)
     _native.convert(every.tobytes(), KINDS[BFLOAT16], out, KINDS[np.dtype(np.float32)])
@@ -72,7 +81,7 @@ def test_bfloat16_converts_exactly_to_float32_and_back():
     assert np.isnan(back.astype(np.float32)[~np.isfinite(out) & np.isnan(out)]).all()
 
 
-def test_float32_to_float16_rounds_as_numpy_over_the_whole_range():
+def test_float32_to_float16_rounds_as_numpy_over_the_whole_range(simd: bool):
     bits = np.arange(0, 1 << 32, 65_537, dtype=np.uint64).astype(np.uint32)
     floats = bits.view(np.float32)
     out = np.empty(len(floats), np.float16)
@@ -219,6 +228,38 @@ def test_batches_read_natively_match_numpy(tmp_path: Path, stored: str, order: s
                 expected = expected_all[order_].astype(dtype)
             np.testing.assert_array_equal(out, expected, err_msg=f"epoch {epoch} into {dtype}")
     assert all(loader.readers.layout(str(p)) is not None for p, _ in stacks)
+
+
+@pytest.mark.parametrize("stored", ["int8", "int16", "uint16", "float16", "float32"])
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize("kind", ["volume", "stack"])
+def test_a_large_whole_file_read_on_several_threads_matches_numpy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored: str, order: str, kind: str
+):
+    monkeypatch.setattr(_raw, "SPLIT_BYTES", 4096)  # this file's tens of KB count as large
+    copies = []
+    original = _native.convert
+    monkeypatch.setattr(_raw, "convert", lambda *args: copies.append(args) or original(*args))
+    values = (np.random.default_rng(2).standard_normal((9, 40, 30)) * 300).astype(stored)
+    path = tmp_path / "file.mrc"
+    (vio.write_single if kind == "volume" else vio.write_stack)(values, path)
+    if order == ">":
+        _big_endian(path)
+    readers = vio.reader_provider()
+    for data_type in (stored, "float32", "float16", BFLOAT16):
+        copies.clear()
+        result = vio.read(path, readers=readers, out=np.empty(values.shape, data_type))
+        with np.errstate(over="ignore"):
+            np.testing.assert_array_equal(result, values.astype(data_type), err_msg=str(data_type))
+        assert len(copies) == min(os.cpu_count() or 1, _raw.MAX_SPLIT, result.nbytes // 2048)
+    np.testing.assert_array_equal(
+        vio.read(path, readers=readers, data_type="float32"), values.astype(np.float32)
+    )
+    out = np.zeros((9, 40, 32), np.float32)[..., 1:-1]  # not one block: numpy copies it
+    copies.clear()
+    vio.read(path, readers=readers, out=out)
+    np.testing.assert_array_equal(out, values.astype(np.float32))
+    assert copies == []
 
 
 def test_consecutive_images_read_into_consecutive_slots(tmp_path: Path):

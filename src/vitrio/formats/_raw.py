@@ -41,7 +41,7 @@ import numpy as np
 
 from .._arrays import gather
 from .._fs import PartialFile
-from .._native import crop, map_file
+from .._native import convert, crop, map_file
 from .._native import read_runs as _read_runs
 from .._types import ImageDescriptor, past_the_end
 from ._contract import FormatError, HeaderStatistics, ImageReader, ImageWriter
@@ -83,6 +83,8 @@ else:
     _KINDS[np.dtype(bfloat16)] = _BFLOAT16
 _FLOATS = {_KINDS[np.dtype(np.float32)], _KINDS[np.dtype(np.float16)], _BFLOAT16}
 _READ_CHANGED, _READ_OPEN, _READ_SHORT = 2, 1, 4
+SPLIT_BYTES, MAX_SPLIT = 64 << 20, 8
+"""A run of at least SPLIT_BYTES read into one block is copied on up to MAX_SPLIT threads."""
 
 
 def value_kind(dtype: np.dtype) -> int | None:
@@ -337,9 +339,56 @@ class RawArrayReader(ImageReader):
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         self.check_run(start, len(outs))
         self.check_unchanged()
-        for i, out in enumerate(outs):
-            self._copy(self._images[start + i], out)
+        if not self._copy_split(start, outs):
+            for i, out in enumerate(outs):
+                self._copy(self._images[start + i], out)
         self._check_copied()
+
+    def _copy_split(self, start: int, outs: Sequence[np.ndarray]) -> bool:
+        """Copy a large run into one block of memory (a whole volume or stack, as `vitrio.read` reads
+        it) on several threads, a native copy each: the pages of a fresh destination are faulted in
+        and filled in parallel.
+
+        Returns:
+            Whether it did: not for less than `SPLIT_BYTES`, nor where numpy must convert, nor
+            into outs that are not one after another in memory.
+        """
+        layout = self.layout()
+        first = outs[0]
+        plan = layout.plan(first.dtype) if layout is not None else None
+        if plan is None or len(outs) * first.nbytes < SPLIT_BYTES:
+            return False
+        address, size = first.ctypes.data, first.nbytes
+        if not all(
+            out.flags.c_contiguous and out.dtype == first.dtype and out.ctypes.data == address + i * size
+            for i, out in enumerate(outs)
+        ):
+            return False
+        flat = np.lib.stride_tricks.as_strided(first.reshape(-1).view(np.uint8), (len(outs) * size,), (1,))
+        src_size, dst_size = (1, 1) if plan[1] == _BYTES else (self._dtype.itemsize, first.itemsize)
+        source = memoryview(self._map)[self._offset + start * layout.image_bytes :]
+        values = len(outs) * plan[2]
+        parts = max(1, min(os.cpu_count() or 1, MAX_SPLIT, values * dst_size // (SPLIT_BYTES // 2)))
+        bounds = np.linspace(0, values, parts + 1).astype(np.int64).tolist()
+        failures: list[BaseException] = []
+
+        def copy(a: int, b: int) -> None:
+            try:
+                convert(
+                    source[a * src_size : b * src_size], plan[0], flat[a * dst_size : b * dst_size], plan[1]
+                )
+            except BaseException as error:  # raised again in the calling thread
+                failures.append(error)
+
+        threads = [threading.Thread(target=copy, args=part) for part in zip(bounds[1:-1], bounds[2:])]
+        for thread in threads:
+            thread.start()
+        copy(bounds[0], bounds[1])
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise failures[0]
+        return True
 
     def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
         self.check_indices(indices)
