@@ -333,3 +333,47 @@ def test_threads_taking_in_the_same_run_read_it_once(kind, tmp_path):
     vio.read_batch_async(vio.loader(workers=2, scratch=scratch), out, [locations[i] for i in (7, 0, 2)]).get()
     np.testing.assert_array_equal(out[:, 0, 0], [7, 0, 2])
     assert files.reads == [(0, 8)]
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["images", "whole files"])
+def test_prefetch_tells_the_kernel_what_it_will_read_files_ahead(tmp_path: Path, monkeypatch, whole: bool):
+    from vitrio.scratch import provider
+
+    paths = [tmp_path / f"stack{i}.mrcs" for i in range(7)]
+    for i, path in enumerate(paths):
+        vio.write_stack(np.full((5, SIDE, SIDE), i, np.float32), path)
+    wanted = [1, 2, 4]
+    locations = [str(p) for p in paths] if whole else [vio.ImageLocation(p, j) for p in paths for j in wanted]
+    scratch = vio.create_host_image_scratch(locations, 8)
+    events = []
+    advise, fadvise, take_in = provider.advise, os.posix_fadvise, scratch.take_in
+
+    def hinted_runs(paths_, checks, runs):
+        events.append(("hint", paths_[0].decode(), runs[:, 1:3].tolist()))
+        advise(paths_, checks, runs)
+
+    def hinted_file(fd, offset, length, advice):
+        events.append(("hint", os.readlink(f"/proc/self/fd/{fd}"), [[offset, length]]))
+        fadvise(fd, offset, length, advice)
+
+    def taken_in(key, indices, files):
+        events.append(("take", key))
+        take_in(key, indices, files)
+
+    monkeypatch.setattr(provider, "advise", hinted_runs)
+    monkeypatch.setattr(os, "posix_fadvise", hinted_file)
+    monkeypatch.setattr(scratch, "take_in", taken_in)
+    vio.prefetch_scratch_async(scratch, locations, vio.SynchronousExecutor()).get()
+
+    ahead = provider.HINTED_AHEAD
+    expected = [("hint", str(paths[i])) for i in range(ahead)]
+    for i in range(len(paths)):
+        if i + ahead < len(paths):
+            expected.append(("hint", str(paths[i + ahead])))
+        expected.append(("take", str(paths[i])))
+    assert [e[:2] for e in events] == expected
+    for event in events:
+        if event[0] == "hint":
+            image = SIDE * SIDE * 4
+            assert event[2] == ([[0, 0]] if whole else [[1024 + j * image, image] for j in wanted])
+    assert scratch.held_count == len(paths) * (5 if whole else len(wanted))

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
+from .._native import advise
 from .._providers import FileImageReaderProvider, ImageReaderProvider
 from .._types import as_key
 from ..formats import ImageReader
+from ..formats._raw import KnownFiles
 from .plan import group
 from .store import ImageScratch
 
@@ -114,16 +118,47 @@ def prefetch_scratch_async(
         A `Completion` of the tasks.
     """
     files = files or FileImageReaderProvider()
-    grouped = group(locations)
+    wanted = [(key, indices) for key, indices in group(locations).items() if scratch.holds(key)]
+    for key, indices in wanted[:HINTED_AHEAD]:
+        hint(files, key, indices)
 
-    def task(key: str, indices: np.ndarray) -> None:
+    def task(number: int) -> None:
+        if number + HINTED_AHEAD < len(wanted):  # the kernel reads it while this one is copied
+            hint(files, *wanted[number + HINTED_AHEAD])
+        key, indices = wanted[number]
         if indices[0] < 0:
             indices = scratch.indices(key)
         scratch.take_in(key, indices, files)
 
-    tasks = [
-        lambda key=key, indices=indices: task(key, indices)
-        for key, indices in grouped.items()
-        if scratch.holds(key)
-    ]
-    return run_tasks(executor, tasks)
+    return run_tasks(executor, [lambda number=number: task(number) for number in range(len(wanted))])
+
+
+HINTED_AHEAD = 4
+"""How many files ahead of the one being taken in the kernel is told will be read."""
+
+
+def hint(files: ImageReaderProvider, key: str, indices: np.ndarray) -> None:
+    """Tell the kernel the images `indices` of the file at `key` will be read soon (`posix_fadvise`
+    WILLNEED): the whole file for -1, else the bytes of the images of a raw file (MRC, uncompressed
+    TIFF, DM); nothing for others."""
+    if indices[0] < 0:
+        with contextlib.suppress(OSError):
+            fd = os.open(key, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
+        return
+    layout = files.layout(key)
+    if layout is None:  # opening it learns the layout (and a caching provider keeps it open)
+        with contextlib.suppress(OSError, ValueError):  # the take-in raises them, naming the file
+            files.release(files.acquire(key))
+        layout = files.layout(key)
+        if layout is None:
+            return
+    indices = indices[indices < layout.image_count]
+    runs = np.zeros((len(indices), 4), np.int64)
+    runs[:, 1] = layout.offset + indices * layout.image_bytes
+    runs[:, 2] = layout.image_bytes
+    known = KnownFiles([layout], [0])  # counted in bytes
+    advise(known.paths, known.checks, runs)
