@@ -88,6 +88,8 @@
  *   convert(src, src_kind, out, dst_kind)
  *     Converts the values of `src` into `out`.
  *
+ *   read_runs and convert write a destination of 4 MiB or more with non-temporal stores (x86).
+ *
  *   crop(src, offset, src_kind, extents, origins, slots, out, dst_kind, patch, fill)
  *     Crops patches out of one image of `extents` (2 or 3 of them, slowest first) stored at byte
  *     `offset` of `src`: patch i, of shape `patch`, starts at `origins[i]` (int64 rows, any values)
@@ -95,8 +97,8 @@
  *     of one value of the destination kind, or None) fills what lies beyond the image; None leaves it.
  *
  *   simd(enabled) -> bool
- *     Whether conversions use F16C and AVX2 where the processor has them (the default) or the
- *     portable loops, so that tests run both; returns whether they were in use.
+ *     Whether conversions use F16C, AVX2 and non-temporal stores where the processor has them (the
+ *     default) or the portable loops, so that tests run both; returns whether they were in use.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -594,6 +596,7 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
 enum { K_U8, K_I8, K_U16, K_I16, K_F16, K_F32, K_BYTES, K_BF16, KINDS, SWAP = 256 };
 static const size_t kind_size[KINDS] = {1, 1, 2, 2, 2, 4, 1, 2};
 static int has_f16c, has_avx2, cpu_f16c, cpu_avx2; /* in use; what the processor has */
+static int streaming = 1;                           /* non-temporal stores in use */
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define VECTORIZE __attribute__((optimize("O3")))
@@ -787,6 +790,55 @@ static void convert_values(int src_kind, int dst_kind, const void *src, void *ds
     }
 }
 
+/* Large destinations are written with non-temporal stores (x86): a batch of megabytes that the caller
+ * reads later gains nothing from passing through the cache, and the stores skip reading each line
+ * of the destination before writing it. */
+enum { STREAM_MIN_BYTES = 4 << 20, STREAM_BLOCK = 8192 };
+
+#ifdef X86
+/* Copies `bytes` from src to dst, dst's aligned middle with non-temporal stores. */
+static void stream_copy(uint8_t *dst, const uint8_t *src, size_t bytes) {
+    size_t head = (size_t)(-(uintptr_t)dst & 15);
+    if (head > bytes) head = bytes;
+    memcpy(dst, src, head);
+    size_t i = head;
+    for (; i + 16 <= bytes; i += 16) _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+    memcpy(dst + i, src + i, bytes - i);
+}
+
+/* As convert_values, writing dst with non-temporal stores: each block converted in the cache first. */
+static void convert_streaming(int src_kind, int dst_kind, const void *src, void *dst, size_t n) {
+    size_t in_size = kind_size[src_kind & ~SWAP], out_size = kind_size[dst_kind];
+    if (src_kind == dst_kind) {
+        stream_copy(dst, src, n * in_size);
+        return;
+    }
+    _Alignas(64) uint8_t block[STREAM_BLOCK];
+    size_t per_block = STREAM_BLOCK / out_size;
+    for (size_t done = 0; done < n; done += per_block) {
+        size_t m = n - done < per_block ? n - done : per_block;
+        convert_values(src_kind, dst_kind, (const uint8_t *)src + done * in_size, block, m);
+        stream_copy((uint8_t *)dst + done * out_size, block, m * out_size);
+    }
+}
+#endif
+
+/* convert_values, streaming into `dst` when `stream` (and the processor can); end with stream_fence. */
+static void convert_into(int src_kind, int dst_kind, const void *src, void *dst, size_t n, int stream) {
+#ifdef X86
+    if (stream && streaming) return convert_streaming(src_kind, dst_kind, src, dst, n);
+#endif
+    (void)stream;
+    convert_values(src_kind, dst_kind, src, dst, n);
+}
+
+/* Orders the non-temporal stores before what follows (another thread reading the destination). */
+static void stream_fence(void) {
+#ifdef X86
+    _mm_sfence();
+#endif
+}
+
 /* Whether values of src_kind convert to dst_kind. */
 static int convertible(long src_kind, long dst_kind) {
     long kind = src_kind & ~(long)SWAP;
@@ -813,8 +865,10 @@ static PyObject *convert(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "src is not whole values, or out is too small for them");
         goto done;
     }
+    int stream = out.len >= STREAM_MIN_BYTES;
     Py_BEGIN_ALLOW_THREADS;
-    convert_values((int)src_kind, (int)dst_kind, src.buf, out.buf, n);
+    convert_into((int)src_kind, (int)dst_kind, src.buf, out.buf, n, stream);
+    if (stream) stream_fence();
     Py_END_ALLOW_THREADS;
     result = Py_NewRef(Py_None);
 done:
@@ -900,7 +954,8 @@ static int check_runs(PyObject *paths, const Py_buffer *checks, const Py_buffer 
 }
 
 /* Reads one run of file `fd` stored as `src_kind` into dst as dst_kind. */
-static int read_run(int fd, int64_t offset, int64_t count, int src_kind, int dst_kind, uint8_t *dst) {
+static int read_run(int fd, int64_t offset, int64_t count, int src_kind, int dst_kind, uint8_t *dst,
+                    int stream) {
     size_t size = kind_size[src_kind & ~SWAP];
     if (src_kind == dst_kind) return read_fully(fd, dst, (size_t)count * size, offset);
     uint8_t *buffer = thread_buffer();
@@ -913,7 +968,7 @@ static int read_run(int fd, int64_t offset, int64_t count, int src_kind, int dst
         size_t m = (size_t)count < per_chunk ? (size_t)count : per_chunk;
         int status = read_fully(fd, buffer, m * size, offset);
         if (status) return status;
-        convert_values(src_kind, dst_kind, buffer, dst, m);
+        convert_into(src_kind, dst_kind, buffer, dst, m, stream);
         offset += (int64_t)(m * size), count -= (int64_t)m, dst += m * kind_size[dst_kind];
     }
     return READ_OK;
@@ -935,9 +990,9 @@ static int same_file(const struct stat *st, const int64_t *c) {
 
 /* Copies one run out of the map of its file (`map`, `length` bytes) into dst, converting. */
 static int copy_run(const uint8_t *map, Py_ssize_t length, int64_t offset, int64_t count, int src_kind,
-                    int dst_kind, uint8_t *dst) {
+                    int dst_kind, uint8_t *dst, int stream) {
     if (offset > length || count * (int64_t)kind_size[src_kind & ~SWAP] > length - offset) return READ_CHANGED;
-    convert_values(src_kind, dst_kind, map + offset, dst, (size_t)count);
+    convert_into(src_kind, dst_kind, map + offset, dst, (size_t)count, stream);
     return READ_OK;
 }
 
@@ -971,7 +1026,7 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
     const int64_t *run = (const int64_t *)runs.buf, *check = (const int64_t *)checks.buf;
     Py_ssize_t n = runs.len / 32, i = 0;
     int64_t file = -1;
-    int fd = -1, status = READ_OK, error = 0;
+    int fd = -1, status = READ_OK, error = 0, stream = out.len >= STREAM_MIN_BYTES;
     Py_BEGIN_ALLOW_THREADS;
     for (; i < n; i++) {
         const int64_t *r = run + 4 * i;
@@ -1001,13 +1056,14 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
         }
         uint8_t *dst = (uint8_t *)out.buf + r[3];
         if (view->buf != NULL)
-            status = copy_run(view->buf, view->len, r[1], r[2], kind, (int)dst_kind, dst);
+            status = copy_run(view->buf, view->len, r[1], r[2], kind, (int)dst_kind, dst, stream);
         else
-            status = read_run(fd, r[1], r[2], kind, (int)dst_kind, dst);
+            status = read_run(fd, r[1], r[2], kind, (int)dst_kind, dst, stream);
         if (status) break;
     }
     error = errno;
     if (fd >= 0) close(fd);
+    if (stream) stream_fence();
     Py_END_ALLOW_THREADS;
     if (status == READ_OK)
         result = Py_NewRef(Py_None);
@@ -1173,10 +1229,11 @@ done:
 /* simd(enabled): whether conversions use the processor's vector extensions (F16C, AVX2) where it has
  * them; False runs the portable loops, for tests. Returns whether they were in use. */
 static PyObject *simd(PyObject *self, PyObject *args) {
-    int enabled, was = has_f16c || has_avx2;
+    int enabled, was = streaming;
     if (!PyArg_ParseTuple(args, "p:simd", &enabled)) return NULL;
     has_f16c = enabled && cpu_f16c;
     has_avx2 = enabled && cpu_avx2;
+    streaming = enabled;
     return PyBool_FromLong(was);
 }
 

@@ -9,9 +9,10 @@ nearby values, truncations, garbage appended, chunks copied, cut out or
 doubled; one to three of them per case.
 
 Workers are subprocesses that take cases one at a time and read each
-mutated file through `vitrio.query_descriptor`, `vitrio.read` (whole file
-and image 0), `read_batch_async` (twice: the second read of a raw file goes
-through the native batch read, with the layout the first one kept) and
+mutated file through `vitrio.query_descriptor`, `vitrio.read` (whole file,
+once more with the copy of a raw file split over threads, and image 0),
+`read_batch_async` (twice: the second read of a raw file goes through the
+native batch read, with the layout the first one kept) and
 `read_patches_async` (the native crop for raw files) (and, for EER,
 `read_events` and a rendering format). Each runs under `RLIMIT_AS` of its
 address space after start-up plus `memory` bytes, so an allocation that a
@@ -236,6 +237,18 @@ def attempt(what: str, call: Callable[[], Any], key: str, problems: list[str]) -
         return False, None
 
 
+def _read_split(key: str) -> Any:
+    """`vitrio.read` of the whole file with a raw file's copy split over threads whatever its size."""
+    import vitrio as vio
+    from vitrio.formats import _raw
+
+    size, _raw.SPLIT_BYTES = _raw.SPLIT_BYTES, 1
+    try:
+        return vio.read(key)
+    finally:
+        _raw.SPLIT_BYTES = size
+
+
 def check_file(key: str, file_format: str, loader: Any, variant: int = 0) -> tuple[bool, list[str]]:
     """Read the file at `key` every way a program would; return whether all of it read, and the problems."""
     import numpy as np
@@ -248,6 +261,7 @@ def check_file(key: str, file_format: str, loader: Any, variant: int = 0) -> tup
     read_ok, descriptor = attempt("query_descriptor", lambda: vio.query_descriptor(key), key, problems)
     results.append(read_ok)
     results.append(attempt("read", lambda: vio.read(key), key, problems)[0])
+    results.append(attempt("read on threads", lambda: _read_split(key), key, problems)[0])
     results.append(attempt("read image 0", lambda: vio.read(vio.ImageLocation(key, 0)), key, problems)[0])
     if descriptor is not None:
         core = descriptor.core_extents

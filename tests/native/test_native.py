@@ -124,6 +124,46 @@ def test_read_runs_reads_and_converts_runs(tmp_path: Path):
     assert not out[5:10].any()
 
 
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize("target", ["float32", "float16", "same"])
+@pytest.mark.parametrize("mapped", [False, True], ids=["pread", "map"])
+def test_runs_into_a_large_destination_stream_exactly_at_any_alignment(
+    tmp_path: Path, source: str, order: str, target: str, mapped: bool
+):
+    stored = np.dtype(source).newbyteorder(order)
+    values = _values(np.dtype(source), 70_001, seed=3).astype(stored)
+    path, check = _file(tmp_path, values.tobytes())
+    check[0, 4] = value_kind(stored)
+    wanted = np.dtype(source if target == "same" else target)
+    out = np.zeros((5 << 20) // wanted.itemsize, wanted)  # past the size that streams
+    size = wanted.itemsize
+    runs = np.array(
+        [  # (first value, count, destination value): heads and tails off every alignment
+            [0, 70_001, 1],
+            [3, 4097, 80_000],
+            [5, 1, 90_000],
+            [70_000, 1, 100_003],
+            [17, 33, len(out) - 33],
+        ],
+        np.int64,
+    )
+    table = np.column_stack(
+        [np.zeros(len(runs), np.int64), runs[:, 0] * stored.itemsize, runs[:, 1], runs[:, 2] * size]
+    )
+    maps = None
+    if mapped:
+        fd = os.open(path, os.O_RDONLY)
+        maps = (_native.map_file(fd, len(values) * stored.itemsize),)
+        os.close(fd)
+    assert _native.read_runs((path,), check, table, out, KINDS[wanted], maps) is None
+    expected = np.zeros_like(out)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for first, count, at in runs.tolist():
+            expected[at : at + count] = values[first : first + count].astype(wanted)
+    np.testing.assert_array_equal(out, expected)
+
+
 @pytest.mark.parametrize(
     "run",
     [

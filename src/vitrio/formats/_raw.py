@@ -353,8 +353,8 @@ class RawArrayReader(ImageReader):
             Whether it did: not for less than `SPLIT_BYTES`, nor where numpy must convert, nor
             into outs that are not one after another in memory.
         """
-        layout = self.layout()
-        first = outs[0]
+        layout = self.layout() if outs else None
+        first = outs[0] if outs else None
         plan = layout.plan(first.dtype) if layout is not None else None
         if plan is None or len(outs) * first.nbytes < SPLIT_BYTES:
             return False
@@ -368,7 +368,7 @@ class RawArrayReader(ImageReader):
         src_size, dst_size = (1, 1) if plan[1] == _BYTES else (self._dtype.itemsize, first.itemsize)
         source = memoryview(self._map)[self._offset + start * layout.image_bytes :]
         values = len(outs) * plan[2]
-        parts = max(1, min(os.cpu_count() or 1, MAX_SPLIT, values * dst_size // (SPLIT_BYTES // 2)))
+        parts = max(1, min(os.cpu_count() or 1, MAX_SPLIT, values * dst_size // max(1, SPLIT_BYTES // 2)))
         bounds = np.linspace(0, values, parts + 1).astype(np.int64).tolist()
         failures: list[BaseException] = []
 
