@@ -26,7 +26,8 @@ def describe(path: Path) -> dict[str, Any]:
     gives them: the format is the one `vitrio.formats.open_reader` chooses,
     the voxel size the reader's `voxel_size` (an MRC file's cell divided by
     its sampling, a DM file's calibration where its units are lengths, a
-    TIFF file's resolution tags), the statistics its `header_statistics`.
+    TIFF file's resolution tags, an EER file's sensor pixel size), the
+    statistics its `header_statistics`.
 
     Raises:
         FileNotFoundError: If there is no file at `path`.

@@ -4,26 +4,32 @@ The code stream is the one `vitrio.formats.eer` reads: run lengths of
 `rlebits` bits, a run of all ones a skip, every other run followed by the
 event's stored sub-pixel bits (the position's top bit flipped), least
 significant bit first. Files are BigTIFF whose pages hold the encoded
-strips, tagged with an EER compression. `write_movie` and `random_movie`
-write whole movies and keep what they hold, as a `Movie`.
+strips, tagged with an EER compression; the first page holds the
+acquisition metadata as EER's XML in tag 65001 (`acquisition_metadata`,
+`metadata_xml`). `write_movie` and `random_movie` write whole movies and
+keep what they hold, as a `Movie`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 import numpy as np
 import tifffile
 
 __all__ = [
     "FIXED_CODES",
+    "METADATA_TAG",
     "Movie",
+    "acquisition_metadata",
     "encode_frame",
     "encode_stream",
     "frame_events",
+    "metadata_xml",
     "patch_compression",
     "random_events",
     "random_movie",
@@ -33,6 +39,39 @@ __all__ = [
 
 FIXED_CODES = {65000: (8, 2, 2), 65001: (7, 2, 2)}
 """The (run-length bits, horizontal and vertical sub-pixel bits) of the compressions that fix them."""
+
+METADATA_TAG = 65001
+"""The tag of the first page that holds the acquisition metadata (not the compression of that number)."""
+
+Metadata = Mapping[str, tuple[object, str | None]]
+
+
+def acquisition_metadata(shape: tuple, frames: int, pixel_size_m: float | None = None) -> dict:
+    """Items of the acquisition metadata of an EER file, by name as (value, unit or None): the
+    camera, the number of frames, the sensor's size (`shape`) and, given `pixel_size_m`, the size
+    of its pixels at the specimen in metres, as `sensorPixelSize.height` and `.width`."""
+    items: dict = {
+        "cameraName": ("BM-Falcon", None),
+        "numberOfFrames": (frames, None),
+        "sensorImageHeight": (shape[0], "pixel"),
+        "sensorImageWidth": (shape[1], "pixel"),
+    }
+    if pixel_size_m is not None:
+        items["sensorPixelSize.height"] = (pixel_size_m, "m")
+        items["sensorPixelSize.width"] = (pixel_size_m, "m")
+    return items
+
+
+def metadata_xml(items: Metadata) -> bytes:
+    """The XML of EER's acquisition metadata: `<metadata>`, and an `<item name=... unit=...>` of each
+    of `items` (name -> (value, unit or None)) on a line of its own."""
+    root = ElementTree.Element("metadata")
+    root.text = "\n"
+    for name, (value, unit) in items.items():
+        item = ElementTree.SubElement(root, "item", {"name": name} | ({} if unit is None else {"unit": unit}))
+        item.text = str(value)
+        item.tail = "\n"
+    return ElementTree.tostring(root)
 
 
 def encode_stream(pixels: np.ndarray, hsub: np.ndarray, vsub: np.ndarray, npix: int, code: tuple) -> bytes:
@@ -99,15 +138,28 @@ def write_eer(
     rows_per_strip: int | None = None,
     integrated: np.ndarray | None = None,
     bigtiff: bool = True,
+    metadata: Metadata | bytes | None = None,
 ) -> Path:
-    """Write frames of strips as a BigTIFF EER file; `code` goes to tags 65007-65009 (for 65002)."""
-    extratags = [(65001, 7, None, b"<metadata><item key='sensorPixelSize.width'>1</item></metadata>", True)]
-    if code is not None:
-        extratags += [(tag, 3, 1, bits, True) for tag, bits in zip((65007, 65008, 65009), code)]
+    """Write frames of strips as a BigTIFF EER file; `code` goes to tags 65007-65009 (for 65002).
+
+    `metadata` goes to tag 65001 of the first page (UNDEFINED bytes), as `metadata_xml` writes
+    items, or as given if bytes (none for `b""`); None writes `acquisition_metadata` of the
+    frames, without a pixel size.
+    """
+    if metadata is None:
+        metadata = acquisition_metadata(shape, len(frames))
+    if not isinstance(metadata, bytes):
+        metadata = metadata_xml(metadata)
+    first = [(METADATA_TAG, 7, None, metadata, True)] if metadata else []
+    codes = (
+        [] if code is None else [(tag, 3, 1, bits, True) for tag, bits in zip((65007, 65008, 65009), code)]
+    )
     with tifffile.TiffWriter(path, bigtiff=bigtiff) as tiff:
         if integrated is not None:
-            tiff.write(integrated, photometric="minisblack")
-        for strips in frames:
+            tiff.write(integrated, photometric="minisblack", extratags=first)
+            first = []
+        for page, strips in enumerate(frames):
+            extratags = first + codes if page == 0 else codes
             # tifffile writes encoded strips as given, but only for a compression it knows: patched below
             tiff.write(
                 iter(strips),
@@ -165,6 +217,7 @@ def write_movie(
     compression: int = 65001,
     code: tuple | None = None,
     rows_per_strip: int | None = None,
+    metadata: Metadata | bytes | None = None,
 ) -> Movie:
     """Write an EER movie whose frames hold `events`.
 
@@ -175,6 +228,7 @@ def write_movie(
         compression: 65000, 65001 or 65002.
         code: The code of compression 65002; the fixed one of 65000 and 65001 by default.
         rows_per_strip: Rows of each strip; a strip per frame by default.
+        metadata: The acquisition metadata, as `write_eer` takes it.
 
     Returns:
         What the movie holds.
@@ -182,7 +236,15 @@ def write_movie(
     code = code or FIXED_CODES[compression]
     rows_per_strip = rows_per_strip or shape[0]
     strips = [encode_frame(e, shape, code, rows_per_strip) for e in events]
-    write_eer(path, strips, shape, compression, code if compression == 65002 else None, rows_per_strip)
+    write_eer(
+        path,
+        strips,
+        shape,
+        compression,
+        code if compression == 65002 else None,
+        rows_per_strip,
+        metadata=metadata,
+    )
     return Movie(Path(path), list(events), strips, code, tuple(shape), rows_per_strip)
 
 
@@ -195,11 +257,12 @@ def random_movie(
     rows_per_strip: int | None = None,
     density: float = 0.05,
     seed: int = 0,
+    metadata: Metadata | bytes | None = None,
 ) -> Movie:
     """Write an EER movie of `frames` frames of events at random pixels, a fraction `density` of them.
 
     Args:
-        path, shape, compression, code, rows_per_strip: As `write_movie` takes them.
+        path, shape, compression, code, rows_per_strip, metadata: As `write_movie` takes them.
         frames: How many frames.
         density: The chance of an event in each pixel of a frame.
         seed: The seed of the events.
@@ -210,4 +273,4 @@ def random_movie(
     code = code or FIXED_CODES[compression]
     rng = np.random.default_rng(seed)
     events = [random_events(rng, shape, code, density) for _ in range(frames)]
-    return write_movie(path, events, shape, compression, code, rows_per_strip)
+    return write_movie(path, events, shape, compression, code, rows_per_strip, metadata)

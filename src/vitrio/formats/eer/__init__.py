@@ -15,6 +15,13 @@ frame (0 or 1 event per pixel) at the detector's resolution.
 fractions (sums of consecutive frames), binned or on a finer grid, optionally
 weighted by a gain reference. `read_events` reads the events themselves.
 
+A reader's `voxel_size` is the size of a pixel of its images in Å, from the
+acquisition metadata that the first page holds as XML in tag 65001: the
+sensor's pixel at the specimen (`sensorPixelSize.height` and `.width`),
+times the binning, divided by the super-resolution. The XML is parsed only
+if it is at most 1 MiB and declares no entity; metadata missing, malformed
+or without a usable length gives None, and the frames read all the same.
+
 Frames are decoded by the C extension `vitrio._native`, without the GIL.
 
 Events are also read through the published API's objects: a
@@ -24,10 +31,10 @@ of an acquisition (its `DetectorEventTimelineDescriptor`), and a
 (`DetectorEventFractionation`) into an image at a `DetectorEventBinning`.
 
 Modules: `_sniff` tells an EER file by its first bytes, `_layout` finds its
-strips, `_gain` loads gain references, `_reader` holds the format and its
-image reader, `_events` the event timeline and the decoding of frames into
-it, `_timeline` the event readers, their providers and `read_events`,
-`_render` fractionation, binning and renderers.
+strips and pixel size, `_gain` loads gain references, `_reader` holds the
+format and its image reader, `_events` the event timeline and the decoding
+of frames into it, `_timeline` the event readers, their providers and
+`read_events`, `_render` fractionation, binning and renderers.
 """
 
 from ._events import DetectorEventTimeline

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from typing import Any
+from xml.etree import ElementTree
 
 import numpy as np
 import tifffile
@@ -18,6 +20,20 @@ _FIXED_CODES = {65000: (8, 2, 2), 65001: (7, 2, 2)}
 _VARIABLE_CODE = 65002
 _CODE_TAGS = (65007, 65008, 65009)
 _MAX_SIDE = 1 << 20
+_METADATA_TAG = 65001  # also the number of a compression, in the compression tag (259)
+_METADATA_START = b"<metadata>"
+_MAX_METADATA = 1 << 20
+_ANGSTROMS = {
+    "m": 1e10,
+    "µm": 1e4,
+    "\u03bcm": 1e4,
+    "um": 1e4,
+    "nm": 10.0,
+    "pm": 0.01,
+    "Å": 1.0,
+    "\u212b": 1.0,
+    "A": 1.0,
+}
 _ERRORS = {
     1: "its event stream ends before the end of the frame (the strip is truncated or corrupt)",
     2: "its event stream runs past the end of the image (corrupt codes)",
@@ -38,6 +54,8 @@ class Layout:
         strip_frames: The frame of each strip.
         frame_bytes: The bytes of the strips of the frames before each frame, and of all.
         file_end: The end of the last byte of a strip in the file.
+        pixel_size: The size of a pixel of the frames at the specimen, (height, width) in Å, from the
+            acquisition metadata of the first page (see `_pixel_size`); None where it gives none.
 
     Raises:
         FormatError: If the file is not a TIFF file of EER frames, its frames lie past its end, or
@@ -59,6 +77,7 @@ class Layout:
                 # a file may start with an uncompressed integrated image
                 first = 1 if len(pages) > 1 and int(pages[0].compression) == 1 else 0
                 frames = [self._frame(frame, page) for frame, page in enumerate(pages[first:])]
+                metadata = _metadata_items(pages[0])
         except FormatError:
             raise
         except (ValueError, struct.error, IndexError, KeyError, TypeError, OverflowError) as error:
@@ -70,6 +89,7 @@ class Layout:
                     f"{key}: frame {frame}: its size or code {geometry} differs from frame 0's {frames[0][0]}"
                 )
         self.frame_count = len(frames)
+        self.pixel_size = _pixel_size(metadata, self.height, self.width)
         self.strips = np.concatenate([strips for _, strips in frames])
         counts = np.array([len(strips) for _, strips in frames], dtype=np.int64)
         self.frame_starts = np.concatenate(([0], np.cumsum(counts)))
@@ -183,3 +203,86 @@ class Layout:
         strip, code = status
         frame = self.strip_frames[self.frame_starts[begin] + strip]
         return FormatError(f"{self.key}: frame {frame}: {_ERRORS.get(code, f'decoding error {code}')}")
+
+
+def _metadata_items(page: Any) -> dict[str, tuple[str, str | None]] | None:
+    """The items of the acquisition metadata in tag 65001 of a page: text and unit by name.
+
+    EER files hold it as XML, `<metadata><item name="..." unit="...">text</item>...</metadata>`,
+    as BYTE, ASCII or UNDEFINED values. The tag is read only if it holds at most 1 MiB, and its
+    XML parsed only if it starts with `<metadata>` and declares no document type or entity (so
+    that no entity is expanded). Items without a name or text are left out.
+
+    Returns:
+        The items, the last of each name; None where the tag is missing, too large, not such XML
+        or malformed.
+    """
+    tag = page.tags.get(_METADATA_TAG)
+    if tag is None or int(tag.dtype) not in (1, 2, 7):
+        return None
+    try:
+        if tag.valuebytecount > _MAX_METADATA:
+            return None
+        value = tag.value
+        if isinstance(value, str):
+            value = value.encode("utf-8", "surrogateescape")
+        elif isinstance(value, (tuple, list)):
+            value = bytes(value)
+        if not isinstance(value, bytes):
+            return None
+        value = value.rstrip(b"\0 \t\r\n")
+        if not value.startswith(_METADATA_START) or b"<!DOCTYPE" in value or b"<!ENTITY" in value:
+            return None
+        root = ElementTree.fromstring(value)
+    except (ElementTree.ParseError, ValueError, TypeError, OSError, struct.error):
+        return None
+    items = {}
+    for item in root.iterfind("item"):
+        name, text = item.get("name"), item.text
+        if name and text is not None:
+            items[name] = (text.strip(), item.get("unit"))
+    return items
+
+
+def _number(text: str) -> float | None:
+    """`text` as a positive finite number, or None."""
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def _pixel_size(
+    metadata: dict[str, tuple[str, str | None]] | None, height: int, width: int
+) -> tuple[float, float] | None:
+    """The size of a pixel of frames of `height` x `width`, (height, width) in Å, from the metadata.
+
+    The items `sensorPixelSize.height` and `sensorPixelSize.width` are the size of a pixel of the
+    sensor at the specimen, in a unit of length (m in EER files; nm, pm and Å are read too).
+    The frames cover the sensor: where `sensorImageHeight` and `sensorImageWidth` (its pixels)
+    differ from the frames' size, a pixel of the frames is the sensor's times the sensor's pixels
+    over the frames' on that axis.
+
+    Returns:
+        The sizes; None where either pixel size is missing, has no unit of length, or is not a
+        positive number, or where a sensor image size is given but is not a positive number.
+    """
+    if metadata is None:
+        return None
+    sizes = []
+    for axis, frame_pixels in (("height", height), ("width", width)):
+        text, unit = metadata.get(f"sensorPixelSize.{axis}", ("", None))
+        size = _number(text)
+        if size is None or unit is None or unit.strip() not in _ANGSTROMS:
+            return None
+        size *= _ANGSTROMS[unit.strip()]
+        if f"sensorImage{axis.title()}" in metadata:
+            sensor_pixels = _number(metadata[f"sensorImage{axis.title()}"][0])
+            if sensor_pixels is None:
+                return None
+            size *= sensor_pixels / frame_pixels
+        if not (math.isfinite(size) and size > 0):  # overflowed, or underflowed to 0
+            return None
+        sizes.append(size)
+    return sizes[0], sizes[1]

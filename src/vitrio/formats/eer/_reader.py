@@ -57,6 +57,11 @@ class EerReader(ImageReader):
         superres: Pixels of the images that make one pixel of the detector on each axis (1, 2, 4, ...).
         gain: A float32 gain reference at the detector's or a super-resolution size, or None.
 
+    Attributes:
+        voxel_size: The size of a pixel of the images at the specimen, (height, width) in Å: the
+            file's pixel size (its metadata's `sensorPixelSize`, see `Layout.pixel_size`) times
+            `binning`, divided by `superres`; None where the metadata gives no usable pixel size.
+
     Raises:
         ValueError: If the fractions outnumber the frames, the binning does not divide the detector's
             size, the file has too few sub-pixel bits for `superres`, or the gain's size fits neither
@@ -118,6 +123,8 @@ class EerReader(ImageReader):
             self._direct = {t for t in _KINDS if t.kind == "f" or np.iinfo(t).max >= most}
         stack = () if fractions == 1 else (len(self._bounds) - 1,)
         super().__init__(key, ImageDescriptor((*stack, out_height, out_width), 2, dtype))
+        if layout.pixel_size is not None:
+            self.voxel_size = tuple(size * binning / superres for size in layout.pixel_size)
         self._fd = fd
         self._layout = layout
         self._gain = gain
