@@ -6,6 +6,7 @@ usable."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 
 import numpy as np
@@ -139,3 +140,39 @@ def test_a_server_that_dies_mid_read_is_named_and_the_loader_reads_on(
     readers = vio.reader_provider(formats=[remote(s3)])
     vio.read_patches_async(vio.ImageLoader(loader.executor, readers), out, bucket_store, [[20, 20, 20]]).get()
     np.testing.assert_array_equal(out[0], values[16:24, 16:24, 16:24])
+
+
+def test_vitrio_info_describes_a_store_in_a_bucket_by_its_url(s3, bucket_store, monkeypatch, capsys):
+    import fsspec
+
+    from vitrio.cli import main
+
+    monkeypatch.setitem(fsspec.config.conf, "s3", s3.options)  # as FSSPEC_S3_* variables would set them
+    assert bucket_store.startswith("s3://")
+    assert main(["info", "--json", bucket_store]) == 0
+    (info,) = json.loads(capsys.readouterr().out)
+    assert info["file"] == bucket_store
+    assert info["format"] == "ome-zarr" and info["shape"] == list(SHAPE)
+    assert info["voxel_size"] == pytest.approx([7.84] * 3)
+
+
+def test_vitrio_convert_reads_a_store_in_a_bucket_by_its_url(
+    tomogram, s3, bucket_store, monkeypatch, tmp_path
+):
+    import fsspec
+    import mrcfile
+
+    from vitrio.cli import main
+
+    path, values = tomogram
+    monkeypatch.setitem(fsspec.config.conf, "s3", s3.options)
+    assert main(["convert", bucket_store, str(tmp_path / "tomo.mrc")]) == 0
+    with mrcfile.open(tmp_path / "tomo.mrc") as mrc:
+        np.testing.assert_array_equal(mrc.data, values)
+        assert float(mrc.voxel_size.x) == pytest.approx(7.84, rel=1e-5)
+    folder = tmp_path / "several"  # several inputs: each written into the folder under its stem
+    other = tmp_path / "other.mrc"
+    other.write_bytes((tmp_path / "tomo.mrc").read_bytes())
+    assert main(["convert", bucket_store, str(other), str(folder)]) == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["other.mrc", "tomo.mrc"]
+    np.testing.assert_array_equal(vio.read(folder / "tomo.mrc"), values)

@@ -66,6 +66,11 @@ def _data_type(text: str) -> np.dtype:
         raise argparse.ArgumentTypeError(f"not a data type numpy has: {text!r}") from None
 
 
+def _file_or_url(text: str) -> Path | str:
+    """A path, or a URL (`s3://...`) kept as written: a Path would fold its `//`."""
+    return text if "://" in text else Path(text)
+
+
 def _positive(text: str) -> int:
     """A positive integer argument."""
     try:
@@ -174,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="what image files hold",
         description="Show the format, shape, data type, voxel size and header statistics of image files.",
     )
-    info.add_argument("files", nargs="+", type=Path, metavar="FILE", help="MRC, TIFF, EER or DM files")
+    info.add_argument(
+        "files", nargs="+", metavar="FILE", help="MRC, TIFF, EER or DM files, or OME-Zarr stores (or URLs)"
+    )
     info.add_argument("--json", action="store_true", help="print a JSON list, one object per file")
 
     convert = commands.add_parser(
@@ -185,7 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
         "The format of OUT is chosen by its extension (.mrc .mrcs .map .tif .tiff). Several files are "
         "written into the folder OUT, each under its name with --suffix.",
     )
-    convert.add_argument("input", type=Path, nargs="+", metavar="IN", help="the files to read")
+    convert.add_argument(
+        "input", type=_file_or_url, nargs="+", metavar="IN", help="the files (or store URLs) to read"
+    )
     convert.add_argument("output", type=Path, metavar="OUT", help="the file to write, or the folder")
     convert.add_argument(
         "--suffix", default=".mrc", help="with several inputs, the extension of the files written (.mrc)"

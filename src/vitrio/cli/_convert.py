@@ -24,8 +24,9 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -93,7 +94,7 @@ class _Conversion:
 
     def __init__(
         self,
-        source: Path,
+        source: Path | str,
         source_type: np.dtype,
         target: np.dtype,
         mode: str | None,
@@ -164,7 +165,7 @@ def _span(
 
 def copy_images(
     loader: vio.ImageLoader,
-    source: Path,
+    source: Path | str,
     output: Path,
     data_type: np.dtype | None,
     force: bool,
@@ -203,7 +204,7 @@ def copy_images(
     finally:
         loader.readers.release(reader)
     check_output(output, force)
-    if output.exists() and output.resolve() == source.resolve():
+    if isinstance(source, Path) and output.exists() and output.resolve() == source.resolve():
         raise CliError(f"{output}: is the input file; write to another path")
     source_type = np.dtype(descriptor.data_type.value)
     dtype = data_type or source_type
@@ -278,7 +279,7 @@ def outputs_of(inputs: Sequence[Path], output: Path, suffix: str) -> list[Path]:
     suffix = suffix if suffix.startswith(".") else f".{suffix}"
     written: dict[Path, Path] = {}
     for source in inputs:
-        target = output / f"{source.stem}{suffix}"
+        target = output / f"{PurePosixPath(urlsplit(str(source)).path).stem}{suffix}"
         if target in written:
             raise CliError(f"{written[target]} and {source}: would both be written to {target}")
         written[target] = source
@@ -323,7 +324,12 @@ def run(args: argparse.Namespace) -> None:
             for output in outputs:
                 check_output(output, args.force)
             jobs = [
-                (Path(os.path.abspath(source)), Path(os.path.abspath(output)), args.data_type, mode)
+                (
+                    source if isinstance(source, str) else Path(os.path.abspath(source)),
+                    Path(os.path.abspath(output)),
+                    args.data_type,
+                    mode,
+                )
                 for source, output in zip(args.input, outputs)
             ]
             run_per_file(client, _convert_file, jobs, outputs, "convert")

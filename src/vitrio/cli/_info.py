@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import vitrio as vio
@@ -15,8 +15,8 @@ from ._common import describe_briefly
 __all__ = ["describe", "run"]
 
 
-def describe(path: Path) -> dict[str, Any]:
-    """What the file at `path` holds, as `vitrio info --json` prints it.
+def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What the file at `path` (or the store at a URL) holds, as `vitrio info --json` prints it.
 
     Keys: `file`, `format`, `holds` (in words), `kind` ("image", "volume",
     "image stack" or "volume stack"), `count` (images or volumes), `shape`
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             failed += 1
             message = " ".join(str(error).splitlines()) + _hint(path, error)
             print(f"vitrio info: error: {message}", file=sys.stderr)
-            infos.append({"file": str(path), "error": message})
+            infos.append({"file": path, "error": message})
     if args.json:
         print(json.dumps(infos, indent=2, ensure_ascii=False))
     else:
@@ -95,9 +95,10 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _hint(path: Path, error: Exception) -> str:
+def _hint(key: str, error: Exception) -> str:
     """What to install when an HDF5 file is read without the plug-in that reads it."""
-    hdf5 = isinstance(error, vio.FormatError) and path.suffix.lower() in (".h5", ".hdf5", ".hdf")
+    extension = os.path.splitext(key)[1].lower()
+    hdf5 = isinstance(error, vio.FormatError) and extension in (".h5", ".hdf5", ".hdf")
     if hdf5 and not any(f.name == "hdf5" for f in vio.formats.registered_formats()):
         return "; HDF5 files are read by the plug-in of cryovit: pip install 'vitrio[cryovit]'"
     return ""
