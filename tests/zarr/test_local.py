@@ -331,3 +331,26 @@ def test_sections_and_a_whole_tomogram_in_a_batch(tomogram):
     vio.read_batch_async(loader, whole, [path, path]).get()
     np.testing.assert_array_equal(whole[1], values)
     assert CHUNKS == 16
+
+
+def test_vitrio_convert_replaces_a_store_only_with_force_and_keeps_it_when_that_fails(tmp_path, capsys):
+    from vitrio.cli import main
+
+    first, second = np.ones((8, 16, 16), np.float32), np.full((4, 8, 8), 300.5, np.float32)
+    vio.write_single(first, tmp_path / "first.mrc")
+    vio.write_single(second, tmp_path / "second.mrc")
+    store = tmp_path / "out.zarr"
+    assert main(["convert", str(tmp_path / "first.mrc"), str(store)]) == 0
+    assert main(["convert", str(tmp_path / "second.mrc"), str(store)]) == 1
+    assert "out.zarr: exists already; give --force" in capsys.readouterr().err
+    np.testing.assert_array_equal(vio.read(store), first)
+    # 300.5 does not fit uint8: the conversion fails after the old store was moved aside; it comes back
+    assert main(["convert", "--force", "--data-type", "uint8", str(tmp_path / "second.mrc"), str(store)]) == 1
+    np.testing.assert_array_equal(vio.read(store), first)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.mrc", "out.zarr", "second.mrc"]
+    assert main(["convert", "--force", str(tmp_path / "second.mrc"), str(store)]) == 0
+    np.testing.assert_array_equal(vio.read(store), second)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.mrc", "out.zarr", "second.mrc"]
+    (tmp_path / "folder").mkdir()  # a folder that is no store is still refused
+    assert main(["convert", "--force", str(tmp_path / "second.mrc"), str(tmp_path / "folder")]) == 1
+    assert "is a directory" in capsys.readouterr().err

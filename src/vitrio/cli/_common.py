@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -12,23 +17,55 @@ from vitrio._fs import new_file
 if TYPE_CHECKING:
     import tqdm
 
-__all__ = ["CliError", "check_output", "describe_briefly", "progress", "pyplot", "save_figure"]
+__all__ = [
+    "CliError",
+    "check_output",
+    "describe_briefly",
+    "is_store",
+    "progress",
+    "pyplot",
+    "replacing",
+    "save_figure",
+]
 
 
 class CliError(Exception):
     """A mistake of the user's, such as an output that exists: reported in one line, without a traceback."""
 
 
+def is_store(path: Path) -> bool:
+    """Whether `path` is a folder that is a Zarr store (an OME-Zarr file, for vitrio)."""
+    return path.is_dir() and any((path / name).is_file() for name in (".zgroup", ".zattrs", "zarr.json"))
+
+
 def check_output(path: Path, force: bool) -> None:
-    """Refuse to replace a file at `path` unless `force`.
+    """Refuse to replace a file (or an OME-Zarr store) at `path` unless `force`.
 
     Raises:
-        CliError: If `path` is a directory, or exists and `force` is false.
+        CliError: If `path` is a directory but no store, or exists and `force` is false.
     """
-    if path.is_dir():
+    if path.is_dir() and not is_store(path):
         raise CliError(f"{path}: is a directory; name the file to write")
     if path.exists() and not force:
         raise CliError(f"{path}: exists already; give --force to replace it")
+
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[None]:
+    """While the block writes a new file at `path`, keep a store there aside: removed if the block
+    succeeds, put back if it fails (a file needs nothing: the new one is renamed over it)."""
+    if not is_store(path):
+        yield
+        return
+    aside = path.with_name(f".{path.name}.{secrets.token_hex(8)}.replaced")
+    os.rename(path, aside)
+    try:
+        yield
+    except BaseException:
+        if not os.path.lexists(path):
+            os.rename(aside, path)
+        raise
+    shutil.rmtree(aside)
 
 
 class _NoBar:

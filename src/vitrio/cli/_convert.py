@@ -33,7 +33,7 @@ import numpy as np
 import vitrio as vio
 from vitrio.dask import client_for, remove_leftovers, run_jobs
 
-from ._common import CliError, check_output, describe_briefly, progress
+from ._common import CliError, check_output, describe_briefly, progress, replacing
 
 if TYPE_CHECKING:
     import distributed
@@ -224,7 +224,7 @@ def copy_images(
     span = _span(loader, sources, shape, source_type, chunk) if mode == "scale" else None
     convert = _Conversion(source, source_type, dtype, mode, span)
     pending: deque[tuple[int, vio.Completion]] = deque()
-    with vio.writer_provider() as writers, progress(count, output.name, "image") as bar:
+    with replacing(output), vio.writer_provider() as writers, progress(count, output.name, "image") as bar:
         saver = vio.saver(writers, executor=loader.executor)
         writers.declare(output, written, voxel_size=voxel_size)
 
