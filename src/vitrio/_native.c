@@ -88,7 +88,9 @@
  *   convert(src, src_kind, out, dst_kind)
  *     Converts the values of `src` into `out`.
  *
- *   read_runs and convert write a destination of 4 MiB or more with non-temporal stores (x86).
+ *   read_runs writes a destination of 4 MiB or more with non-temporal stores (x86): faster for
+ *   batches (W1, W4 of benchmarks/bench_core.py: 3-15 %), slower for the fresh pages of a whole
+ *   volume that convert fills (17 %), so convert does not.
  *
  *   crop(src, offset, src_kind, extents, origins, slots, out, dst_kind, patch, fill)
  *     Crops patches out of one image of `extents` (2 or 3 of them, slowest first) stored at byte
@@ -865,10 +867,8 @@ static PyObject *convert(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "src is not whole values, or out is too small for them");
         goto done;
     }
-    int stream = out.len >= STREAM_MIN_BYTES;
     Py_BEGIN_ALLOW_THREADS;
-    convert_into((int)src_kind, (int)dst_kind, src.buf, out.buf, n, stream);
-    if (stream) stream_fence();
+    convert_values((int)src_kind, (int)dst_kind, src.buf, out.buf, n);
     Py_END_ALLOW_THREADS;
     result = Py_NewRef(Py_None);
 done:
