@@ -16,14 +16,19 @@ W1c, W2c: W1 and W2 with the files evicted from the page cache before each
 
 Each row gives images/s, bytes/s, the share of one-thread memcpy (np.copyto
 of 512 MB, best of 3, measured in the same run) and the ratio to the
-baselines: medians of --repeats runs, each measured after one run that is
-not (the files in the page cache, as after a first epoch; for the cold rows
-the page cache is emptied before every run).
+baselines: medians of --repeats runs, each measured after a first epoch
+that is not (one that reads every image once, for W1, W2, W4 and W5; one
+run of the workload for the others): the files in the page cache, the
+readers open and their maps touched, the layouts kept. For the cold rows
+the page cache is emptied before every run.
 
 Baselines, in the same run: (a) torch's DataLoader with 2 worker processes
 over a Dataset that reads one image per item with mrcfile; (b) mrcfile's
 memory map with numpy fancy indexing. vitrio reads with 2 threads and keeps
-4 batches in flight, as a training loop's loader would.
+4 batches in flight, as a training loop's loader would, each batch into the
+memory of one read before and let go of (`vitrio.data.RecyclingAllocator`);
+the row "W1 new arrays" reads each into a new array (`numpy.empty`), whose
+pages the kernel faults in and clears first.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import mrcfile
 import numpy as np
 
 import vitrio as vio
+from vitrio.data import RecyclingAllocator
 
 from .workloads import (
     MrcfileImages,
@@ -57,12 +63,12 @@ def batches_of(count: int, batches: int, rng: np.random.Generator) -> list[np.nd
     return [order[i * BATCH : (i + 1) * BATCH] for i in range(min(batches, count // BATCH))]
 
 
-def vitrio_images(loader, locations, batches, shape, dtype="float32") -> int:
-    """Reads the batches with IN_FLIGHT under way at once, each into arrays of its own."""
+def vitrio_images(loader, locations, batches, shape, dtype="float32", allocate=np.empty) -> int:
+    """Reads the batches with IN_FLIGHT under way at once, each into an array `allocate` makes."""
     pending: deque = deque()
     done = 0
     for rows in batches:
-        out = np.empty((len(rows), *shape), dtype=dtype)
+        out = allocate((len(rows), *shape), np.dtype(dtype))
         pending.append(vio.read_batch_async(loader, out, [locations[i] for i in rows]))
         if len(pending) >= IN_FLIGHT:
             pending.popleft().get()
@@ -194,10 +200,12 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
     print(f"one-thread memcpy: {memcpy / 1e9:.2f} GB/s; vitrio reads with {threads} threads")
     print(HEADER)
 
-    def measure(name, ours, item_bytes, baselines):
+    def measure(name, ours, item_bytes, baselines, first=None):
         """Print the row of `ours` (items done per call) against `baselines`, (label, items per call) or
-        (label, rate per call) for torch's."""
-        ours()  # a first epoch: the files into the page cache, the readers opened, the layouts kept
+        (label, rate per call) for torch's, after `first` (default: `ours`) has run once."""
+        (
+            first or ours
+        )()  # a first epoch: the files into the page cache, the readers opened, the layouts kept
         rate, _ = median_rate(lambda: timed_rate(ours), repeats)
         against = []
         for label, baseline in baselines:
@@ -210,16 +218,33 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
     def torch_baseline(dataset):
         return "torch", lambda: torch_baseline_rate(dataset, batches)
 
+    def every_image(loader, locations, dtype="float32"):
+        """A first epoch that reads every image once, as training's first epoch does."""
+        return lambda: vitrio_images(
+            loader, locations, np.array_split(np.arange(len(locations)), 80), shape, dtype
+        )
+
+    recycled = RecyclingAllocator()
     stacks = (("W1", "W1 one stack", work.w1, 8), ("W2", "W2 1000 stacks", work.w2, 64))
     for key, name, files, cache in stacks:
         if key not in args.only:
             continue
         locations = files()
         loader = vio.loader(workers=threads, cache=cache)
+        if key == "W1":
+            measure(
+                "W1 new arrays",
+                lambda loader=loader, locations=locations: vitrio_images(
+                    loader, locations, batches_of(len(locations), batches, rng), shape
+                ),
+                image_bytes,
+                [],
+                every_image(loader, locations),
+            )
         measure(
             name,
             lambda loader=loader, locations=locations: vitrio_images(
-                loader, locations, batches_of(len(locations), batches, rng), shape
+                loader, locations, batches_of(len(locations), batches, rng), shape, allocate=recycled
             ),
             image_bytes,
             [
@@ -231,6 +256,7 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
                     ),
                 ),
             ],
+            every_image(loader, locations),
         )
     if "W3" in args.only:
         paths, picks = work.w3()
@@ -249,12 +275,15 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
         for dtype, locations in work.w4().items():
             measure(
                 f"W4 {dtype}->float32",
-                lambda loc=locations: vitrio_images(loader, loc, batches_of(len(loc), batches, rng), shape),
+                lambda loc=locations: vitrio_images(
+                    loader, loc, batches_of(len(loc), batches, rng), shape, allocate=recycled
+                ),
                 image_bytes,
                 [
                     torch_baseline(MrcfileImages(locations)),
                     ("mmap", lambda loc=locations: mmap_images(loc, batches_of(len(loc), batches, rng))),
                 ],
+                every_image(loader, locations),
             )
     if "W5" in args.only:
         locations = work.w1()
@@ -273,7 +302,13 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
                 completion.get()
             return len(chosen)
 
-        measure("W5 bare batches", bare, image_bytes, [torch_baseline(MrcfileImages(locations))])
+        measure(
+            "W5 bare batches",
+            bare,
+            image_bytes,
+            [torch_baseline(MrcfileImages(locations))],
+            every_image(loader, locations),
+        )
     if "W6" in args.only:
         tomogram = work.w6()
         volume_bytes = int(np.prod(work.tomogram)) * 4

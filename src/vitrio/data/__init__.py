@@ -40,6 +40,7 @@ from ._loader import DataLoader
 from ._particles import particle_locations, read_particles
 from ._patches import PatchSource
 from ._paths import PathResolver, read_stack_list, stack_locations
+from ._recycling import RecyclingAllocator
 from ._sampler import BatchSampler
 from ._shared import shared_loader
 from ._source import ArraySource, Source
@@ -55,6 +56,7 @@ __all__ = [
     "PatchSource",
     "PathResolver",
     "PendingBatch",
+    "RecyclingAllocator",
     "Source",
     "as_columns",
     "make_locations",

@@ -139,7 +139,8 @@ class DataLoader:
         pin_memory: Whether to read into pinned memory, for 'torch' only.
             Defaults to doing so when device is a GPU of CUDA.
         allocator: What makes the arrays of a batch, as Dataset.read_async
-            takes it. Defaults to numpy.empty.
+            takes it. Defaults to numpy.empty. A `RecyclingAllocator` reads
+            batches into the memory of those the program has let go of.
         transform: What to do with each batch once it is handed out as output
             says, such as normalizing it on the GPU.
         valid: The name of the field pad_last adds.
