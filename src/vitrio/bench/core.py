@@ -10,9 +10,10 @@ W4: int16 and float16 stacks read into float32.
 W5: bare read_batch_async of 80 shuffled batches of W1's stack into one array.
 W6r: vio.read of a whole 256x1024x1024 float32 tomogram.
 W6p: read_patches_async of 64 patches 64x128x128 of that tomogram, 4 calls.
-W1c, W2c: W1 and W2 with the files evicted from the page cache before each
-    epoch (posix_fadvise DONTNEED), read by a loader that reads ahead (as the
-    DataLoader's) against one that does not, in the same run.
+W1c, W2c: W1 and W2 with the files' readers closed and the files evicted
+    from the page cache before each epoch (posix_fadvise DONTNEED), read by a
+    loader that reads ahead (as the DataLoader's) against one that does not,
+    in the same run.
 
 Each row gives images/s, bytes/s, the share of one-thread memcpy (np.copyto
 of 512 MB, best of 3, measured in the same run) and the ratio to the
@@ -362,8 +363,9 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
 
         def epoch(loader, locations=locations, paths=paths) -> int:
             order = batches_of(len(locations), batches, rng)
+            loader.readers.clear()  # their maps would keep the files' pages in memory
             evict(paths)
-            return vitrio_images(loader, locations, order, shape)
+            return vitrio_images(loader, locations, order, shape, allocate=recycled)
 
         epoch(plain)  # learns the layouts, as a first epoch does
         measure(name, lambda a=ahead: epoch(a), image_bytes, [("no hints", lambda p=plain: epoch(p))])
