@@ -12,7 +12,8 @@ Workers are subprocesses that take cases one at a time and read each
 mutated file through `vitrio.query_descriptor`, `vitrio.read` (whole file,
 once more with the copy of a raw file split over threads, and image 0),
 `read_batch_async` (twice: the second read of a raw file goes through the
-native batch read, with the layout the first one kept) and
+native batch read, with the layout the first one kept; then into 4 MiB,
+which that read streams into) and
 `read_patches_async` (the native crop for raw files) (and, for EER,
 `read_events` and a rendering format). Each runs under `RLIMIT_AS` of its
 address space after start-up plus `memory` bytes, so an allocation that a
@@ -28,6 +29,7 @@ This module needs only vitrio and numpy: the seeds are made by `corpus`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import selectors
@@ -45,6 +47,7 @@ CLEAN_ERRORS = (ValueError, OSError, IndexError, KeyError)
 """What a malformed file may raise: subclasses of these, with a message naming the file."""
 
 MEMORY = 256 << 20
+STREAMED_BYTES = 4 << 20  # a destination this large is written with non-temporal stores
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """Where the workers start, so that they import this module as `tests.hardening.fuzzing`."""
 
@@ -286,8 +289,16 @@ def check_file(key: str, file_format: str, loader: Any, variant: int = 0) -> tup
                 centres = [[0] * len(core), [e // 2 for e in core], [e + 1 for e in core]]
                 vio.read_patches_async(loader, out, first_last[1], centres).get()
 
+            def large_batch() -> None:  # 4 MiB or more: the native read streams into it
+                slots = min(max(2, -(-STREAMED_BYTES // max(1, math.prod(core) * dtype.itemsize))), 1 << 16)
+                out = np.empty((slots, *core), dtype)
+                index = first_last[1].index_in_stack if isinstance(first_last[1], vio.ImageLocation) else -1
+                indices = np.where(np.arange(slots) % 2, index, 0 if index >= 0 else -1)
+                vio.read_indexed_async(loader, out, [key], np.zeros(slots, np.int64), indices).get()
+
             results.append(attempt("read_batch_async", batch, key, problems)[0])
             results.append(attempt("read_batch_async again", batch, key, problems)[0])
+            results.append(attempt("read_batch_async into 4 MiB", large_batch, key, problems)[0])
             results.append(attempt("read_patches_async", patches, key, problems)[0])
     if file_format == "eer":
         results.append(attempt("read_events", lambda: vio.read_events(key), key, problems)[0])
