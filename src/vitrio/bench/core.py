@@ -13,7 +13,7 @@ W6p: read_patches_async of 64 patches 64x128x128 of that tomogram, 4 calls.
 W1c, W2c: W1 and W2 with the files' readers closed and the files evicted
     from the page cache before each epoch (posix_fadvise DONTNEED), read by a
     loader that reads ahead (as the DataLoader's) against one that does not,
-    in the same run.
+    in the same run; and the time to read one batch of a cold epoch alone.
 
 Each row gives images/s, bytes/s, the share of one-thread memcpy (np.copyto
 of 512 MB, best of 3, measured in the same run) and the ratio to the
@@ -35,6 +35,7 @@ pages the kernel faults in and clears first.
 from __future__ import annotations
 
 import argparse
+import time
 from collections import deque
 from pathlib import Path
 
@@ -367,8 +368,25 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
             evict(paths)
             return vitrio_images(loader, locations, order, shape, allocate=recycled)
 
+        def first_batch(loader, locations=locations, paths=paths) -> float:
+            """Seconds to read one batch of a cold epoch, alone."""
+            (rows,) = batches_of(len(locations), 1, rng)
+            loader.readers.clear()
+            evict(paths)
+            start = time.perf_counter()
+            vitrio_images(loader, locations, [rows], shape, allocate=recycled)
+            return time.perf_counter() - start
+
         epoch(plain)  # learns the layouts, as a first epoch does
         measure(name, lambda a=ahead: epoch(a), image_bytes, [("no hints", lambda p=plain: epoch(p))])
+        latency = {
+            label: median_rate(lambda x=x: first_batch(x), repeats)[0]
+            for label, x in [("hints", ahead), ("no hints", plain)]
+        }
+        print(
+            f"{'  its first batch':<24}"
+            + "  ".join(f"{label} {ms * 1e3:,.1f} ms" for label, ms in latency.items())
+        )
 
 
 HEADER = f"{'workload':<24}{'img/s':>10}{'MB/s':>9}{'memcpy':>8}   ratio to the baselines (img/s)"
