@@ -29,6 +29,8 @@ write_star and particle_optics read and write the STAR files of RELION
 (through starfile, with pandas).
 
 A read given no loader goes through `shared_loader()`, the process's own.
+A RecyclingAllocator reads batches into the memory of those the program
+has let go of.
 
 Needs numpy. PyTorch and JAX are imported only to hand batches to them.
 """
