@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from pathlib import Path
 
 import ml_dtypes
@@ -300,6 +301,27 @@ def test_a_large_whole_file_read_on_several_threads_matches_numpy(
     vio.read(path, readers=readers, out=out)
     np.testing.assert_array_equal(out, values.astype(np.float32))
     assert copies == []
+
+
+def test_whole_file_reads_at_once_share_the_processors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(_raw, "SPLIT_BYTES", 4096)
+    values = np.arange(9 * 40 * 30, dtype=np.float32).reshape(9, 40, 30)
+    vio.write_single(values, tmp_path / "volume.mrc")
+    started = []
+    real = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self) or real(self))
+    readers = vio.reader_provider()
+    taken = 0
+    while _raw._split_helpers.acquire(blocking=False):  # as if other reads had every helper
+        taken += 1
+    try:
+        np.testing.assert_array_equal(vio.read(tmp_path / "volume.mrc", readers=readers), values)
+        assert started == []  # copied here, in one part
+    finally:
+        for _ in range(taken):
+            _raw._split_helpers.release()
+    np.testing.assert_array_equal(vio.read(tmp_path / "volume.mrc", readers=readers), values)
+    assert len(started) == min(os.cpu_count() or 1, _raw.MAX_SPLIT) - 1
 
 
 def test_consecutive_images_read_into_consecutive_slots(tmp_path: Path):

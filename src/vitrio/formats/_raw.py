@@ -87,6 +87,15 @@ SPLIT_BYTES, MAX_SPLIT = 64 << 20, 8
 """A run of at least SPLIT_BYTES read into one block is copied on up to MAX_SPLIT threads."""
 
 
+def _new_split_helpers() -> None:
+    global _split_helpers
+    _split_helpers = threading.BoundedSemaphore(max(0, (os.cpu_count() or 1) - 1))
+
+
+_new_split_helpers()  # the threads such copies start, the process over: reads at once share the processors
+os.register_at_fork(after_in_child=_new_split_helpers)
+
+
 def value_kind(dtype: np.dtype) -> int | None:
     """The kind `vitrio._native` gives values of `dtype` (other byte order included), or None."""
     dtype = np.dtype(dtype)
@@ -368,8 +377,22 @@ class RawArrayReader(ImageReader):
         src_size, dst_size = (1, 1) if plan[1] == _BYTES else (self._dtype.itemsize, first.itemsize)
         source = memoryview(self._map)[self._offset + start * layout.image_bytes :]
         values = len(outs) * plan[2]
-        parts = max(1, min(os.cpu_count() or 1, MAX_SPLIT, values * dst_size // max(1, SPLIT_BYTES // 2)))
-        bounds = np.linspace(0, values, parts + 1).astype(np.int64).tolist()
+        wanted = min(os.cpu_count() or 1, MAX_SPLIT, values * dst_size // max(1, SPLIT_BYTES // 2))
+        helpers = 0
+        while helpers < wanted - 1 and _split_helpers.acquire(blocking=False):
+            helpers += 1
+        try:
+            self._copy_parts(source, flat, plan, src_size, dst_size, values, helpers)
+        finally:
+            for _ in range(helpers):
+                _split_helpers.release()
+        return True
+
+    @staticmethod
+    def _copy_parts(source, flat, plan, src_size: int, dst_size: int, values: int, helpers: int) -> None:
+        """Convert `values` values of `source` into the bytes `flat`, in parts: one here, one on each
+        of `helpers` threads."""
+        bounds = np.linspace(0, values, helpers + 2).astype(np.int64).tolist()
         failures: list[BaseException] = []
 
         def copy(a: int, b: int) -> None:
@@ -388,7 +411,6 @@ class RawArrayReader(ImageReader):
             thread.join()
         if failures:
             raise failures[0]
-        return True
 
     def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
         self.check_indices(indices)
