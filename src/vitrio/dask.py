@@ -37,6 +37,7 @@ For instance::
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import queue
@@ -518,7 +519,12 @@ def run_jobs(
     Each job is one task, named `name` on the dashboard, retried up to
     `retries` times where it fails or its worker is lost: a job must leave the
     same files when run twice. `done(n, result)` is called here as job `n` ends.
-    At the first job that fails for good, the others are cancelled.
+    Jobs are handed out as they end, no more at once than twice the
+    cluster's threads (a thread that ends one has the next at hand). At the
+    first job that fails for good no more are handed out, and those handed
+    out are waited for: once this raises, no job runs any more (a task cannot
+    be stopped midway; one left running would write after its caller has
+    cleaned up). An interruption here (Ctrl-C) cancels them without waiting.
 
     Raises:
         What the failed job raised.
@@ -527,22 +533,37 @@ def run_jobs(
         return []
     finished: queue.SimpleQueue = queue.SimpleQueue()
     run = secrets.token_hex(8)  # the keys of two runs on one scheduler must differ, or they share results
-    keys = [f"{name}-{run}-{n}" for n in range(len(jobs))]
-    futures = client.map(function, list(jobs), key=keys, retries=retries, pure=False)
-    number = {future.key: n for n, future in enumerate(futures)}
-    for future in futures:
-        future.add_done_callback(finished.put)
+    at_once = 2 * max(1, sum(client.nthreads().values()))
+    waiting = iter(enumerate(jobs))
+    running: dict[str, tuple[int, distributed.Future]] = {}
     results: list[Any] = [None] * len(jobs)
+    failure: BaseException | None = None
+
+    def hand_out() -> None:
+        for n, job in itertools.islice(waiting, at_once - len(running)):
+            future = client.submit(function, job, key=f"{name}-{run}-{n}", retries=retries, pure=False)
+            running[future.key] = n, future
+            future.add_done_callback(finished.put)
+
     try:
-        for _ in futures:
+        hand_out()
+        while running:
             future = finished.get()
-            n = number[future.key]
-            results[n] = future.result()
+            n, _ = running.pop(future.key)
+            try:
+                results[n] = future.result()
+            except Exception as error:  # the others running finish first
+                failure = failure or error
+                continue
             if done is not None:
                 done(n, results[n])
+            if failure is None:
+                hand_out()
     except BaseException:
-        client.cancel(futures)
+        client.cancel([future for _, future in running.values()])
         raise
+    if failure is not None:
+        raise failure
     return results
 
 

@@ -190,3 +190,27 @@ def test_run_jobs_results_in_order_and_failures(client):
     assert vd.run_jobs(client, str, [-3, -1, -2], "same") == ["-3", "-1", "-2"]
     with pytest.raises(ValueError, match="job 2 fails"):
         vd.run_jobs(client, fails_on_two, [1, 2, 3], "failing", retries=0)
+
+
+def _fails_first_or_writes_late(job: tuple[str, str]) -> str:
+    kind, path = job
+    if kind == "fail":
+        raise ValueError(f"{path}: this job fails")
+    import time
+
+    time.sleep(1.5)  # still running when the other job has failed
+    Path(path).write_text("written")
+    return path
+
+
+def test_when_a_job_fails_run_jobs_returns_only_once_the_running_ones_ended(client, tmp_path):
+    late = tmp_path / "late.txt"
+    never = tmp_path / "never.txt"
+    # two threads: the first four jobs are handed out at once, the last ones only as those end
+    jobs = [("write", str(late)), ("fail", "first"), ("write", str(late)), ("write", str(late))]
+    jobs += [("write", str(never))] * 3
+    with pytest.raises(ValueError, match="this job fails"):
+        vd.run_jobs(client, _fails_first_or_writes_late, jobs, "late", retries=0)
+    assert late.read_text() == "written"  # the job running beside the failed one finished before the raise
+    assert not never.exists()  # the jobs after the failure were never handed out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late.txt"]
