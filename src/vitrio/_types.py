@@ -96,6 +96,7 @@ _ITEMSIZE = {
     NumericalType.complex_float64: 16,
 }
 _BY_NAME = {t.name: t for t in NumericalType} | {t.value: t for t in NumericalType}
+_BY_DTYPE = {np.dtype(t.value): t for t in NumericalType if t is not NumericalType.complex_float16}
 
 
 def as_numerical_type(data_type: Any) -> NumericalType:
@@ -106,6 +107,8 @@ def as_numerical_type(data_type: Any) -> NumericalType:
     """
     if isinstance(data_type, NumericalType):
         return data_type
+    if isinstance(data_type, np.dtype) and data_type in _BY_DTYPE:  # what readers give: no name to look up
+        return _BY_DTYPE[data_type]
     if isinstance(data_type, str) and data_type in _BY_NAME:
         return _BY_NAME[data_type]
     if data_type is None:
