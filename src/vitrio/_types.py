@@ -34,6 +34,7 @@ __all__ = [
     "ImageMetadata",
     "as_numerical_type",
     "as_voxel_size",
+    "ANGSTROMS_PER_UNIT",
     "section_view",
     "numpy_dtype",
     "as_key",
@@ -419,6 +420,29 @@ def section_view(descriptor: ImageDescriptor) -> ImageDescriptor | None:
     if descriptor.is_stack or descriptor.core_rank != 3:
         return None
     return ImageDescriptor(descriptor.extents, 2, descriptor.data_type)
+
+
+ANGSTROMS_PER_UNIT = {
+    "Å": 1.0,
+    "\u212b": 1.0,  # the Ångström sign
+    "A": 1.0,
+    "angstrom": 1.0,
+    "pm": 1e-2,
+    "picometer": 1e-2,
+    "nm": 10.0,
+    "nanometer": 10.0,
+    "µm": 1e4,
+    "\u03bcm": 1e4,  # with a Greek mu
+    "um": 1e4,
+    "micrometer": 1e4,
+    "mm": 1e7,
+    "millimeter": 1e7,
+    "cm": 1e8,
+    "centimeter": 1e8,
+    "m": 1e10,
+    "meter": 1e10,
+}
+"""Ångströms per unit of length, by the symbols and names that file formats (DM, EER, NGFF) write."""
 
 
 def as_voxel_size(voxel_size: Any, core_rank: int, key: str = "") -> tuple[float, ...] | None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._types import ImageDescriptor, NumericalType, numpy_dtype
+from .._types import ANGSTROMS_PER_UNIT, ImageDescriptor, NumericalType, numpy_dtype
 from ._contract import Format, FormatError
 from ._raw import Decoder, RawArrayReader
 from ._registry import register_format
@@ -76,7 +76,6 @@ _IMAGE_TYPES = {
 }
 _RGB_TYPES = {8, 23}
 # Units of length DM gives sizes in, as multiples of an ångström.
-_ANGSTROMS = {"Å": 1.0, "\u212b": 1.0, "A": 1.0, "pm": 0.01, "nm": 10.0, "µm": 1e4, "\u03bcm": 1e4, "um": 1e4}
 _PACKED_COMPLEX = 5
 
 
@@ -349,7 +348,7 @@ class DigitalMicrographReader(RawArrayReader):
         image_path: str,
     ):
         sizes, units = pixel_size[-descriptor.core_rank :], pixel_units[-descriptor.core_rank :]
-        lengths = all(unit in _ANGSTROMS for unit in units)
+        lengths = all(unit in ANGSTROMS_PER_UNIT for unit in units)
         super().__init__(
             key,
             fd,
@@ -357,7 +356,7 @@ class DigitalMicrographReader(RawArrayReader):
             file_dtype,
             offset,
             decoder=decoder,
-            voxel_size=tuple(s * _ANGSTROMS[u] for s, u in zip(sizes, units)) if lengths else None,
+            voxel_size=tuple(s * ANGSTROMS_PER_UNIT[u] for s, u in zip(sizes, units)) if lengths else None,
         )
         self.pixel_size = pixel_size
         self.pixel_units = pixel_units

@@ -11,6 +11,7 @@ from xml.etree import ElementTree
 import numpy as np
 import tifffile
 
+from ..._types import ANGSTROMS_PER_UNIT
 from .._contract import FormatError
 from ._sniff import EER_COMPRESSIONS
 
@@ -23,17 +24,6 @@ _MAX_SIDE = 1 << 20
 _METADATA_TAG = 65001  # also the number of a compression, in the compression tag (259)
 _METADATA_START = b"<metadata>"
 _MAX_METADATA = 1 << 20
-_ANGSTROMS = {
-    "m": 1e10,
-    "µm": 1e4,
-    "\u03bcm": 1e4,
-    "um": 1e4,
-    "nm": 10.0,
-    "pm": 0.01,
-    "Å": 1.0,
-    "\u212b": 1.0,
-    "A": 1.0,
-}
 _ERRORS = {
     1: "its event stream ends before the end of the frame (the strip is truncated or corrupt)",
     2: "its event stream runs past the end of the image (corrupt codes)",
@@ -274,9 +264,9 @@ def _pixel_size(
     for axis, frame_pixels in (("height", height), ("width", width)):
         text, unit = metadata.get(f"sensorPixelSize.{axis}", ("", None))
         size = _number(text)
-        if size is None or unit is None or unit.strip() not in _ANGSTROMS:
+        if size is None or unit is None or unit.strip() not in ANGSTROMS_PER_UNIT:
             return None
-        size *= _ANGSTROMS[unit.strip()]
+        size *= ANGSTROMS_PER_UNIT[unit.strip()]
         if f"sensorImage{axis.title()}" in metadata:
             sensor_pixels = _number(metadata[f"sensorImage{axis.title()}"][0])
             if sensor_pixels is None:

@@ -13,18 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["Level", "Multiscale", "parse_multiscales", "write_multiscales", "STACK_AXES"]
+from ..._types import ANGSTROMS_PER_UNIT
 
-_ANGSTROMS = {
-    "angstrom": 1.0,
-    "picometer": 1e-2,
-    "nanometer": 10.0,
-    "micrometer": 1e4,
-    "millimeter": 1e7,
-    "centimeter": 1e8,
-    "meter": 1e10,
-}
-"""Ångströms per unit, for the NGFF length units a cryo-EM image may use."""
+__all__ = ["Level", "Multiscale", "parse_multiscales", "write_multiscales", "STACK_AXES"]
 
 _TYPES = {"x": "space", "y": "space", "z": "space", "c": "channel", "t": "time"}
 """The axis types of NGFF 0.3's axes, which were names only."""
@@ -83,7 +74,11 @@ def parse_multiscales(attributes: Mapping[str, Any]) -> Multiscale:
     if core_rank not in (2, 3) or len(axes) - core_rank > 2:
         raise ValueError(f"axes {[a.get('name') for a in axes]}: not two or three space axes last")
     units = [axis.get("unit") for axis in axes[len(axes) - core_rank :]]
-    factors = [_ANGSTROMS.get(unit) for unit in units] if all(u in _ANGSTROMS for u in units) else None
+    factors = (
+        [ANGSTROMS_PER_UNIT.get(unit) for unit in units]
+        if all(u in ANGSTROMS_PER_UNIT for u in units)
+        else None
+    )
     rank = len(axes)
     overall = _scale(image.get("coordinateTransformations"), rank, "multiscales")
     levels = []
