@@ -48,6 +48,7 @@ from vitrio.data import RecyclingAllocator
 from .workloads import (
     MrcfileImages,
     Workloads,
+    add_data_argument,
     data_folder,
     evict,
     median_rate,
@@ -163,12 +164,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small files and few batches")
-    parser.add_argument(
-        "--data",
-        type=Path,
-        help="a folder of yours where the synthetic files are kept between runs (default: a fresh private "
-        "one, removed at the end)",
-    )
+    add_data_argument(parser)
     parser.add_argument(
         "--repeats", type=int, default=5, help="runs of each measurement; the median is reported"
     )

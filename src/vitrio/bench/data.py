@@ -37,7 +37,7 @@ import vitrio as vio
 from vitrio.data import DataLoader, Dataset, ImageSource, PatchSource
 
 from .core import MrcfilePatches
-from .workloads import MrcfileImages, Workloads, data_folder
+from .workloads import MrcfileImages, Workloads, add_data_argument, data_folder
 
 BATCH = 256
 
@@ -98,12 +98,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small files and few batches")
-    parser.add_argument(
-        "--data",
-        type=Path,
-        help="a folder of yours where the synthetic files are kept between runs (default: a fresh private "
-        "one, removed at the end)",
-    )
+    add_data_argument(parser)
     parser.add_argument("--epochs", type=int, default=5, help="epochs of each loader; medians are reported")
     parser.add_argument("--batches", type=int, help="batches counted per epoch after the first")
     parser.add_argument("--only", nargs="*", default=["W1", "W2", "W3"], help="workloads to run")

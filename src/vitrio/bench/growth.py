@@ -51,7 +51,7 @@ import numpy as np
 import vitrio as vio
 from vitrio.data import DataLoader, Dataset, ImageSource
 
-from .workloads import MrcfileImages, data_folder, own_folder
+from .workloads import MrcfileImages, add_data_argument, data_folder, own_folder
 
 __all__ = ["Growth", "Result", "write_stack", "write_files", "measure", "measure_apart", "run", "main"]
 
@@ -324,12 +324,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="a tenth of the images and of the files")
-    parser.add_argument(
-        "--data",
-        type=Path,
-        help="a folder of yours where the synthetic files are kept between runs (default: a fresh private "
-        "one, removed at the end)",
-    )
+    add_data_argument(parser)
     parser.add_argument("--epochs", type=int, default=3, help="epochs of each loader; medians are reported")
     parser.add_argument("--batch", type=int, default=256, help="images per batch")
     parser.add_argument("--cache", type=int, default=64, help="files vitrio's loader keeps open")

@@ -21,7 +21,7 @@ import numpy as np
 
 import vitrio as vio
 
-from .workloads import Workloads, data_folder
+from .workloads import Workloads, add_data_argument, data_folder
 
 BATCH = 256
 IN_FLIGHT = 4
@@ -63,12 +63,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small files")
-    parser.add_argument(
-        "--data",
-        type=Path,
-        help="a folder of yours where the synthetic files are kept between runs (default: a fresh private "
-        "one, removed at the end)",
-    )
+    add_data_argument(parser)
     parser.add_argument(
         "--repeats", type=int, default=3, help="epochs after the first; the median is reported"
     )

@@ -8,6 +8,7 @@ have the benchmark write gigabytes wherever it points.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import stat
@@ -23,6 +24,7 @@ import vitrio as vio
 
 __all__ = [
     "Workloads",
+    "add_data_argument",
     "median_rate",
     "timed_rate",
     "data_folder",
@@ -62,6 +64,16 @@ def own_folder(path: Path) -> Path:
     if not stat.S_ISDIR(target.st_mode):
         raise NotADirectoryError(f"{path}: is not a folder")
     return path
+
+
+def add_data_argument(parser: argparse.ArgumentParser) -> None:
+    """Give a benchmark's parser `--data`, the folder `data_folder` takes."""
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="a folder of yours where the synthetic files are kept between runs (default: a fresh private "
+        "one, removed at the end)",
+    )
 
 
 @contextlib.contextmanager
