@@ -35,6 +35,7 @@ pages the kernel faults in and clears first.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from collections import deque
 from pathlib import Path
@@ -376,12 +377,12 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
         epoch(plain)  # learns the layouts, as a first epoch does
         measure(name, lambda a=ahead: epoch(a), image_bytes, [("no hints", lambda p=plain: epoch(p))])
         latency = {
-            label: median_rate(lambda x=x: first_batch(x), repeats)[0]
+            label: statistics.median(first_batch(x) for _ in range(repeats))
             for label, x in [("hints", ahead), ("no hints", plain)]
         }
         print(
             f"{'  its first batch':<24}"
-            + "  ".join(f"{label} {ms * 1e3:,.1f} ms" for label, ms in latency.items())
+            + "  ".join(f"{label} {seconds * 1e3:,.1f} ms" for label, seconds in latency.items())
         )
 
 

@@ -382,35 +382,11 @@ class RawArrayReader(ImageReader):
         while helpers < wanted - 1 and _split_helpers.acquire(blocking=False):
             helpers += 1
         try:
-            self._copy_parts(source, flat, plan, src_size, dst_size, values, helpers)
+            _convert_in_parts(source, plan[0], src_size, flat, plan[1], dst_size, values, helpers)
         finally:
             for _ in range(helpers):
                 _split_helpers.release()
         return True
-
-    @staticmethod
-    def _copy_parts(source, flat, plan, src_size: int, dst_size: int, values: int, helpers: int) -> None:
-        """Convert `values` values of `source` into the bytes `flat`, in parts: one here, one on each
-        of `helpers` threads."""
-        bounds = np.linspace(0, values, helpers + 2).astype(np.int64).tolist()
-        failures: list[BaseException] = []
-
-        def copy(a: int, b: int) -> None:
-            try:
-                convert(
-                    source[a * src_size : b * src_size], plan[0], flat[a * dst_size : b * dst_size], plan[1]
-                )
-            except BaseException as error:  # raised again in the calling thread
-                failures.append(error)
-
-        threads = [threading.Thread(target=copy, args=part) for part in zip(bounds[1:-1], bounds[2:])]
-        for thread in threads:
-            thread.start()
-        copy(bounds[0], bounds[1])
-        for thread in threads:
-            thread.join()
-        if failures:
-            raise failures[0]
 
     def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
         self.check_indices(indices)
@@ -461,6 +437,39 @@ class RawArrayReader(ImageReader):
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _convert_in_parts(
+    source: memoryview,
+    src_kind: int,
+    src_size: int,
+    flat: np.ndarray,
+    dst_kind: int,
+    dst_size: int,
+    values: int,
+    helpers: int,
+) -> None:
+    """Convert `values` values of `source` (`src_size` bytes each) into the bytes `flat` (`dst_size`
+    bytes each), in parts: one on this thread, one on each of `helpers` threads."""
+    bounds = np.linspace(0, values, helpers + 2).astype(np.int64).tolist()
+    failures: list[BaseException] = []
+
+    def copy(a: int, b: int) -> None:
+        try:
+            convert(
+                source[a * src_size : b * src_size], src_kind, flat[a * dst_size : b * dst_size], dst_kind
+            )
+        except BaseException as error:  # raised again in the calling thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=copy, args=part) for part in zip(bounds[1:-1], bounds[2:])]
+    for thread in threads:
+        thread.start()
+    copy(bounds[0], bounds[1])
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
 class Statistics:
