@@ -1,10 +1,12 @@
 """Saving and loading cryovit's tensorclasses without a pickle.
 
 ``saving`` wraps tensordict's ``memmap``, ``save`` and the like: every non-tensor field must be JSON
-(tensordict writes it in ``meta.json``, and would pickle anything else), and the tensors of
-``aux_data`` go to ``AUX_TENSORS`` beside, in the safetensors layout. ``loading`` wraps ``load`` and
-``load_memmap``: a folder holding a pickle is refused, tensordict loads with ``allow_pickle=False``, and
-the tensors of ``aux_data`` are read back from ``AUX_TENSORS`` by hand.
+(tensordict writes it in ``meta.json``, and would pickle anything else), and the tensors and numpy
+arrays of ``aux_data`` go to ``AUX_TENSORS`` beside, in the safetensors layout. ``loading`` wraps
+``load`` and ``load_memmap``: a folder holding a pickle is refused, tensordict loads with
+``allow_pickle=False``, and the tensors and arrays of ``aux_data`` are read back from ``AUX_TENSORS`` by
+hand. ``arrays_as_tensors`` and ``tensors_as_arrays`` carry the numpy arrays of ``aux_data`` through a
+state dict as tensors, which ``torch.load(weights_only=True)`` reads.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from tensordict import is_tensor_collection
 
 from vitrio.formats import new_file
 
-__all__ = ["AUX_TENSORS", "check_json", "loading", "refuse_pickles", "saving"]
+__all__ = [
+    "AUX_TENSORS",
+    "arrays_as_tensors",
+    "check_json",
+    "loading",
+    "refuse_pickles",
+    "saving",
+    "tensors_as_arrays",
+]
 
 
 def check_json(value: Any, where: str) -> None:
@@ -133,25 +143,50 @@ def _read_tensors(path: Path) -> list[torch.Tensor]:
 
 
 _MARK = "__cryovit_aux_tensor__"
+_ARRAY = "__cryovit_aux_array__"
+"""``{_MARK: n}`` stands for tensor ``n`` of ``AUX_TENSORS`` in a saved ``aux_data``, ``{_ARRAY: n}`` for
+it as a numpy array; in a state dict, ``{_ARRAY: tensor}`` stands for a numpy array."""
+
+
+def _map_aux(aux: dict[str, Any], convert: Any) -> dict[str, Any]:
+    """``aux`` with ``convert`` applied to each value, and to each item of a list value."""
+    return {
+        key: [convert(v) for v in value] if isinstance(value, list) else convert(value)
+        for key, value in aux.items()
+    }
+
+
+def _is_mark(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and (_MARK in value or _ARRAY in value)
+
+
+def _array_tensor(array: np.ndarray) -> torch.Tensor | None:
+    """``array`` as a tensor (of its memory where it is contiguous and writable), or None where torch
+    has no tensor of its type (objects, strings, another byte order)."""
+    try:
+        return torch.from_numpy(np.require(array, requirements="CW"))
+    except (TypeError, ValueError):
+        return None
 
 
 def _split_aux(aux: Any) -> tuple[Any, list[torch.Tensor]]:
-    """``aux`` with each tensor (a value, or an item of a list value) replaced by ``{_MARK: n}``, and
-    the tensors; ``aux`` itself when it holds none."""
+    """``aux`` with each tensor and numpy array (a value, or an item of a list value) replaced by a
+    mark, and the tensors; ``aux`` itself when it holds none."""
     if not isinstance(aux, dict):
         return aux, []
     tensors: list[torch.Tensor] = []
 
     def mark(value: Any) -> Any:
-        if not isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor):
+            tensors.append(value.detach().cpu().clone())
+            return {_MARK: len(tensors) - 1}
+        tensor = _array_tensor(value) if isinstance(value, np.ndarray) else None
+        if tensor is None:
             return value
-        tensors.append(value.detach().cpu().clone())
-        return {_MARK: len(tensors) - 1}
+        tensors.append(tensor)
+        return {_ARRAY: len(tensors) - 1}
 
-    marked = {
-        key: [mark(v) for v in value] if isinstance(value, list) else mark(value)
-        for key, value in aux.items()
-    }
+    marked = _map_aux(aux, mark)
     return (marked, tensors) if tensors else (aux, [])
 
 
@@ -159,21 +194,42 @@ def _join_aux(aux: Any, tensors: Sequence[torch.Tensor]) -> Any:
     """The inverse of ``_split_aux``."""
 
     def unmark(value: Any) -> Any:
-        if isinstance(value, dict) and set(value) == {_MARK}:
+        if not _is_mark(value):
+            return value
+        if _MARK in value:
             return tensors[value[_MARK]]
-        return value
+        return tensors[value[_ARRAY]].numpy()
 
-    return {
-        key: [unmark(v) for v in value] if isinstance(value, list) else unmark(value)
-        for key, value in aux.items()
-    }
+    return _map_aux(aux, unmark)
 
 
 def _holds_marks(aux: Any) -> bool:
     if not isinstance(aux, dict):
         return False
     values = [v for value in aux.values() for v in (value if isinstance(value, list) else [value])]
-    return any(isinstance(v, dict) and set(v) == {_MARK} for v in values)
+    return any(_is_mark(v) for v in values)
+
+
+def arrays_as_tensors(aux: dict[str, Any]) -> dict[str, Any]:
+    """``aux`` for a state dict: each numpy array (a value, or an item of a list value) as
+    ``{_ARRAY: tensor}``, which ``torch.load(weights_only=True)`` reads."""
+
+    def mark(value: Any) -> Any:
+        tensor = _array_tensor(value) if isinstance(value, np.ndarray) else None
+        return value if tensor is None else {_ARRAY: tensor}
+
+    return _map_aux(aux, mark)
+
+
+def tensors_as_arrays(aux: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of ``arrays_as_tensors``."""
+
+    def unmark(value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {_ARRAY} and isinstance(value[_ARRAY], torch.Tensor):
+            return value[_ARRAY].detach().cpu().numpy()
+        return value
+
+    return _map_aux(aux, unmark)
 
 
 def _set_aux(obj: Any, aux: Any) -> None:
@@ -219,8 +275,8 @@ def _restore_aux(obj: Any, prefix: str | Path) -> Any:
         tensors = _read_tensors(path)
         try:
             _set_aux(obj, _join_aux(aux, tensors))
-        except IndexError as error:
-            raise ValueError(f"{path}: fewer tensors than aux_data names") from error
+        except (IndexError, TypeError) as error:
+            raise ValueError(f"{path}: aux_data names a tensor the file does not hold") from error
     return obj
 
 

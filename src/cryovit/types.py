@@ -11,10 +11,10 @@ Saving and loading never unpickle, since a saved folder may come from someone el
 their code. ``memmap``, ``save`` and the like save every non-tensor field as JSON (in tensordict's
 ``meta.json``) and refuse a field that is not JSON (a numpy scalar, a ``Path``), which tensordict
 would pickle; ``load``, ``load_memmap``, ``load_memmap_`` and ``load_`` refuse a folder holding a
-pickle and load with tensordict's ``allow_pickle=False``; the tensors of ``aux_data`` are saved
-beside, in the safetensors layout (``AUX_TENSORS``). Load a state dict with
-``torch.load(path, weights_only=True)``, which reads tensors and plain Python values without running
-code.
+pickle and load with tensordict's ``allow_pickle=False``; the tensors and numpy arrays of ``aux_data``
+are saved beside, in the safetensors layout (``AUX_TENSORS``), and loaded as they were (``cryovit._io``
+does this). Load a state dict with ``torch.load(path, weights_only=True)``, which reads tensors and
+plain Python values without running code.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 from tensordict import NonTensorData, is_tensor_collection, tensorclass
 
 from ._io import AUX_TENSORS as AUX_TENSORS  # the file named in the docstring above
-from ._io import loading, saving
+from ._io import arrays_as_tensors, loading, saving, tensors_as_arrays
 
 __all__ = [
     "Sample",
@@ -128,7 +128,9 @@ class _TensorClassMixin:
 
         Every field is an entry: a tensor as it is (detached unless ``keep_vars``), a nested tensor
         collection as its own state dict, anything else (``str``, ``int``, lists, dicts, ``None``) as its
-        Python value, a list of strings as a plain ``list``.
+        Python value, a list of strings as a plain ``list``; a numpy array of ``aux_data`` as a tensor
+        (marked, so that ``load_state_dict`` makes it an array again), which
+        ``torch.load(weights_only=True)`` reads.
 
         Args:
             destination: The dictionary to fill. Defaults to a new ``OrderedDict``.
@@ -151,6 +153,8 @@ class _TensorClassMixin:
                     out[key] = value.state_dict(keep_vars=keep_vars, flatten=False)
             elif isinstance(value, torch.Tensor):
                 out[key] = value if keep_vars else value.detach()
+            elif isinstance(value, dict):
+                out[key] = arrays_as_tensors(value)
             else:
                 out[key] = list(value) if isinstance(value, list) else value
         return out
@@ -210,6 +214,8 @@ class _TensorClassMixin:
             else:
                 if name in _WHOLE_LISTS.get(type(self), ()):
                     value = NonTensorData(list(value))
+                elif isinstance(value, dict):
+                    value = tensors_as_arrays(value)
                 self.set(name, value)  # type: ignore[attr-defined]
         return self
 
@@ -249,29 +255,34 @@ class _TensorClassMixin:
 class TomogramData(_TensorClassMixin):
     """One tomogram and its segmentation labels, as a tensorclass (usually of ``batch_size=[]``).
 
-    ``data`` is channel-first, ``[C, D, H, W]`` (or ``[D, H, W]``), and ``label`` is ``[D, H, W]`` of
-    the same depth; its height and width may differ from the data's, as for features computed on
-    patches of the tomogram (``[1536, D, H/16, W/16]`` against a label at full resolution). numpy
-    arrays are cast to tensors (without a copy). A label holds 1 (in), 0 (out) and -1 (not annotated,
-    left out of a loss): the spec's type says ``BoolTensor``, which cannot hold -1, so any dtype is
-    taken (``TomogramDataset`` gives float32).
+    ``data`` is laid out either way the CryoViT pipeline makes it: channel-first, ``[C, D, H, W]`` (or
+    ``[D, H, W]``), as its datasets give it, or depth-first, ``[D, C, H, W]``, as its DINO feature
+    extraction does (the tomogram resized for the model, ``[D, 1, H', W']``; precomputed features,
+    ``[D, 1536, h, w]``). ``label`` is ``[D, H, W]`` or ``[1, D, H, W]``; its height and width may
+    differ from the data's (features of patches, a resized tomogram). The layout is read from the
+    depths: data is channel-first if its axis -3 has the label's depth, else depth-first if its first
+    axis has (``depth_first``); data and label are kept as given. numpy arrays are cast to tensors
+    (without a copy). A label holds 1 (in), 0 (out) and -1 (not annotated, left out of a loss): the
+    spec's type says ``BoolTensor``, which cannot hold -1, so any dtype is taken (``TomogramDataset``
+    gives float32).
 
     Attributes:
         sample: The sample the tomogram comes from.
         tomo_name: The file name of the tomogram.
         split_id: The split (e.g. cross-validation fold) the tomogram is in, or None.
-        data: The tomogram, a float ``[C, D, H, W]`` or ``[D, H, W]`` tensor or numpy array (after the
-            batch dimensions, if any).
-        label: The segmentation labels, a ``[D, H', W']`` tensor or numpy array.
-        aux_data: Optional auxiliary data, kept as it is given.
+        data: The tomogram, a float ``[C, D, H, W]``, ``[D, C, H, W]`` or ``[D, H, W]`` tensor or numpy
+            array (after the batch dimensions, if any).
+        label: The segmentation labels, a ``[D, H', W']`` or ``[1, D, H', W']`` tensor or numpy array.
+        aux_data: Optional auxiliary data, kept as it is given (numpy arrays stay numpy arrays).
         batch_size: The batch size of the tensorclass (keyword only).
         device: The device of the tensors, or None (keyword only).
         names: The names of the batch dimensions, or None (keyword only).
 
     Raises:
         TypeError: If ``data`` or ``label`` is neither a tensor nor a numpy array.
-        ValueError: If ``data`` is not a 3-D or 4-D float tensor, or ``label`` not a 3-D tensor of the
-            depth of ``data``.
+        ValueError: If ``data`` is not a 3-D or 4-D float tensor, ``label`` not ``[D, H, W]`` or
+            ``[1, D, H, W]``, or no reading of ``data`` has the label's depth; the message gives both
+            shapes.
     """
 
     sample: str
@@ -299,11 +310,35 @@ class TomogramData(_TensorClassMixin):
                 f"tomogram {name}: data must be a float [C, D, H, W] or [D, H, W] tensor, "
                 f"got {data.dtype} of shape {tuple(data.shape[nb:])}"
             )
-        if label.ndim - nb != 3 or label.shape[-3] != data.shape[-3]:
+        if _depth_first(data.shape[nb:], label.shape[nb:]) is None:
             raise ValueError(
-                f"tomogram {name}: label must be a [D, H, W] tensor with D = {data.shape[-3]} as data "
-                f"(shape {tuple(data.shape[nb:])}), got shape {tuple(label.shape[nb:])}"
+                f"tomogram {name}: data of shape {tuple(data.shape[nb:])} and label of shape "
+                f"{tuple(label.shape[nb:])} do not agree in depth: data is [C, D, H, W], [D, C, H, W] or "
+                "[D, H, W] and label [D, H, W] or [1, D, H, W], of the same D"
             )
+
+    @property
+    def depth_first(self) -> bool:
+        """Whether ``data`` is laid out ``[D, C, H, W]``, not ``[C, D, H, W]`` or ``[D, H, W]``.
+
+        Read from the depths, as ``__post_init__`` checks them: channel-first where both fit.
+        """
+        nb = self.batch_dims
+        return bool(_depth_first(self.data.shape[nb:], self.label.shape[nb:]))
+
+
+def _depth_first(data: torch.Size, label: torch.Size) -> bool | None:
+    """Whether data of shape ``data`` is depth-first for a label of shape ``label``: False for
+    channel-first (or 3-D) data of the label's depth, True for ``[D, C, H, W]`` data of it, None if
+    neither has it or the label is not ``[D, H, W]`` or ``[1, D, H, W]``."""
+    if not (len(label) == 3 or (len(label) == 4 and label[0] == 1)):
+        return None
+    depth = label[-3]
+    if data[-3] == depth:
+        return False
+    if len(data) == 4 and data[0] == depth:
+        return True
+    return None
 
 
 @tensorclass(nocast=True, skip_post_init_on_rebuild=True)
