@@ -307,7 +307,7 @@ class TomogramData(_TensorClassMixin):
             )
         if data.ndim - nb not in (3, 4) or not data.is_floating_point():
             raise ValueError(
-                f"tomogram {name}: data must be a float [C, D, H, W] or [D, H, W] tensor, "
+                f"tomogram {name}: data must be a float [C, D, H, W], [D, C, H, W] or [D, H, W] tensor, "
                 f"got {data.dtype} of shape {tuple(data.shape[nb:])}"
             )
         if _depth_first(data.shape[nb:], label.shape[nb:]) is None:

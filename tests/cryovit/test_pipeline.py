@@ -7,7 +7,10 @@ predictions in ``<out>/<sample>/<tomo_name>``, and the pipeline's own ``collate_
 tomograms in the pipeline's HDF5 layout (``data`` uint8, ``labels/mito`` int8 with -1 where not
 annotated, ``dino_features`` float16) and on MRC files, in batches of 1, 2 and 3 tomograms of
 different depths; every value that reaches the model, the masks of the losses and the files written
-are checked against what the files hold.
+are checked against what the files hold. Lightning's ``Trainer`` runs them with the pipeline's writer
+callbacks (HDF5 files per tomogram, a CSV of metrics, numpy on ``aux_data["data"]``) and its DINO
+feature extraction (depth-first tomograms ``[D, 1, H', W']`` into a model of ``[B*D, C, H, W]``, the
+features written, read back and batched again as ``[D, 1536, h, w]``).
 """
 
 from __future__ import annotations
