@@ -1,10 +1,11 @@
 """Batching tomograms for a model: ``collate_tomograms`` pads them to one depth.
 
-Items are channel-first, as the CryoViT pipeline's datasets make them: ``data`` ``[C, D, H, W]`` (or
-``[D, H, W]``) and ``label`` ``[D, H', W']``. In a batch, ``tomo_batch`` is ``[B, D, C, H, W]`` and
-``labels`` float32 ``[B, D, H', W']``, as the pipeline's losses take them: 1 and 0 where annotated, -1
-(``LABEL_PADDING``) where not annotated and on the slices padded after a tomogram, which a loss leaves
-out with ``labels > -1``.
+Items are laid out as ``TomogramData`` takes them: ``data`` channel-first ``[C, D, H, W]`` (or
+``[D, H, W]``), as the CryoViT pipeline's datasets make them, or depth-first ``[D, C, H, W]``, as its
+DINO feature extraction does, and ``label`` ``[D, H', W']`` or ``[1, D, H', W']``. In a batch,
+``tomo_batch`` is ``[B, D, C, H, W]`` either way and ``labels`` float32 ``[B, D, H', W']``, as the
+pipeline's losses take them: 1 and 0 where annotated, -1 (``LABEL_PADDING``) where not annotated and on
+the slices padded after a tomogram, which a loss leaves out with ``labels > -1``.
 """
 
 from __future__ import annotations
@@ -64,21 +65,33 @@ def _name(tomogram: TomogramData) -> str:
     return f"{tomogram.sample}/{tomogram.tomo_name}"
 
 
-def input_volume(tomogram: TomogramData) -> torch.Tensor:
+def input_volume(tomogram: TomogramData) -> Any:
     """The input of a tomogram, as ``aux_data["data"]`` of a batch holds it.
 
     Args:
         tomogram: The tomogram.
 
     Returns:
-        ``tomogram.aux_data["data"]`` if it has one; else a view of its data, ``[D, H, W]`` when it has
-        one channel (the volume as read) and ``[C, D, H, W]`` otherwise.
+        ``tomogram.aux_data["data"]`` if it has one, as it is (``TomogramDataset`` gives a numpy
+        array); else its data as a numpy array (of its memory, for data on the CPU): ``[D, H, W]`` when
+        it has one channel (the volume as read) and ``[C, D, H, W]`` otherwise, whatever its layout.
     """
     aux = tomogram.aux_data or {}
     if "data" in aux:
         return aux["data"]
-    data = tomogram.data
-    return data[0] if data.ndim == 4 and data.shape[0] == 1 else data
+    data = tomogram.data.detach()
+    if data.ndim == 4:
+        data = data.movedim(1, 0) if tomogram.depth_first else data
+        data = data[0] if data.shape[0] == 1 else data
+    return data.cpu().numpy()
+
+
+def _slices(tomogram: TomogramData) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of a tomogram's data as ``[D, C, H, W]`` (or ``[D, H, W]``) and its label as ``[D, H', W']``."""
+    data, label = tomogram.data, tomogram.label
+    if data.ndim == 4 and not tomogram.depth_first:
+        data = data.movedim(1, 0)  # [C, D, H, W] -> [D, C, H, W]
+    return data, label[0] if label.ndim == 4 else label
 
 
 def collate_tomograms(tomograms: Sequence[TomogramData]) -> BatchedTomogramData:
@@ -87,16 +100,18 @@ def collate_tomograms(tomograms: Sequence[TomogramData]) -> BatchedTomogramData:
     Data is padded with zeros, labels with ``LABEL_PADDING``; labels keep their -1 (not annotated) and
     are float32. The metadata is made as the pipeline makes it (``BatchedTomogramMetadata.from_names``),
     ``split_id`` set when every tomogram has one. ``aux_data`` holds, for each key of any tomogram's
-    ``aux_data``, a list of the tomograms' values (None where a tomogram lacks it), and always
-    ``"data"``: the unpadded input of each tomogram (``input_volume``, a view, not a copy).
+    ``aux_data``, a list of the tomograms' values as they are (None where a tomogram lacks it), and
+    always ``"data"``: the unpadded input of each tomogram (``input_volume``: a numpy array, as the
+    pipeline's writers take it, of the tomogram's memory, not a copy).
 
     The list ``TomogramDataset.__getitems__`` returns has read its tomograms into the padded buffers
     of a batch already: while it holds them as read, the batch is those buffers, and shares its
     memory with the tomograms, without a copy. Other tomograms are copied into new tensors.
 
     Args:
-        tomograms: The tomograms: ``data`` ``[C, D, H, W]`` or ``[D, H, W]``, ``label`` ``[D, H', W']``,
-            all of the same channels, heights and widths.
+        tomograms: The tomograms, of either layout ``TomogramData`` takes: ``data`` ``[C, D, H, W]``,
+            ``[D, C, H, W]`` or ``[D, H, W]``, ``label`` ``[D, H', W']`` or ``[1, D, H', W']``, all of the
+            same channels, heights and widths.
 
     Returns:
         The batch: ``tomo_batch`` ``[B, D, C, H, W]`` (or ``[B, D, H, W]``), ``labels`` ``[B, D, H', W']``,
@@ -107,22 +122,23 @@ def collate_tomograms(tomograms: Sequence[TomogramData]) -> BatchedTomogramData:
     """
     if not tomograms:
         raise ValueError("collate_tomograms: no tomograms to batch")
+    slices = [_slices(tomogram) for tomogram in tomograms]
     first = tomograms[0]
-    for tomogram in tomograms[1:]:
-        for what, a, b in (("data", first.data, tomogram.data), ("label", first.label, tomogram.label)):
-            if a.ndim != b.ndim or _without_depth(a) != _without_depth(b):
+    for tomogram, (data, label) in zip(tomograms[1:], slices[1:]):
+        for what, a, b in (("data", slices[0][0], data), ("label", slices[0][1], label)):
+            if a.shape[1:] != b.shape[1:]:
                 raise ValueError(
                     f"the tomograms of a batch must have {what} of the same channels, height and width: "
-                    f"{_name(first)} has {what} of shape {tuple(a.shape)}, "
-                    f"{_name(tomogram)} has {tuple(b.shape)}"
+                    f"{_name(first)} has {what} of shape {tuple(getattr(first, what).shape)}, "
+                    f"{_name(tomogram)} has {tuple(getattr(tomogram, what).shape)}"
                 )
-    sizes = [tomogram.data.shape[-3] for tomogram in tomograms]
+    sizes = [data.shape[0] for data, _ in slices]
     device = first.data.device
     buffers = tomograms.padded_buffers() if isinstance(tomograms, PaddedTomograms) else None
     if buffers is not None:
         batch, labels = buffers
     else:
-        batch, labels = _pad(tomograms, sizes)
+        batch, labels = _pad(slices)
     split_ids = [tomogram.split_id for tomogram in tomograms]
     metadata = BatchedTomogramMetadata.from_names(
         [tomogram.sample for tomogram in tomograms],
@@ -147,23 +163,18 @@ def collate_tomograms(tomograms: Sequence[TomogramData]) -> BatchedTomogramData:
     )
 
 
-def _without_depth(tensor: torch.Tensor) -> tuple[int, ...]:
-    """The shape of a channel-first tomogram or label without its depth (axis -3)."""
-    return (*tensor.shape[:-3], *tensor.shape[-2:])
-
-
-def _pad(tomograms: Sequence[TomogramData], sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Copies the data and labels of tomograms into new padded tensors, data as ``[B, D, (C,) H, W]``."""
-    first = tomograms[0]
-    dtype = functools.reduce(torch.promote_types, (tomogram.data.dtype for tomogram in tomograms))
-    shape = (len(tomograms), max(sizes))
-    channels = first.data.shape[:-3]
-    batch = torch.empty((*shape, *channels, *first.data.shape[-2:]), dtype=dtype, device=first.data.device)
-    labels = torch.empty((*shape, *first.label.shape[1:]), dtype=torch.float32, device=first.data.device)
-    for i, (tomogram, size) in enumerate(zip(tomograms, sizes)):
-        data = tomogram.data.movedim(-3, 0)  # [C, D, H, W] -> [D, C, H, W]
+def _pad(slices: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copies data ``[D, (C,) H, W]`` and labels ``[D, H', W']`` into new padded tensors, data as
+    ``[B, D, (C,) H, W]``."""
+    first, first_label = slices[0]
+    sizes = [data.shape[0] for data, _ in slices]
+    dtype = functools.reduce(torch.promote_types, (data.dtype for data, _ in slices))
+    shape = (len(slices), max(sizes))
+    batch = torch.empty((*shape, *first.shape[1:]), dtype=dtype, device=first.device)
+    labels = torch.empty((*shape, *first_label.shape[1:]), dtype=torch.float32, device=first.device)
+    for i, ((data, label), size) in enumerate(zip(slices, sizes)):
         batch[i, :size] = data
         batch[i, size:] = 0
-        labels[i, :size] = tomogram.label
+        labels[i, :size] = label
         labels[i, size:] = LABEL_PADDING
     return batch, labels

@@ -187,11 +187,11 @@ class TomogramDataset(torch.utils.data.Dataset):
       voxel is not annotated (a negative value), which the pipeline's losses leave out with
       ``y_true > -1``; all 0 when no ``label`` is asked for. It may be at a finer resolution than
       ``data`` (``H' = k H``, ``W' = k W``, as for DINO features and a full-resolution label).
-    - ``aux_data``: a dict, never None: ``"data"``, the input of the tomogram (the volume
-      ``[D, H', W']`` of dataset ``input_key`` where given, else a view of ``data``: ``[D, H, W]``
-      for one channel, ``[C, D, H, W]`` for more), which the pipeline's test and predict steps write
-      beside the predictions; and, for a random crop, ``"crop_origin"``, where its box starts in
-      ``data``.
+    - ``aux_data``: a dict, never None: ``"data"``, the input of the tomogram as a numpy array, as
+      the pipeline's datasets give it (the volume ``[D, H', W']`` of dataset ``input_key`` where
+      given, else of the memory of ``data``: ``[D, H, W]`` for one channel, ``[C, D, H, W]`` for
+      more), which the pipeline's test and predict steps and writers write beside the predictions;
+      and, for a random crop, ``"crop_origin"``, where its box starts in ``data``.
     - ``sample`` from ``FileData.sample`` or else the name of the tomogram's folder, ``tomo_name`` the
       tomogram's file name.
 
@@ -470,9 +470,9 @@ class TomogramDataset(torch.utils.data.Dataset):
                 labels[j, depth:] = LABEL_PADDING
                 entry, view = entries[i], data_tensor[j, :, :depth]
                 if inputs is not None:
-                    source = torch.from_numpy(inputs)[j, :depth]
+                    source = inputs[j, :depth]
                 else:
-                    source = view[0] if view.shape[0] == 1 else view
+                    source = data[j, 0, :depth] if data.shape[1] == 1 else data[j, :, :depth]
                 items[i] = TomogramData(
                     sample=entry.sample,
                     tomo_name=entry.tomo_name,

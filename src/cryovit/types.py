@@ -11,10 +11,10 @@ Saving and loading never unpickle, since a saved folder may come from someone el
 their code. ``memmap``, ``save`` and the like save every non-tensor field as JSON (in tensordict's
 ``meta.json``) and refuse a field that is not JSON (a numpy scalar, a ``Path``), which tensordict
 would pickle; ``load``, ``load_memmap``, ``load_memmap_`` and ``load_`` refuse a folder holding a
-pickle and load with tensordict's ``allow_pickle=False``; the tensors of ``aux_data`` are saved
-beside, in the safetensors layout (``AUX_TENSORS``). Load a state dict with
-``torch.load(path, weights_only=True)``, which reads tensors and plain Python values without running
-code.
+pickle and load with tensordict's ``allow_pickle=False``; the tensors and numpy arrays of ``aux_data``
+are saved beside, in the safetensors layout (``AUX_TENSORS``), and loaded as they were (``cryovit._io``
+does this). Load a state dict with ``torch.load(path, weights_only=True)``, which reads tensors and
+plain Python values without running code.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ import collections
 import dataclasses
 import enum
 import functools
-import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +32,8 @@ import numpy.typing as npt
 import torch
 from tensordict import NonTensorData, is_tensor_collection, tensorclass
 
-from vitrio.formats import new_file
+from ._io import AUX_TENSORS as AUX_TENSORS  # the file named in the docstring above
+from ._io import arrays_as_tensors, loading, saving, tensors_as_arrays
 
 __all__ = [
     "Sample",
@@ -129,7 +128,9 @@ class _TensorClassMixin:
 
         Every field is an entry: a tensor as it is (detached unless ``keep_vars``), a nested tensor
         collection as its own state dict, anything else (``str``, ``int``, lists, dicts, ``None``) as its
-        Python value, a list of strings as a plain ``list``.
+        Python value, a list of strings as a plain ``list``; a numpy array of ``aux_data`` as a tensor
+        (marked, so that ``load_state_dict`` makes it an array again), which
+        ``torch.load(weights_only=True)`` reads.
 
         Args:
             destination: The dictionary to fill. Defaults to a new ``OrderedDict``.
@@ -152,6 +153,8 @@ class _TensorClassMixin:
                     out[key] = value.state_dict(keep_vars=keep_vars, flatten=False)
             elif isinstance(value, torch.Tensor):
                 out[key] = value if keep_vars else value.detach()
+            elif isinstance(value, dict):
+                out[key] = arrays_as_tensors(value)
             else:
                 out[key] = list(value) if isinstance(value, list) else value
         return out
@@ -211,6 +214,8 @@ class _TensorClassMixin:
             else:
                 if name in _WHOLE_LISTS.get(type(self), ()):
                     value = NonTensorData(list(value))
+                elif isinstance(value, dict):
+                    value = tensors_as_arrays(value)
                 self.set(name, value)  # type: ignore[attr-defined]
         return self
 
@@ -250,29 +255,34 @@ class _TensorClassMixin:
 class TomogramData(_TensorClassMixin):
     """One tomogram and its segmentation labels, as a tensorclass (usually of ``batch_size=[]``).
 
-    ``data`` is channel-first, ``[C, D, H, W]`` (or ``[D, H, W]``), and ``label`` is ``[D, H, W]`` of
-    the same depth; its height and width may differ from the data's, as for features computed on
-    patches of the tomogram (``[1536, D, H/16, W/16]`` against a label at full resolution). numpy
-    arrays are cast to tensors (without a copy). A label holds 1 (in), 0 (out) and -1 (not annotated,
-    left out of a loss): the spec's type says ``BoolTensor``, which cannot hold -1, so any dtype is
-    taken (``TomogramDataset`` gives float32).
+    ``data`` is laid out either way the CryoViT pipeline makes it: channel-first, ``[C, D, H, W]`` (or
+    ``[D, H, W]``), as its datasets give it, or depth-first, ``[D, C, H, W]``, as its DINO feature
+    extraction does (the tomogram resized for the model, ``[D, 1, H', W']``; precomputed features,
+    ``[D, 1536, h, w]``). ``label`` is ``[D, H, W]`` or ``[1, D, H, W]``; its height and width may
+    differ from the data's (features of patches, a resized tomogram). The layout is read from the
+    depths: data is channel-first if its axis -3 has the label's depth, else depth-first if its first
+    axis has (``depth_first``); data and label are kept as given. numpy arrays are cast to tensors
+    (without a copy). A label holds 1 (in), 0 (out) and -1 (not annotated, left out of a loss): the
+    spec's type says ``BoolTensor``, which cannot hold -1, so any dtype is taken (``TomogramDataset``
+    gives float32).
 
     Attributes:
         sample: The sample the tomogram comes from.
         tomo_name: The file name of the tomogram.
         split_id: The split (e.g. cross-validation fold) the tomogram is in, or None.
-        data: The tomogram, a float ``[C, D, H, W]`` or ``[D, H, W]`` tensor or numpy array (after the
-            batch dimensions, if any).
-        label: The segmentation labels, a ``[D, H', W']`` tensor or numpy array.
-        aux_data: Optional auxiliary data, kept as it is given.
+        data: The tomogram, a float ``[C, D, H, W]``, ``[D, C, H, W]`` or ``[D, H, W]`` tensor or numpy
+            array (after the batch dimensions, if any).
+        label: The segmentation labels, a ``[D, H', W']`` or ``[1, D, H', W']`` tensor or numpy array.
+        aux_data: Optional auxiliary data, kept as it is given (numpy arrays stay numpy arrays).
         batch_size: The batch size of the tensorclass (keyword only).
         device: The device of the tensors, or None (keyword only).
         names: The names of the batch dimensions, or None (keyword only).
 
     Raises:
         TypeError: If ``data`` or ``label`` is neither a tensor nor a numpy array.
-        ValueError: If ``data`` is not a 3-D or 4-D float tensor, or ``label`` not a 3-D tensor of the
-            depth of ``data``.
+        ValueError: If ``data`` is not a 3-D or 4-D float tensor, ``label`` not ``[D, H, W]`` or
+            ``[1, D, H, W]``, or no reading of ``data`` has the label's depth; the message gives both
+            shapes.
     """
 
     sample: str
@@ -297,14 +307,38 @@ class TomogramData(_TensorClassMixin):
             )
         if data.ndim - nb not in (3, 4) or not data.is_floating_point():
             raise ValueError(
-                f"tomogram {name}: data must be a float [C, D, H, W] or [D, H, W] tensor, "
+                f"tomogram {name}: data must be a float [C, D, H, W], [D, C, H, W] or [D, H, W] tensor, "
                 f"got {data.dtype} of shape {tuple(data.shape[nb:])}"
             )
-        if label.ndim - nb != 3 or label.shape[-3] != data.shape[-3]:
+        if _depth_first(data.shape[nb:], label.shape[nb:]) is None:
             raise ValueError(
-                f"tomogram {name}: label must be a [D, H, W] tensor with D = {data.shape[-3]} as data "
-                f"(shape {tuple(data.shape[nb:])}), got shape {tuple(label.shape[nb:])}"
+                f"tomogram {name}: data of shape {tuple(data.shape[nb:])} and label of shape "
+                f"{tuple(label.shape[nb:])} do not agree in depth: data is [C, D, H, W], [D, C, H, W] or "
+                "[D, H, W] and label [D, H, W] or [1, D, H, W], of the same D"
             )
+
+    @property
+    def depth_first(self) -> bool:
+        """Whether ``data`` is laid out ``[D, C, H, W]``, not ``[C, D, H, W]`` or ``[D, H, W]``.
+
+        Read from the depths, as ``__post_init__`` checks them: channel-first where both fit.
+        """
+        nb = self.batch_dims
+        return bool(_depth_first(self.data.shape[nb:], self.label.shape[nb:]))
+
+
+def _depth_first(data: torch.Size, label: torch.Size) -> bool | None:
+    """Whether data of shape ``data`` is depth-first for a label of shape ``label``: False for
+    channel-first (or 3-D) data of the label's depth, True for ``[D, C, H, W]`` data of it, None if
+    neither has it or the label is not ``[D, H, W]`` or ``[1, D, H, W]``."""
+    if not (len(label) == 3 or (len(label) == 4 and label[0] == 1)):
+        return None
+    depth = label[-3]
+    if data[-3] == depth:
+        return False
+    if len(data) == 4 and data[0] == depth:
+        return True
+    return None
 
 
 @tensorclass(nocast=True, skip_post_init_on_rebuild=True)
@@ -524,220 +558,12 @@ for _cls in (TomogramData, BatchedTomogramMetadata, BatchedTomogramData):
     _cls.fields = classmethod(dataclasses.fields)  # type: ignore[assignment]
 
 
-def _check_json(value: Any, where: str) -> None:
-    """Raises TypeError unless the non-tensor fields of ``value`` (a tensorclass) are JSON values.
-
-    tensordict saves such a field in its ``meta.json``, and pickles anything else.
-    """
-    for field in dataclasses.fields(value):
-        item = getattr(value, field.name)
-        if isinstance(item, torch.Tensor):
-            continue
-        if is_tensor_collection(item):
-            if dataclasses.is_dataclass(item):
-                _check_json(item, f"{where}.{field.name}")
-            continue
-        try:
-            json.dumps(item, allow_nan=False)
-        except (TypeError, ValueError) as error:
-            raise TypeError(
-                f"{where}.{field.name}: a {type(item).__name__} is not saved: a non-tensor field holds "
-                "JSON values only (str, int, float, bool, None, lists and dicts of them), so that "
-                f"loading it needs no pickle ({error})"
-            ) from error
-
-
-def _refuse_pickles(prefix: str | Path) -> None:
-    """Raises ValueError if the saved folder ``prefix`` holds a pickle anywhere."""
-    for folder, _, names in os.walk(prefix):
-        for name in names:
-            if name.endswith((".pickle", ".pkl")):
-                raise ValueError(
-                    f"{os.path.join(folder, name)}: a pickle, which is never loaded (it could run any "
-                    "code); the fields of cryovit's types are saved as JSON"
-                )
-
-
-AUX_TENSORS = "aux_data_tensors.safetensors"
-"""The file of a saved folder holding the tensors of ``aux_data``, in the safetensors layout: an
-8-byte little-endian header length, a JSON header naming each tensor's type, shape and byte range,
-then the raw bytes. Nothing in it can run code."""
-
-_SAFE_TYPES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
-_TORCH_TYPES = {code: dtype for dtype, code in _SAFE_TYPES.items()}
-
-
-def _tensor_bytes(tensors: Sequence[torch.Tensor]) -> bytes:
-    """``tensors`` in the safetensors layout, named "0", "1", ..."""
-    header: dict[str, Any] = {}
-    blobs: list[bytes] = []
-    offset = 0
-    for i, tensor in enumerate(tensors):
-        if tensor.dtype not in _SAFE_TYPES:
-            raise ValueError(f"aux_data holds a tensor of {tensor.dtype}, which cannot be saved")
-        blob = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        header[str(i)] = {
-            "dtype": _SAFE_TYPES[tensor.dtype],
-            "shape": list(tensor.shape),
-            "data_offsets": [offset, offset + len(blob)],
-        }
-        blobs.append(blob)
-        offset += len(blob)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    return len(text).to_bytes(8, "little") + text + b"".join(blobs)
-
-
-def _read_tensors(path: Path) -> list[torch.Tensor]:
-    """The tensors a file of ``_tensor_bytes`` holds.
-
-    Raises:
-        ValueError: If the file is not of that layout, naming it.
-    """
-    content = path.read_bytes()
-    try:
-        length = int.from_bytes(content[:8], "little")
-        if len(content) < 8 or length > len(content) - 8:
-            raise ValueError("its header is longer than the file")
-        header = json.loads(content[8 : 8 + length])
-        data = memoryview(content)[8 + length :]
-        tensors = []
-        for i in range(len(header)):
-            entry = header[str(i)]
-            dtype = _TORCH_TYPES[entry["dtype"]]
-            shape = [int(n) for n in entry["shape"]]
-            begin, end = (int(n) for n in entry["data_offsets"])
-            count = int(np.prod(shape, dtype=np.int64))
-            if min(shape, default=0) < 0 or not 0 <= begin <= end <= len(data):
-                raise ValueError(f"tensor {i} lies outside the file")
-            if end - begin != count * torch.empty((), dtype=dtype).element_size():
-                raise ValueError(f"tensor {i} does not fill its bytes")
-            raw = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.uint8) if end > begin else None
-            tensors.append(torch.empty(shape, dtype=dtype) if raw is None else raw.view(dtype).reshape(shape))
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: the tensors of aux_data cannot be loaded: {error}") from error
-    return tensors
-
-
-_MARK = "__cryovit_aux_tensor__"
-
-
-def _split_aux(aux: Any) -> tuple[Any, list[torch.Tensor]]:
-    """``aux`` with each tensor (a value, or an item of a list value) replaced by ``{_MARK: n}``, and
-    the tensors; ``aux`` itself when it holds none."""
-    if not isinstance(aux, dict):
-        return aux, []
-    tensors: list[torch.Tensor] = []
-
-    def mark(value: Any) -> Any:
-        if not isinstance(value, torch.Tensor):
-            return value
-        tensors.append(value.detach().cpu().clone())
-        return {_MARK: len(tensors) - 1}
-
-    marked = {
-        key: [mark(v) for v in value] if isinstance(value, list) else mark(value)
-        for key, value in aux.items()
-    }
-    return (marked, tensors) if tensors else (aux, [])
-
-
-def _join_aux(aux: Any, tensors: Sequence[torch.Tensor]) -> Any:
-    """The inverse of ``_split_aux``."""
-
-    def unmark(value: Any) -> Any:
-        if isinstance(value, dict) and set(value) == {_MARK}:
-            return tensors[value[_MARK]]
-        return value
-
-    return {
-        key: [unmark(v) for v in value] if isinstance(value, list) else unmark(value)
-        for key, value in aux.items()
-    }
-
-
-def _holds_marks(aux: Any) -> bool:
-    if not isinstance(aux, dict):
-        return False
-    values = [v for value in aux.values() for v in (value if isinstance(value, list) else [value])]
-    return any(isinstance(v, dict) and set(v) == {_MARK} for v in values)
-
-
-def _set_aux(obj: Any, aux: Any) -> None:
-    """Sets ``aux_data`` of ``obj``, which saving may have locked."""
-    locked = obj.is_locked
-    if locked:
-        obj.unlock_()
-    obj.set("aux_data", aux)
-    if locked:
-        obj.lock_()
-
-
-def _saving(method: Any) -> Any:
-    @functools.wraps(method)
-    def save(self: Any, prefix: str | Path | None = None, *args: Any, **kwargs: Any) -> Any:
-        aux = getattr(self, "aux_data", None)
-        marked, tensors = _split_aux(aux)
-        if tensors and prefix is None:
-            marked = aux  # nothing is written to disk
-        if marked is not aux:
-            _set_aux(self, marked)
-        try:
-            _check_json(self, type(self).__name__)
-            result = method(self, prefix, *args, **kwargs)
-        finally:
-            if marked is not aux:
-                _set_aux(self, aux)
-        if marked is not aux:
-            with new_file(Path(prefix) / AUX_TENSORS) as partial, partial.file() as stream:
-                stream.write(_tensor_bytes(tensors))
-            if result is not self and dataclasses.is_dataclass(result):
-                _set_aux(result, aux)
-        return result
-
-    return save
-
-
-def _restore_aux(obj: Any, prefix: str | Path) -> Any:
-    """Puts the tensors of ``prefix``'s ``AUX_TENSORS`` back into the ``aux_data`` of loaded ``obj``."""
-    aux = getattr(obj, "aux_data", None)
-    if _holds_marks(aux):
-        path = Path(prefix) / AUX_TENSORS
-        tensors = _read_tensors(path)
-        try:
-            _set_aux(obj, _join_aux(aux, tensors))
-        except IndexError as error:
-            raise ValueError(f"{path}: fewer tensors than aux_data names") from error
-    return obj
-
-
-def _loading(method: Any) -> Any:
-    @functools.wraps(method)
-    def load(cls: Any, prefix: str | Path, *args: Any, **kwargs: Any) -> Any:
-        _refuse_pickles(prefix)
-        kwargs["allow_pickle"] = False
-        return _restore_aux(method(cls, prefix, *args, **kwargs), prefix)
-
-    return classmethod(load)
-
-
 # Saving checks that every non-tensor field is JSON, which tensordict writes in meta.json, the tensors
 # of aux_data going to AUX_TENSORS; loading never unpickles: a saved folder may come from someone
 # else, and a pickle runs their code.
 for _cls in (TomogramData, BatchedTomogramMetadata, BatchedTomogramData):
     for _name in ("memmap", "memmap_", "memmap_like", "save", "dumps"):
-        setattr(_cls, _name, _saving(_cls.__dict__[_name]))
+        setattr(_cls, _name, saving(_cls.__dict__[_name]))
     for _name in ("load", "load_memmap"):
-        setattr(_cls, _name, _loading(_cls.__dict__[_name].__func__))
+        setattr(_cls, _name, loading(_cls.__dict__[_name].__func__))
 del _cls, _name

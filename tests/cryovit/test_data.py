@@ -85,8 +85,12 @@ def test_tomogram_reads_as_written(tmp_path: Path, rng: np.random.Generator, kin
     np.testing.assert_array_equal(item.data[0].numpy(), written(values, kind))
     assert item.label.dtype == torch.float32 and item.label.shape == SHAPE and not item.label.any()
     assert (item.sample, item.tomo_name, item.split_id) == ("sampleA", path.name, None)
-    assert list(item.aux_data) == ["data"] and item.aux_data["data"].data_ptr() == item.data.data_ptr()
-    assert item.aux_data["data"].shape == SHAPE
+    # the input, a numpy array as the pipeline's datasets give it, of the memory of data
+    source = item.aux_data["data"]
+    assert list(item.aux_data) == ["data"] and isinstance(source, np.ndarray)
+    assert source.shape == SHAPE and source.dtype == np.float32
+    assert np.shares_memory(source, item.data.numpy())
+    np.testing.assert_array_equal(source, written(values, kind))
 
 
 def test_sample_and_split_ids_come_from_the_files_and_the_dataset(
@@ -252,9 +256,10 @@ def test_collate_pads_and_fills_the_batch() -> None:
         assert torch.equal(batch.tomo_batch[i, :n], tomogram.data.transpose(0, 1))
         assert torch.equal(batch.labels[i, :n], tomogram.label.float())
         assert (batch.tomo_batch[i, n:] == 0).all() and (batch.labels[i, n:] == LABEL_PADDING).all()
-        # the input of each tomogram, unpadded, a view of the tomogram's data
-        assert batch.aux_data["data"][i].data_ptr() == tomogram.data.data_ptr()
-        assert torch.equal(batch.aux_data["data"][i], tomogram.data[0])
+        # the input of each tomogram, unpadded, a numpy array of the memory of the tomogram's data
+        source = batch.aux_data["data"][i]
+        assert isinstance(source, np.ndarray) and np.shares_memory(source, tomogram.data.numpy())
+        np.testing.assert_array_equal(source, tomogram.data[0].numpy())
     metadata = batch.metadata
     assert metadata.identifiers == (["WT", "Q18", "WT", "WT"], ["a.mrc", "b.mrc", "a.mrc", "c.mrc"])
     assert metadata.samples == ["WT", "Q18"] and metadata.tomo_names == ["a.mrc", "b.mrc", "c.mrc"]
@@ -270,6 +275,79 @@ def test_collate_without_split_ids_or_aux_data() -> None:
     batch = collate_tomograms([make_tomogram(split_id=1), make_tomogram(name="u.mrc", split_id=None)])
     assert batch.metadata.split_id is None and list(batch.aux_data) == ["data"]
     assert batch.min_slices == 3 and batch.num_slices == 3
+
+
+def test_collate_batches_depth_first_tomograms_as_channel_first_ones() -> None:
+    """The DINO feature path's ``[D, C, H, W]`` data and ``[1, D, H, W]`` labels, beside channel-first
+    items, of different depths: the same ``[B, D, C, H, W]`` batch."""
+    channel_first = [make_tomogram("WT", f"{d}.mrc", d, hw=(32, 48)) for d in (4, 2, 3)]
+    for tomogram in channel_first:
+        tomogram.data = torch.randn(5, *tomogram.label.shape)  # 5 channels: no depth is 5
+    depth_first = [
+        TomogramData(
+            sample=t.sample,
+            tomo_name=t.tomo_name,
+            split_id=None,
+            data=t.data.transpose(0, 1).contiguous(),
+            label=t.label[None],
+            batch_size=[],
+        )
+        for t in channel_first
+    ]
+    assert all(t.depth_first for t in depth_first) and not any(t.depth_first for t in channel_first)
+    expected = collate_tomograms(channel_first)
+    assert expected.tomo_batch.shape == (3, 4, 5, 32, 48)
+    for tomograms in (depth_first, [depth_first[0], channel_first[1], depth_first[2]]):
+        batch = collate_tomograms(tomograms)
+        assert torch.equal(batch.tomo_batch, expected.tomo_batch)
+        assert torch.equal(batch.labels, expected.labels) and batch.labels.dtype == torch.float32
+        assert batch.tomo_sizes.tolist() == [4, 2, 3] and batch.min_slices == 2
+        for source, tomogram in zip(batch.aux_data["data"], channel_first):
+            assert isinstance(source, np.ndarray) and source.shape == (5, *tomogram.label.shape)
+            np.testing.assert_array_equal(source, tomogram.data.numpy())  # [C, D, H, W] either way
+
+
+def test_collate_of_features_and_their_full_resolution_labels() -> None:
+    """Precomputed features ``[D, 1536, h, w]`` with labels ``[D, H, W]``, the inputs given as numpy."""
+    rng = np.random.default_rng(3)
+    tomograms = [
+        TomogramData(
+            sample="Q18",
+            tomo_name=f"t{d}.hdf",
+            split_id=None,
+            data=rng.standard_normal((d, 1536, 2, 3)).astype(np.float16),
+            label=(rng.random((d, 32, 48)) > 0.5).astype(np.float32),
+            aux_data={"data": rng.random((d, 32, 48), np.float32)},
+            batch_size=[],
+        )
+        for d in (3, 5)
+    ]
+    batch = collate_tomograms(tomograms)
+    assert batch.tomo_batch.shape == (2, 5, 1536, 2, 3) and batch.tomo_batch.dtype == torch.float16
+    assert batch.labels.shape == (2, 5, 32, 48)
+    assert batch.flat_tomo_batch.shape == (10, 1536, 2, 3)
+    for i, tomogram in enumerate(tomograms):
+        n = tomogram.label.shape[0]
+        assert torch.equal(batch.tomo_batch[i, :n], tomogram.data) and (batch.tomo_batch[i, n:] == 0).all()
+        assert torch.equal(batch.labels[i, :n], tomogram.label)
+        assert (batch.labels[i, n:] == LABEL_PADDING).all()
+        assert batch.aux_data["data"][i] is tomogram.aux_data["data"]  # the array given, as given
+
+
+def test_collate_rejects_tomograms_whose_channels_differ_across_layouts() -> None:
+    first = make_tomogram("WT", "a.mrc", 3)
+    other = TomogramData(
+        sample="Q18",
+        tomo_name="b.mrc",
+        split_id=None,
+        data=torch.randn(3, 2, 4, 5),
+        label=torch.zeros(1, 3, 4, 5),
+        batch_size=[],
+    )
+    with pytest.raises(
+        ValueError, match=r"WT/a\.mrc has data of shape \(1, 3, 4, 5\).*Q18/b\.mrc has \(3, 2,"
+    ):
+        collate_tomograms([first, other])
 
 
 def test_collate_rejects_an_empty_list() -> None:
@@ -537,3 +615,4 @@ def test_an_input_or_label_volume_that_does_not_cover_the_tomogram(tmp_path: Pat
         TomogramDataset([FileData(path)], input_key="features")[0]
     item = TomogramDataset([FileData(path)], data_key="features", input_key="data")[0]
     assert item.data.shape == (8, 4, 2, 2) and item.aux_data["data"].shape == (4, 32, 32)
+    assert isinstance(item.aux_data["data"], np.ndarray)

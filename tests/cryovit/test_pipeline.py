@@ -7,11 +7,15 @@ predictions in ``<out>/<sample>/<tomo_name>``, and the pipeline's own ``collate_
 tomograms in the pipeline's HDF5 layout (``data`` uint8, ``labels/mito`` int8 with -1 where not
 annotated, ``dino_features`` float16) and on MRC files, in batches of 1, 2 and 3 tomograms of
 different depths; every value that reaches the model, the masks of the losses and the files written
-are checked against what the files hold.
+are checked against what the files hold. Lightning's ``Trainer`` runs them with the pipeline's writer
+callbacks (HDF5 files per tomogram, a CSV of metrics, numpy on ``aux_data["data"]``) and its DINO
+feature extraction (depth-first tomograms ``[D, 1, H', W']`` into a model of ``[B*D, C, H, W]``, the
+features written, read back and batched again as ``[D, 1536, h, w]``).
 """
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from cryovit.data import TomogramDataset, collate_tomograms
-from cryovit.types import BatchedTomogramData, BatchedTomogramMetadata, FileData, TomogramData
+from cryovit.data import TomogramDataset, collate_tomograms, model_result
+from cryovit.types import (
+    BatchedModelResult,
+    BatchedTomogramData,
+    BatchedTomogramMetadata,
+    FileData,
+    TomogramData,
+)
 
 SIDE = 32
 PATCH = 16
@@ -446,3 +456,265 @@ def test_lightning_fit_test_and_predict(tomograms: list[Tomogram], tmp_path: Pat
     predictions = trainer.predict(module, loader(None))
     flat = [preds for batch in predictions for preds in batch]
     assert [p.shape for p in flat] == [t.label.shape for t in tomograms]
+
+
+# the pipeline's writer callbacks, and its DINO feature extraction, through Lightning
+
+
+def lightning_module(net: torch.nn.Module, step: object) -> object:
+    """A LightningModule whose test and predict steps are ``step(module, batch)``."""
+    import lightning
+
+    class Module(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def test_step(self, batch: BatchedTomogramData, batch_idx: int) -> object:
+            return step(self, batch)
+
+        def predict_step(self, batch: BatchedTomogramData, batch_idx: int) -> object:
+            return step(self, batch)
+
+    return Module()
+
+
+def trainer(tmp_path: Path, callbacks: list) -> object:
+    import lightning
+
+    return lightning.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=callbacks,
+    )
+
+
+def writer_callbacks(out: Path) -> tuple[object, object, object]:
+    """The pipeline's ``TestPredictionWriter``, ``CsvWriter`` and ``PredictionWriter``, as it writes them:
+    numpy on ``aux_data["data"]`` (``.astype``, HDF5 datasets of the array's dtype), one file per tomogram."""
+    import lightning
+    from lightning.pytorch.callbacks import BasePredictionWriter
+
+    def write_hdf5(path: Path, data: np.ndarray, **arrays: np.ndarray) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with h5py.File(path, "w") as file:
+            file.create_dataset("data", shape=data.shape, dtype=data.dtype, data=data, compression="gzip")
+            for key, value in arrays.items():
+                file.create_dataset(key, data=value, dtype=value.dtype)
+
+    class TestPredictionWriter(lightning.Callback):
+        def on_test_batch_end(self, trainer, module, result, batch, batch_idx, dataloader_idx=0) -> None:
+            for i, (sample, name) in enumerate(zip(result.samples, result.tomo_names)):
+                write_hdf5(
+                    out / "test" / sample / f"{Path(name).stem}.hdf",
+                    result.aux_data["data"][i],
+                    preds=result.preds[i].astype(np.float16),
+                    label=result.label[i].astype(np.int8),
+                )
+
+    class CsvWriter(lightning.Callback):
+        def __init__(self) -> None:
+            self.rows: list[dict[str, object]] = []
+
+        def on_test_batch_end(self, trainer, module, result, batch, batch_idx, dataloader_idx=0) -> None:
+            for i, (sample, name) in enumerate(zip(result.samples, result.tomo_names)):
+                label, preds = result.label[i], result.preds[i].astype(np.float16)
+                annotated = label > -1
+                p, t = preds[annotated] > 0.5, label[annotated] == 1
+                dice = (2 * (p & t).sum() + 1) / (p.sum() + t.sum() + 1)
+                data = result.aux_data["data"][i].astype(np.float64)
+                row = {"sample": sample, "tomo_name": name, "slices": len(label), "dice": float(dice)}
+                self.rows.append({**row, "data_mean": float(data.mean()), **result.losses})
+
+        def on_test_end(self, trainer, module) -> None:
+            with open(out / "metrics.csv", "w", newline="") as stream:
+                writer = csv.DictWriter(stream, fieldnames=list(self.rows[0]))
+                writer.writeheader()
+                writer.writerows(self.rows)
+
+    class PredictionWriter(BasePredictionWriter):
+        def __init__(self) -> None:
+            super().__init__(write_interval="batch")
+
+        def write_on_batch_end(
+            self, trainer, module, result, indices, batch, batch_idx, dataloader_idx
+        ) -> None:
+            for i, (sample, name) in enumerate(zip(result.samples, result.tomo_names)):
+                path = out / "predict" / sample / f"{Path(name).stem}.hdf"
+                write_hdf5(path, result.aux_data["data"][i], preds=result.preds[i].astype(np.float16))
+
+    return TestPredictionWriter(), CsvWriter(), PredictionWriter()
+
+
+def segment(module: object, batch: BatchedTomogramData) -> BatchedModelResult:
+    """The pipeline's evaluation step: predictions and losses of a batch as a ``BatchedModelResult``."""
+    y_pred = module.net(batch.tomo_batch.permute(0, 2, 1, 3, 4))
+    losses = {
+        "dice_loss": float(dice_loss(y_pred, batch.labels, [])),
+        "focal_loss": float(focal_loss(y_pred, batch.labels, [])),
+    }
+    return model_result(batch, torch.sigmoid(y_pred), losses=losses)
+
+
+def test_lightning_test_and_predict_with_the_pipelines_writers(
+    tomograms: list[Tomogram], tmp_path: Path
+) -> None:
+    """``Trainer.test`` and ``Trainer.predict`` with the writer callbacks, on HDF5 and MRC tomograms of
+    different depths, two a batch: one HDF5 file per tomogram and a row of metrics each, as computed."""
+    torch.manual_seed(0)
+    module = lightning_module(UNet3D(), segment)
+    out = tmp_path / "out"
+    test_writer, csv_writer, prediction_writer = writer_callbacks(out)
+    loader = DataLoader(
+        TomogramDataset([t.file for t in tomograms], label="mito"), batch_size=2, collate_fn=collate_tomograms
+    )
+    for batch in loader:  # the inputs reach the writers as the pipeline's datasets give them
+        assert all(type(data) is np.ndarray and data.dtype == np.float32 for data in batch.aux_data["data"])
+    trainer(tmp_path, [test_writer, csv_writer]).test(module, loader, verbose=False)
+    results = trainer(tmp_path, [prediction_writer]).predict(module, loader)
+    predictions = [preds for result in results for preds in result.preds]
+    assert [p.shape for p in predictions] == [t.label.shape for t in tomograms]
+
+    for kind in ("test", "predict"):
+        written = sorted(str(p.relative_to(out / kind)) for p in (out / kind).rglob("*") if p.is_file())
+        assert written == sorted(f"{t.sample}/{Path(t.name).stem}.hdf" for t in tomograms)
+    with open(out / "metrics.csv", newline="") as stream:
+        rows = {(row["sample"], row["tomo_name"]): row for row in csv.DictReader(stream)}
+    assert len(rows) == len(tomograms)
+    for tomogram, expected_preds in zip(tomograms, predictions):
+        stem = f"{tomogram.sample}/{Path(tomogram.name).stem}.hdf"
+        with h5py.File(out / "test" / stem, "r") as file:
+            data, preds, label = file["data"][()], file["preds"][()], file["label"][()]
+        assert (data.dtype, preds.dtype, label.dtype) == (np.float32, np.float16, np.int8)
+        np.testing.assert_array_equal(data, tomogram.data)
+        np.testing.assert_array_equal(label, tomogram.label)
+        assert preds.shape == tomogram.label.shape and preds.min() >= 0 and preds.max() <= 1
+        with h5py.File(out / "predict" / stem, "r") as file:
+            assert file["data"].dtype == np.float32 and file["preds"].dtype == np.float16
+            np.testing.assert_array_equal(file["data"][()], tomogram.data)
+            np.testing.assert_array_equal(file["preds"][()], expected_preds.astype(np.float16))
+            np.testing.assert_array_equal(file["preds"][()], preds)  # the same network, the same batches
+        row = rows[(tomogram.sample, tomogram.name)]
+        annotated = tomogram.label > -1
+        p, t = preds[annotated] > 0.5, tomogram.label[annotated] == 1
+        assert float(row["dice"]) == float((2 * (p & t).sum() + 1) / (p.sum() + t.sum() + 1))
+        assert int(row["slices"]) == len(tomogram.label)
+        assert float(row["data_mean"]) == pytest.approx(tomogram.data.astype(np.float64).mean(), rel=1e-12)
+        assert set(row) == {"sample", "tomo_name", "slices", "dice", "data_mean", "dice_loss", "focal_loss"}
+
+
+RESIZED = 48
+"""The side the DINO path resizes a tomogram's slices to: a multiple of 16, other than the tomogram's."""
+
+
+class DinoInputs(torch.utils.data.Dataset):
+    """The pipeline's dataset for DINO feature extraction: each tomogram (read here by TomogramDataset)
+    resized to ``[D, 1, 48, 48]``, depth-first, with a dummy bool label of its channel-first shape
+    ``[1, D, H, W]`` and its input as a numpy array."""
+
+    def __init__(self, files: list[FileData]):
+        self.tomograms = TomogramDataset(files)
+
+    def __len__(self) -> int:
+        return len(self.tomograms)
+
+    def __getitem__(self, index: int) -> TomogramData:
+        item = self.tomograms[index]
+        resized = F.interpolate(item.data.transpose(0, 1), size=(RESIZED, RESIZED), mode="bilinear")
+        return TomogramData(
+            sample=item.sample,
+            tomo_name=item.tomo_name,
+            split_id=None,
+            data=resized,
+            label=np.zeros(item.data.shape, bool),
+            aux_data={"data": item.aux_data["data"]},
+            batch_size=[],
+        )
+
+
+def test_dino_feature_extraction_and_its_features_through_collate_tomograms(
+    tomograms: list[Tomogram], tmp_path: Path
+) -> None:
+    """The DINO path, as the pipeline runs it: depth-first resized tomograms through collate_tomograms
+    into a model of ``[B*D, 1, H', W']`` (``Trainer.predict``), the features written per tomogram; then
+    the features read back, handed in as ``[D, 1536, h, w]`` with their labels, batched again, into a
+    head of ``[B*D, 1536, h, w]``."""
+    torch.manual_seed(1)
+    dino = torch.nn.Conv2d(1, FEATURES, PATCH, stride=PATCH)  # one feature vector per 16 x 16 patch
+    out = tmp_path / "features"
+    side = RESIZED // PATCH
+
+    def extract(module: object, batch: BatchedTomogramData) -> list[np.ndarray]:
+        assert batch.tomo_batch.shape[2:] == (1, RESIZED, RESIZED)
+        features = module.net(batch.flat_tomo_batch)  # [B*D, 1536, 3, 3]
+        features = features.view(*batch.tomo_batch.shape[:2], *features.shape[1:])
+        return [features[i, :n].detach().numpy() for i, n in enumerate(batch.tomo_sizes.tolist())]
+
+    from lightning.pytorch.callbacks import BasePredictionWriter
+
+    class FeatureWriter(BasePredictionWriter):
+        """The pipeline's writer of features: the input and ``dino_features`` ``[1536, D, h, w]`` float16."""
+
+        def __init__(self) -> None:
+            super().__init__(write_interval="batch")
+
+        def write_on_batch_end(
+            self, trainer, module, features, indices, batch, batch_idx, dataloader_idx
+        ) -> None:
+            samples, names = batch.metadata.identifiers
+            for sample, name, data, values in zip(samples, names, batch.aux_data["data"], features):
+                (out / sample).mkdir(parents=True, exist_ok=True)
+                with h5py.File(out / sample / f"{Path(name).stem}.hdf", "w") as file:
+                    file.create_dataset("data", data=data, dtype=data.dtype)
+                    file.create_dataset("dino_features", data=values.transpose(1, 0, 2, 3).astype(np.float16))
+
+    loader = DataLoader(DinoInputs([t.file for t in tomograms]), batch_size=2, collate_fn=collate_tomograms)
+    results = trainer(tmp_path, [FeatureWriter()]).predict(lightning_module(dino, extract), loader)
+    assert [f.shape for batch in results for f in batch] == [
+        (len(t.label), FEATURES, side, side) for t in tomograms
+    ]
+    files = [FileData(out / t.sample / f"{Path(t.name).stem}.hdf") for t in tomograms]
+    assert sorted(out.rglob("*.hdf")) == sorted(f.tomo_path for f in files)
+    items = []
+    for tomogram, file in zip(tomograms, files):
+        resized = F.interpolate(
+            torch.from_numpy(tomogram.data)[:, None], size=(RESIZED, RESIZED), mode="bilinear"
+        )
+        expected = dino(resized).detach().numpy().transpose(1, 0, 2, 3)  # each tomogram alone
+        with h5py.File(file.tomo_path, "r") as written:
+            assert written["data"].dtype == np.float32 and written["dino_features"].dtype == np.float16
+            np.testing.assert_array_equal(written["data"][()], tomogram.data)
+            np.testing.assert_allclose(written["dino_features"][()], expected, rtol=2e-3, atol=2e-3)
+        # the features as the pipeline's datasets read them, handed in depth-first with their labels
+        item = TomogramDataset([file], data_key="dino_features", input_key="data")[0]
+        assert item.data.shape == (FEATURES, len(tomogram.label), side, side)
+        items.append(
+            TomogramData(
+                sample=item.sample,
+                tomo_name=item.tomo_name,
+                split_id=None,
+                data=item.data.transpose(0, 1).numpy(),
+                label=tomogram.label,
+                aux_data=item.aux_data,
+                batch_size=[],
+            )
+        )
+    head = torch.nn.Conv2d(FEATURES, 1, 1)
+    for group, batch_items in zip(groups_of(tomograms, 3), groups_of(items, 3)):
+        batch = collate_tomograms(batch_items)
+        depth = max(len(t.label) for t in group)
+        assert batch.tomo_batch.shape == (3, depth, FEATURES, side, side)
+        assert batch.tomo_batch.dtype == torch.float16
+        for i, item in enumerate(batch_items):
+            n = len(group[i].label)
+            assert torch.equal(batch.tomo_batch[i, :n], item.data) and (batch.tomo_batch[i, n:] == 0).all()
+            np.testing.assert_array_equal(batch.aux_data["data"][i], group[i].data)
+        assert torch.equal(batch.labels, expected_labels(group, depth))
+        logits = F.interpolate(head(batch.flat_tomo_batch.float()), size=(SIDE, SIDE), mode="nearest")
+        loss = dice_loss(logits.view(batch.labels.shape), batch.labels, [])
+        loss.backward()
+        assert torch.isfinite(loss) and head.weight.grad.abs().sum() > 0

@@ -192,8 +192,9 @@ def test_tomogram_data_keeps_python_values() -> None:
         (torch.zeros(1, 4, 5, 6, dtype=torch.int16), torch.zeros(4, 5, 6, dtype=torch.bool), ValueError),
         (torch.zeros(1, 4, 5, 6), torch.zeros(4, 5, dtype=torch.bool), ValueError),
         (torch.zeros(1, 4, 5, 6), torch.zeros(3, 5, 6, dtype=torch.bool), ValueError),
-        (torch.zeros(1, 4, 5, 6), torch.zeros(1, 4, 5, 6, dtype=torch.bool), ValueError),
-        (torch.zeros(4, 1, 5, 6), torch.zeros(4, 5, 6, dtype=torch.bool), ValueError),
+        (torch.zeros(1, 4, 5, 6), torch.zeros(2, 4, 5, 6, dtype=torch.bool), ValueError),
+        (torch.zeros(3, 1, 5, 6), torch.zeros(4, 5, 6, dtype=torch.bool), ValueError),
+        (torch.zeros(4, 5, 6), torch.zeros(1, 3, 5, 6, dtype=torch.bool), ValueError),
         ("not an array", torch.zeros(4, 5, 6, dtype=torch.bool), TypeError),
     ],
 )
@@ -222,6 +223,82 @@ def test_tomogram_data_takes_the_layouts_of_the_pipeline(data: Any, label: Any) 
     if isinstance(data, np.ndarray):
         assert np.shares_memory(tomo.data.numpy(), data) and np.shares_memory(tomo.label.numpy(), label)
     assert torch.equal(tomo.label, torch.as_tensor(label))  # -1 stays -1
+
+
+@pytest.mark.parametrize(
+    ("data", "label", "depth_first"),
+    [
+        ((1, 4, 5, 6), (4, 5, 6), False),  # the pipeline's datasets: channel-first
+        ((4, 5, 6), (4, 5, 6), False),
+        ((1, 4, 5, 6), (1, 4, 5, 6), False),
+        ((4, 1, 32, 48), (1, 4, 20, 30), True),  # the DINO input, resized, and its dummy label
+        ((4, 1536, 2, 3), (4, 32, 48), True),  # precomputed features and a full-resolution label
+        ((4, 4, 5, 6), (4, 5, 6), False),  # both readings fit: channel-first
+        ((1, 1, 5, 6), (1, 5, 6), False),
+    ],
+)
+def test_tomogram_data_takes_either_layout(
+    data: tuple[int, ...], label: tuple[int, ...], depth_first: bool
+) -> None:
+    """Data channel-first or depth-first, told apart by the label's depth, and kept as given."""
+    values, labels = np.random.default_rng(0).random(data, np.float32), np.ones(label, bool)
+    tomo = TomogramData(
+        sample="WT", tomo_name="t.hdf", split_id=None, data=values, label=labels, batch_size=[]
+    )
+    assert tomo.depth_first is depth_first
+    assert tuple(tomo.data.shape) == data and tuple(tomo.label.shape) == label
+    assert np.shares_memory(tomo.data.numpy(), values) and np.shares_memory(tomo.label.numpy(), labels)
+    stacked = torch.stack([tomo, tomo.clone()])
+    assert stacked.depth_first is depth_first and stacked[1].depth_first is depth_first
+
+
+def test_a_tomogram_of_no_agreeing_depth_names_both_shapes() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"tomogram WT/t\.hdf: data of shape \(3, 1536, 2, 3\) and label of shape \(4, 32, 48\) "
+        r"do not agree in depth",
+    ):
+        TomogramData(
+            sample="WT",
+            tomo_name="t.hdf",
+            split_id=None,
+            data=torch.zeros(3, 1536, 2, 3),
+            label=torch.zeros(4, 32, 48),
+            batch_size=[],
+        )
+
+
+def test_numpy_arrays_of_aux_data_stay_numpy_arrays(tmp_path: Path) -> None:
+    """Through construction, stacking, saving, loading and a state dict, as the pipeline's writers need."""
+    volume = np.arange(60, dtype=np.float16).reshape(3, 4, 5)
+    tomo = TomogramData(
+        sample="WT",
+        tomo_name="t.hdf",
+        split_id=None,
+        data=torch.zeros(1, 3, 4, 5),
+        label=torch.zeros(3, 4, 5),
+        aux_data={"data": volume, "labels": [volume > 30, volume > 40], "scale": 2.0},
+        batch_size=[],
+    )
+    assert tomo.aux_data["data"] is volume
+    tomo.save(tmp_path / "t")
+    loaded = TomogramData.load(tmp_path / "t")
+    assert type(loaded.aux_data["data"]) is np.ndarray and loaded.aux_data["data"].dtype == np.float16
+    np.testing.assert_array_equal(loaded.aux_data["data"], volume)
+    assert [a.dtype for a in loaded.aux_data["labels"]] == [np.bool_, np.bool_]
+    np.testing.assert_array_equal(loaded.aux_data["labels"][1], volume > 40)
+    assert loaded.aux_data["scale"] == 2.0 and tomo.aux_data["data"] is volume
+    state = tmp_path / "state.pt"
+    torch.save(tomo.state_dict(), state)
+    target = tomo.clone()
+    target.aux_data = None
+    target.load_state_dict(torch.load(state, weights_only=True))
+    assert type(target.aux_data["data"]) is np.ndarray and target.aux_data["data"].dtype == np.float16
+    np.testing.assert_array_equal(target.aux_data["data"], volume)
+    # an array torch has no tensor of is refused, as any value that is not JSON
+    tomo.aux_data = {"names": np.array(["a", "b"], dtype=object)}
+    with pytest.raises(TypeError, match="TomogramData.aux_data: a dict is not saved"):
+        tomo.save(tmp_path / "u")
 
 
 def test_stacked_tomograms_unbind_and_reload(tmp_path: Path) -> None:
