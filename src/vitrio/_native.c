@@ -102,8 +102,11 @@
  *     Whether conversions use F16C, AVX2 and non-temporal stores where the processor has them (the
  *     default) or the portable loops, so that tests run both; returns whether they were in use.
  */
+/* The stable ABI of CPython 3.11: one build serves every CPython from 3.11 on (setup.py tags it abi3). */
+#define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -515,7 +518,9 @@ static void filemap_dealloc(PyObject *self) {
         atomic_store(&map->guard->end, 0);
     }
     munmap(map->address, (size_t)map->length);
-    Py_TYPE(self)->tp_free(self);
+    PyTypeObject *type = Py_TYPE(self);
+    ((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
+    Py_DECREF(type);
 }
 
 static PyObject *filemap_faults(PyObject *self, void *closure) {
@@ -533,19 +538,29 @@ static PyGetSetDef filemap_getset[] = {
     {NULL},
 };
 
-static PyBufferProcs filemap_buffer = {filemap_getbuffer, NULL};
-
-static PyTypeObject FileMapType = {
-    PyVarObject_HEAD_INIT(NULL, 0) /* ends with a comma */
-    .tp_name = "vitrio._native.FileMap",
-    .tp_basicsize = sizeof(FileMap),
-    .tp_dealloc = filemap_dealloc,
-    .tp_as_buffer = &filemap_buffer,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A read-only map of the start of a file, whose pages that cannot be read read as zeros.",
-    .tp_getset = filemap_getset,
-    .tp_weaklistoffset = offsetof(FileMap, weakrefs),
+static PyMemberDef filemap_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(FileMap, weakrefs), READONLY, NULL},
+    {NULL},
 };
+
+/* A type made from a spec at import, as the stable ABI has types made (its PyTypeObject is opaque). */
+static PyType_Slot filemap_slots[] = {
+    {Py_tp_dealloc, filemap_dealloc},
+    {Py_bf_getbuffer, filemap_getbuffer},
+    {Py_tp_doc, "A read-only map of the start of a file, whose pages that cannot be read read as zeros."},
+    {Py_tp_getset, filemap_getset},
+    {Py_tp_members, filemap_members},
+    {0, NULL},
+};
+
+static PyType_Spec filemap_spec = {
+    .name = "vitrio._native.FileMap",
+    .basicsize = sizeof(FileMap),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = filemap_slots,
+};
+
+static PyTypeObject *FileMapType;
 
 /* A free slot guarding `length` bytes at `address`, or NULL when every slot is taken. */
 static Guard *guard(void *address, Py_ssize_t length) {
@@ -581,7 +596,7 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
     }
     void *address = mmap(NULL, (size_t)length, PROT_READ, MAP_SHARED, fd, 0);
     if (address == MAP_FAILED) return PyErr_SetFromErrno(PyExc_OSError);
-    FileMap *map = PyObject_New(FileMap, &FileMapType);
+    FileMap *map = PyObject_New(FileMap, FileMapType);
     if (map == NULL) {
         munmap(address, (size_t)length);
         return NULL;
@@ -912,16 +927,17 @@ static int read_fully(int fd, uint8_t *dst, size_t length, int64_t offset) {
 
 /* Checks the paths, the check rows and the runs (rows of 4 int64, files in range, offsets and counts
  * not negative, each run's bytes within the size its file had and, with dst_kind >= 0, its
- * destination within out_len). */
+ * destination within out_len). Sets *names to the paths' texts, for the loops that run without the GIL
+ * (the stable ABI reads a tuple and bytes through calls, which need it); PyMem_Free them. */
 static int check_runs(PyObject *paths, const Py_buffer *checks, const Py_buffer *runs, Py_ssize_t out_len,
-                      long dst_kind, Py_ssize_t *files) {
+                      long dst_kind, Py_ssize_t *files, const char ***names) {
     if (!PyTuple_Check(paths)) {
         PyErr_SetString(PyExc_TypeError, "paths is a tuple of bytes");
         return -1;
     }
-    Py_ssize_t n_files = PyTuple_GET_SIZE(paths);
+    Py_ssize_t n_files = PyTuple_Size(paths);
     for (Py_ssize_t i = 0; i < n_files; i++) {
-        if (!PyBytes_Check(PyTuple_GET_ITEM(paths, i))) {
+        if (!PyBytes_Check(PyTuple_GetItem(paths, i))) {
             PyErr_SetString(PyExc_TypeError, "paths is a tuple of bytes");
             return -1;
         }
@@ -949,6 +965,12 @@ static int check_runs(PyObject *paths, const Py_buffer *checks, const Py_buffer 
             return -1;
         }
     }
+    *names = PyMem_Calloc((size_t)n_files + 1, sizeof(char *));
+    if (*names == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n_files; i++) (*names)[i] = PyBytes_AsString(PyTuple_GetItem(paths, i));
     *files = n_files;
     return 0;
 }
@@ -974,9 +996,9 @@ static int read_run(int fd, int64_t offset, int64_t count, int src_kind, int dst
     return READ_OK;
 }
 
-static int open_file(PyObject *path) {
+static int open_file(const char *path) {
     int fd;
-    do fd = open(PyBytes_AS_STRING(path), O_RDONLY | O_CLOEXEC);
+    do fd = open(path, O_RDONLY | O_CLOEXEC);
     while (fd < 0 && errno == EINTR);
     return fd;
 }
@@ -1000,6 +1022,7 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
     PyObject *paths, *maps = Py_None, *result = NULL;
     Py_buffer checks = {0}, runs = {0}, out = {0};
     Py_buffer *views = NULL;
+    const char **names = NULL;
     long dst_kind;
     Py_ssize_t n_files = 0, mapped = 0;
     if (!PyArg_ParseTuple(args, "O!y*y*w*l|O:read_runs", &PyTuple_Type, &paths, &checks, &runs, &out, &dst_kind,
@@ -1009,8 +1032,8 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "dst_kind is not a kind");
         goto done;
     }
-    if (check_runs(paths, &checks, &runs, out.len, dst_kind, &n_files) < 0) goto done;
-    if (maps != Py_None && (!PyTuple_Check(maps) || PyTuple_GET_SIZE(maps) != n_files)) {
+    if (check_runs(paths, &checks, &runs, out.len, dst_kind, &n_files, &names) < 0) goto done;
+    if (maps != Py_None && (!PyTuple_Check(maps) || PyTuple_Size(maps) != n_files)) {
         PyErr_SetString(PyExc_ValueError, "maps is a tuple of a buffer or None per path");
         goto done;
     }
@@ -1020,7 +1043,7 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
         goto done;
     }
     for (; maps != Py_None && mapped < n_files; mapped++) {
-        PyObject *map = PyTuple_GET_ITEM(maps, mapped);
+        PyObject *map = PyTuple_GetItem(maps, mapped);
         if (map != Py_None && PyObject_GetBuffer(map, &views[mapped], PyBUF_SIMPLE) < 0) goto done;
     }
     const int64_t *run = (const int64_t *)runs.buf, *check = (const int64_t *)checks.buf;
@@ -1036,13 +1059,13 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
             if (fd >= 0) close(fd);
             fd = -1;
             file = r[0];
-            const char *path = PyBytes_AS_STRING(PyTuple_GET_ITEM(paths, file));
+            const char *path = names[file];
             struct stat st;
             int found;
             if (view->buf != NULL) {
                 found = stat(path, &st) == 0;
             } else {
-                fd = open_file(PyTuple_GET_ITEM(paths, file));
+                fd = open_file(path);
                 if (fd < 0) {
                     status = READ_OPEN;
                     break;
@@ -1074,6 +1097,7 @@ done:
     for (Py_ssize_t j = 0; views != NULL && j < mapped; j++)
         if (views[j].obj != NULL) PyBuffer_Release(&views[j]);
     PyMem_Free(views);
+    PyMem_Free(names);
     PyBuffer_Release(&checks);
     PyBuffer_Release(&runs);
     PyBuffer_Release(&out);
@@ -1084,8 +1108,9 @@ static PyObject *advise(PyObject *self, PyObject *args) {
     PyObject *paths;
     Py_buffer checks = {0}, runs = {0};
     Py_ssize_t n_files;
+    const char **names;
     if (!PyArg_ParseTuple(args, "O!y*y*:advise", &PyTuple_Type, &paths, &checks, &runs)) return NULL;
-    if (check_runs(paths, &checks, &runs, 0, -1, &n_files) < 0) {
+    if (check_runs(paths, &checks, &runs, 0, -1, &n_files, &names) < 0) {
         PyBuffer_Release(&checks);
         PyBuffer_Release(&runs);
         return NULL;
@@ -1100,13 +1125,14 @@ static PyObject *advise(PyObject *self, PyObject *args) {
         if (r[0] != file) {
             if (fd >= 0) close(fd);
             file = r[0];
-            fd = open_file(PyTuple_GET_ITEM(paths, file));
+            fd = open_file(names[file]);
         }
         off_t bytes = (off_t)(r[2] * (int64_t)kind_size[check[5 * r[0] + 4] & ~SWAP]);
         if (fd >= 0) posix_fadvise(fd, (off_t)r[1], bytes, POSIX_FADV_WILLNEED);
     }
     if (fd >= 0) close(fd);
     Py_END_ALLOW_THREADS;
+    PyMem_Free(names);
     PyBuffer_Release(&checks);
     PyBuffer_Release(&runs);
     Py_RETURN_NONE;
@@ -1138,15 +1164,15 @@ static PyObject *crop(PyObject *self, PyObject *args) {
     int64_t extents[3] = {1, 1, 1}, patch[3] = {1, 1, 1};
     Py_ssize_t rank = 0;
     if (bad_kinds(src_kind, dst_kind)) goto done;
-    if (!PyTuple_Check(extents_obj) || !PyTuple_Check(patch_obj) || PyTuple_GET_SIZE(extents_obj) < 2 ||
-        PyTuple_GET_SIZE(extents_obj) > 3 || PyTuple_GET_SIZE(patch_obj) != PyTuple_GET_SIZE(extents_obj)) {
+    if (!PyTuple_Check(extents_obj) || !PyTuple_Check(patch_obj) || PyTuple_Size(extents_obj) < 2 ||
+        PyTuple_Size(extents_obj) > 3 || PyTuple_Size(patch_obj) != PyTuple_Size(extents_obj)) {
         PyErr_SetString(PyExc_ValueError, "extents and patch are tuples of 2 or 3 sizes");
         goto done;
     }
-    rank = PyTuple_GET_SIZE(extents_obj);
+    rank = PyTuple_Size(extents_obj);
     for (Py_ssize_t a = 0; a < rank; a++) {
-        long long e = PyLong_AsLongLong(PyTuple_GET_ITEM(extents_obj, a));
-        long long p = PyLong_AsLongLong(PyTuple_GET_ITEM(patch_obj, a));
+        long long e = PyLong_AsLongLong(PyTuple_GetItem(extents_obj, a));
+        long long p = PyLong_AsLongLong(PyTuple_GetItem(patch_obj, a));
         if (PyErr_Occurred()) goto done;
         if (e < 0 || e >= PATCH_LIMIT || p < 0 || p >= PATCH_LIMIT) {
             PyErr_SetString(PyExc_ValueError, "extents and patch sizes are out of range");
@@ -1267,6 +1293,6 @@ PyMODINIT_FUNC PyInit__native(void) {
     has_avx2 = cpu_avx2 = __builtin_cpu_supports("avx2");
 #endif
     if (pthread_key_create(&buffer_key, free)) return PyErr_NoMemory();
-    if (PyType_Ready(&FileMapType) < 0) return NULL;
+    if ((FileMapType = (PyTypeObject *)PyType_FromSpec(&filemap_spec)) == NULL) return NULL;
     return PyModule_Create(&module);
 }

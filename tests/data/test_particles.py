@@ -3,6 +3,8 @@ RELION 3.0, 3.1 and 5, cryoSPARC and cryoDRGN write them, with mrcfile writing t
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import mrcfile
@@ -285,3 +287,34 @@ def test_a_relion_location_given_as_a_key_points_to_the_parsers(tmp_path: Path, 
     # a file that is named so is read as it is
     vio.write_single(np.ones((4, 4), np.float32), tmp_path / "1@odd.mrc")
     assert vio.read("1@odd.mrc").sum() == 16
+
+
+@pytest.mark.parametrize(
+    "blocked, call, needed_by",
+    [
+        ("pandas", "read_particles('run_data.star')", "read_star"),
+        ("starfile", "read_particles('run_data.star')", "read_star"),
+        ("pandas", "read_particles('J12_particles.cs')", "read_cs"),
+        ("starfile", "write_star({}, 'out.star')", "write_star"),
+        ("pandas", "particle_optics('micrographs.star', {}, None, 64, 1.0)", "particle_optics"),
+    ],
+)
+def test_a_table_module_that_is_missing_names_the_extra(
+    tmp_path: Path, blocked: str, call: str, needed_by: str
+):
+    (tmp_path / "run_data.star").write_text(RELION_31)
+    np.save(tmp_path / "J12_particles.npy", _cs_table(2))
+    (tmp_path / "J12_particles.npy").rename(tmp_path / "J12_particles.cs")
+    script = (
+        f"import sys; sys.modules[{blocked!r}] = None\n"
+        "from vitrio.data import particle_optics, read_particles, write_star\n"
+        "try:\n"
+        f"    {call}\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.stdout.strip() == f"{needed_by} needs {blocked}: pip install 'vitrio[star]'", result.stderr
+    assert not (tmp_path / "out.star").exists()

@@ -1,11 +1,13 @@
 """The native batch reads of raw files: conversions against numpy, runs with bad offsets, files that
-change or shrink under the layout cache, patches against numpy slicing with the edge filled."""
+change or shrink under the layout cache, patches against numpy slicing with the edge filled, and the
+type of file maps, made from a spec as the stable ABI has it."""
 
 from __future__ import annotations
 
 import os
 import struct
 import threading
+import weakref
 from pathlib import Path
 
 import ml_dtypes
@@ -548,3 +550,25 @@ def test_a_file_truncated_under_an_open_reader_raises_naming_it(tmp_path: Path):
     os.truncate(path, 1024 + 10 * 32 * 32 * 4)
     with pytest.raises(OSError, match=f"{path}: .*truncated"):
         vio.read_batch_async(loader, out, locations).get()
+
+
+def test_a_file_map_is_a_read_only_buffer_that_only_map_file_makes_and_that_dies_with_its_last_reference(
+    tmp_path: Path,
+):
+    path = tmp_path / "bytes"
+    path.write_bytes(b"vitrio")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mapped = _native.map_file(fd, 6)
+    finally:
+        os.close(fd)
+    view = memoryview(mapped)
+    assert view.readonly and bytes(view) == b"vitrio" and mapped.faults == 0 and mapped.guarded
+    assert type(mapped).__module__ == "vitrio._native" and type(mapped).__name__ == "FileMap"
+    with pytest.raises(TypeError, match="cannot create 'vitrio._native.FileMap' instances"):
+        type(mapped)()
+    reference = weakref.ref(mapped)
+    del mapped
+    assert reference() is not None  # the view holds it
+    view.release()
+    assert reference() is None

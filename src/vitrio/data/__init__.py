@@ -26,7 +26,8 @@ or cryoSPARC (`.cs`), and particle_locations says where their images are,
 resolving paths as docs/paths-and-types.md says; read_stack_list and
 stack_locations do the same for a list of stacks. read_star, star_table,
 write_star and particle_optics read and write the STAR files of RELION
-(through starfile, with pandas).
+(through starfile and pandas: the `star` extra, which a missing one's
+error names).
 
 A read given no loader goes through `shared_loader()`, the process's own.
 A RecyclingAllocator reads batches into the memory of those the program

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._extras import missing
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -40,8 +42,12 @@ def read_cs(path: str | os.PathLike[str]) -> pd.DataFrame:
         IsADirectoryError: If `path` is a directory.
         ValueError: If the file is not a numpy structured array, or holds
             Python objects.
+        ModuleNotFoundError: If pandas is not installed (`pip install 'vitrio[star]'`).
     """
-    import pandas as pd
+    try:
+        import pandas as pd
+    except ModuleNotFoundError as error:
+        raise missing(error, "read_cs") from None
 
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")

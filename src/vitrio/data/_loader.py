@@ -29,6 +29,7 @@ import numpy as np
 from .._arrays import as_destination
 from .._loading import ImageLoader
 from ._dataset import Allocator, Dataset, PendingBatch, resolve_rows
+from ._extras import missing
 from ._output import jax_output, pinned_allocator, torch_output
 from ._sampler import BatchSampler, check_state, state_count
 from ._shared import shared_loader
@@ -247,7 +248,7 @@ class DataLoader:
             try:
                 import torch
             except ModuleNotFoundError as error:
-                raise _missing("torch", error) from None
+                raise missing(error, "output='torch'") from None
 
             if pin_memory is None:
                 pin_memory = device is not None and torch.device(device).type == "cuda"
@@ -259,7 +260,7 @@ class DataLoader:
             try:
                 import jax  # noqa: F401 (the output imports it when it hands out)
             except ModuleNotFoundError as error:
-                raise _missing("jax", error) from None
+                raise missing(error, "output='jax'") from None
             self._hand_out = jax_output(device, sharding)
         elif named is None:
             self._hand_out = output
@@ -447,13 +448,6 @@ def _seed_of(generator: Any) -> int:
 
         return int(torch.empty((), dtype=torch.int64).random_(generator=generator))
     raise TypeError(f"generator is a numpy Generator or a torch.Generator, not {type(generator).__name__}")
-
-
-def _missing(name: str, error: ModuleNotFoundError) -> ModuleNotFoundError:
-    """The error of an output whose library is not installed, naming the extra that installs it."""
-    if error.name != name:
-        return error
-    return ModuleNotFoundError(f"output={name!r} needs {name}: pip install 'vitrio[{name}]'", name=name)
 
 
 class _Batches:

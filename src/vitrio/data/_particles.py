@@ -39,6 +39,7 @@ def read_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
     Raises:
         FileNotFoundError: If there is no file at `path`.
         ValueError: If the file is not of its kind, or holds no particles.
+        ModuleNotFoundError: If pandas or starfile is not installed (`pip install 'vitrio[star]'`).
     """
     if os.fspath(path).lower().endswith(".cs"):
         return read_cs(path)

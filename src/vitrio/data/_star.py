@@ -1,6 +1,6 @@
 """STAR files as RELION writes them: their blocks read as tables, written whole, and the optics of particles.
 
-Reading and rendering are starfile's (a `cli` extra, imported only when
+Reading and rendering are starfile's (the `star` extra, imported only when
 used, with pandas); what is added here is errors that name the file, the
 choice of a block by the columns it has, and a write that cannot be
 redirected: the text goes into a new private file beside the path
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._fs import new_file
+from ._extras import missing
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,9 +41,13 @@ def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
         FileNotFoundError: If there is no file at `path`.
         IsADirectoryError: If `path` is a directory.
         ValueError: If the file cannot be parsed as a STAR file.
+        ModuleNotFoundError: If pandas or starfile is not installed (`pip install 'vitrio[star]'`).
     """
-    import pandas as pd
-    import starfile
+    try:
+        import pandas as pd
+        import starfile
+    except ModuleNotFoundError as error:
+        raise missing(error, "read_star") from None
 
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
@@ -152,8 +157,12 @@ def write_star(blocks: Mapping[str, pd.DataFrame], path: str | os.PathLike[str])
 
     Raises:
         FileNotFoundError: If the folder of `path` does not exist.
+        ModuleNotFoundError: If starfile is not installed (`pip install 'vitrio[star]'`).
     """
-    import starfile
+    try:
+        import starfile
+    except ModuleNotFoundError as error:
+        raise missing(error, "write_star") from None
 
     text = starfile.to_string(dict(blocks)).encode()
     with new_file(path) as partial, partial.file() as file:
@@ -187,8 +196,12 @@ def particle_optics(
     Raises:
         ValueError: If `optics` lacks rlnOpticsGroup or the pixel size, or
             there is neither `optics` nor `pixel_size`.
+        ModuleNotFoundError: If pandas is not installed (`pip install 'vitrio[star]'`).
     """
-    import pandas as pd
+    try:
+        import pandas as pd
+    except ModuleNotFoundError as error:
+        raise missing(error, "particle_optics") from None
 
     if optics is not None:
         if "rlnOpticsGroup" not in optics.columns:
