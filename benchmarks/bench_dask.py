@@ -128,7 +128,7 @@ def main() -> None:
         count, box = sizes["particles"], sizes["box"]
         print(f"\nextraction: {count:,} particles of {box} x {box} from {sizes['micrographs']} micrographs")
         start = time.perf_counter()
-        cluster = vd.local_cluster(args.workers, dashboard_address=":0")
+        cluster = vd.local_cluster(args.workers)
         client = distributed.Client(cluster)
         print(f"  (LocalCluster of {args.workers} workers started in {time.perf_counter() - start:.1f} s)")
         try:

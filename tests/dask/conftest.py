@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import dask
 import distributed
 import mrcfile
 import numpy as np
@@ -18,8 +19,8 @@ import vitrio.dask as vd
 
 
 def local_cluster() -> distributed.LocalCluster:
-    """Two worker processes of one thread on 127.0.0.1, the dashboard on a free port, quiet."""
-    return vd.local_cluster(2, dashboard_address=":0", silence_logs=logging.CRITICAL)
+    """Two worker processes of one thread on 127.0.0.1, speaking TLS with keys of their own, quiet."""
+    return vd.local_cluster(2, silence_logs=logging.CRITICAL)
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +35,22 @@ def client(cluster: distributed.LocalCluster) -> Iterator[distributed.Client]:
     """A client of the shared cluster, the default one dask computes on while the test runs."""
     with distributed.Client(cluster) as client:
         yield client
+
+
+@pytest.fixture
+def scheduler(cluster: distributed.LocalCluster) -> Iterator[str]:
+    """The `tls://` address of the shared cluster, its key and certificates in the Dask configuration.
+
+    As a user's own are for the scheduler they started (`--scheduler`).
+    """
+    security = cluster.security
+    credentials = {
+        "distributed.comm.tls.ca-file": security.tls_ca_file,
+        "distributed.comm.tls.client.cert": security.tls_client_cert,
+        "distributed.comm.tls.client.key": security.tls_client_key,
+    }
+    with dask.config.set(credentials):
+        yield cluster.scheduler_address
 
 
 @dataclass

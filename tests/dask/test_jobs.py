@@ -107,14 +107,15 @@ def test_a_worker_killed_mid_job_costs_only_its_tasks(tmp_path, monkeypatch):
     same_extraction(tmp_path / "single", tmp_path / "cluster")
 
 
-def test_vitrio_extract_on_a_scheduler(cluster, project: Project, tmp_path, monkeypatch, capsys):
+def test_vitrio_extract_on_a_scheduler(scheduler, project: Project, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     files = ["--micrographs", project.micrographs, "--coordinates", project.coordinates, "--box-size", 32]
     assert main([str(a) for a in ["extract", *files, "-o", "single/particles.star"]]) == 0
-    where = ["--scheduler", cluster.scheduler_address]
+    where = ["--scheduler", scheduler]
+    assert scheduler.startswith("tls://127.0.0.1:")
     assert main([str(a) for a in ["extract", *files, "-o", "cluster/particles.star", *where]]) == 0
     captured = capsys.readouterr()
-    assert "Dask dashboard at" in captured.err and "extracted 1000 particles" in captured.out
+    assert "extracted 1000 particles" in captured.out and "warning" not in captured.err
     same_extraction(tmp_path / "single", tmp_path / "cluster")
     assert main([str(a) for a in ["extract", *files, "-o", "cluster/particles.star", *where]]) == 1
     assert "exists already" in capsys.readouterr().err
@@ -128,18 +129,20 @@ def test_vitrio_convert_many_files_on_a_local_cluster(tmp_path, capsys):
         vio.write_stack(rng.integers(-100, 100, (4 + i, 10, 8)).astype(np.int16), inputs[-1])
     command = ["convert", *inputs]
     assert main([str(a) for a in [*command, tmp_path / "single", "--suffix", "tif"]]) == 0
-    assert main([str(a) for a in [*command, tmp_path / "cluster", "--suffix", "tif", "--local", 2]]) == 0
-    assert "wrote" in capsys.readouterr().out
+    local = ["--local", 2, "--dashboard"]
+    assert main([str(a) for a in [*command, tmp_path / "cluster", "--suffix", "tif", *local]]) == 0
+    captured = capsys.readouterr()
+    assert "wrote" in captured.out and "vitrio: Dask dashboard at http://127.0.0.1:" in captured.err
     assert files_of(tmp_path / "single") == files_of(tmp_path / "cluster")
     assert sorted(files_of(tmp_path / "cluster")) == ["in0.tif", "in1.tif", "in2.tif"]
     for source in inputs:
         np.testing.assert_array_equal(vio.read(tmp_path / "cluster" / f"{source.stem}.tif"), vio.read(source))
 
 
-def test_vitrio_convert_fails_naming_the_file(cluster, tmp_path, capsys):
+def test_vitrio_convert_fails_naming_the_file(scheduler, tmp_path, capsys):
     vio.write_stack(np.zeros((2, 4, 4), np.float32), tmp_path / "good.mrcs")
     (tmp_path / "bad.mrcs").write_bytes(b"not an image file at all" * 100)
-    where = ["--scheduler", cluster.scheduler_address]
+    where = ["--scheduler", scheduler]
     command = ["convert", tmp_path / "good.mrcs", tmp_path / "bad.mrcs", tmp_path / "out", *where]
     assert main([str(a) for a in command]) == 1
     err = capsys.readouterr().err
@@ -152,11 +155,11 @@ def test_vitrio_convert_fails_naming_the_file(cluster, tmp_path, capsys):
     assert "would both be written" in capsys.readouterr().err
 
 
-def test_vitrio_fractionate_many_movies_on_a_scheduler(cluster, tmp_path, capsys):
+def test_vitrio_fractionate_many_movies_on_a_scheduler(scheduler, tmp_path, capsys):
     movies = [random_movie(tmp_path / f"movie{i}.eer", frames=6, shape=(32, 32)) for i in range(3)]
     command = ["fractionate", *(m.path for m in movies), "--fractions", 2]
     assert main([str(a) for a in [*command, "-o", tmp_path / "single"]]) == 0
-    where = ["--scheduler", cluster.scheduler_address]
+    where = ["--scheduler", scheduler]
     assert main([str(a) for a in [*command, "-o", tmp_path / "cluster", *where]]) == 0
     singles, clusters = files_of(tmp_path / "single"), files_of(tmp_path / "cluster")
     assert {name: undated(data) for name, data in singles.items()} == {

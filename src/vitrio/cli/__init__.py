@@ -156,11 +156,18 @@ def _add_cluster(parser: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--scheduler",
         metavar="ADDRESS",
-        help="run on the dask.distributed scheduler at ADDRESS (tcp://host:8786), a task per file; the "
-        "files must be at the same paths on every worker (needs vitrio[dask])",
+        help="run on the dask.distributed scheduler at ADDRESS, a task per file: tls://host:8786 with your "
+        "certificates in the Dask configuration (distributed.comm.tls); a plain tcp:// address of another "
+        "machine is warned of; the files must be at the same paths on every worker (needs vitrio[dask])",
     )
     where.add_argument(
-        "--local", type=_positive, metavar="N", help="run on a local Dask cluster of N worker processes"
+        "--local",
+        type=_positive,
+        metavar="N",
+        help="run on a local Dask cluster of N worker processes, speaking TLS with keys made for this run",
+    )
+    parser.add_argument(
+        "--dashboard", action="store_true", help="with --local: serve the Dask dashboard on 127.0.0.1"
     )
 
 

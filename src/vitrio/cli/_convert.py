@@ -257,12 +257,20 @@ def copy_images(
 
 @contextlib.contextmanager
 def cluster(args: argparse.Namespace) -> Iterator[distributed.Client | None]:
-    """The client of the Dask cluster `args.scheduler` or `args.local` names, dashboard shown; else None."""
+    """The client of the Dask cluster `args.scheduler` or `args.local` names, its dashboard shown; else None.
+
+    Raises:
+        CliError: If `args.dashboard` asks for a dashboard with no local cluster to serve it.
+    """
+    if args.dashboard and args.local is None:
+        raise CliError("--dashboard goes with --local: a scheduler serves its own dashboard")
     if args.scheduler is None and args.local is None:
         yield None
         return
-    with client_for(args.scheduler, args.local) as client:
-        print(f"vitrio: Dask dashboard at {client.dashboard_link}", file=sys.stderr)
+    with client_for(args.scheduler, args.local, args.dashboard) as client:
+        with contextlib.suppress(KeyError):  # a scheduler without a dashboard
+            if args.scheduler is not None or args.dashboard:
+                print(f"vitrio: Dask dashboard at {client.dashboard_link}", file=sys.stderr)
         yield client
 
 

@@ -5,7 +5,9 @@ remote store is a URL fsspec opens (`s3://`, `gs://`, `https://`...), with
 the `storage_options` fsspec takes (credentials, `anon=True`, an
 `endpoint_url`...); its chunks are fetched with one GET each, many at once
 on fsspec's event loop. Every fetch is bounded: a chunk's object larger
-than its limit is refused.
+than its limit is refused. Over HTTP the bodies are asked and read
+uncompressed, as a stream cut at the limit, and checked against the
+length their headers announce (`_http`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 import os
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..._fs import open_readonly
+from ._http import fetch_bounded, identity_options
 
 __all__ = ["Store", "LocalStore", "RemoteStore", "open_store"]
 
@@ -104,7 +108,8 @@ class RemoteStore(Store):
         import fsspec
 
         self.name = url
-        self.options = dict(storage_options)
+        self.http = urlsplit(url).scheme.lower() in ("http", "https")
+        self.options = identity_options(storage_options) if self.http else dict(storage_options)
         self.fs, self.root = fsspec.core.url_to_fs(url, **self.options)
         self.token = (url, repr(sorted(self.options.items())))
 
@@ -115,28 +120,27 @@ class RemoteStore(Store):
 
     def get_many(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
         full = [f"{self.root}/{path}" for path in paths]
-        if len(full) == 1:  # fetched at once; `cat` of one path raises rather than returns
+        if self.http:
+            return fetch_bounded(self.fs, full, limit)
+        if len(full) == 1:  # `cat` of one path raises rather than returns
             try:
-                return [self.fs.cat_file(full[0], start=0, end=limit + 1)]
-            except FileNotFoundError:
-                return [None]
+                got = {full[0]: self.fs.cat_file(full[0], start=0, end=limit + 1)}
             except Exception as error:  # noqa: BLE001 - handed back, named by the caller
-                return [error]
-        got = self.fs.cat(full, on_error="return", start=0, end=limit + 1)
-        found = []
-        for path in full:
-            value = got.get(path, got.get(self.fs._strip_protocol(path)))
-            if isinstance(value, FileNotFoundError):
-                value = None
-            elif value is None:
-                value = OSError(f"{path}: no answer fetching it")
-            found.append(value)
-        return [
-            ValueError(f"more than the {limit} bytes a chunk may take")
-            if isinstance(v, bytes) and len(v) > limit
-            else v
-            for v in found
-        ]
+                got = {full[0]: error}
+        else:
+            got = self.fs.cat(full, on_error="return", start=0, end=limit + 1)
+        return [_checked(path, got.get(path, got.get(self.fs._strip_protocol(path))), limit) for path in full]
+
+
+def _checked(path: str, value: Any, limit: int) -> ChunkBytes:
+    """What fsspec fetched at `path` as `get_many` hands it back: None if not found, refused past `limit`."""
+    if isinstance(value, FileNotFoundError):
+        return None
+    if value is None:
+        return OSError(f"{path}: no answer fetching it")
+    if isinstance(value, bytes) and len(value) > limit:
+        return ValueError(f"more than the {limit} bytes a chunk may take (sent by {path})")
+    return value
 
 
 def open_store(store: str, remote: bool, storage_options: Mapping[str, Any]) -> Store:
