@@ -358,6 +358,7 @@ class DigitalMicrographReader(RawArrayReader):
             decoder=decoder,
             voxel_size=tuple(s * ANGSTROMS_PER_UNIT[u] for s, u in zip(sizes, units)) if lengths else None,
         )
+        self.voxel_size_source = "DM calibration" if lengths else None
         self.pixel_size = pixel_size
         self.pixel_units = pixel_units
         self.image_path = image_path
