@@ -167,6 +167,19 @@ def test_ome_xml_physical_sizes(tmp_path, unit, angstroms):
     assert metadata(path) == (None, None)
 
 
+def test_ome_xml_that_declares_entities_is_passed_over(tmp_path):
+    path = tmp_path / "entities.ome.tif"
+    tifffile.imwrite(path, IMAGE, ome=True, metadata={"PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5})
+    with tifffile.TiffFile(path) as tiff:
+        xml = tiff.ome_metadata
+    assert metadata(path) == (pytest.approx((5000.0, 5000.0)), "OME-XML")
+    declared = '<?xml version="1.0"?><!DOCTYPE OME [<!ENTITY a "0.5">]>' + xml.split("?>", 1)[1]
+    tifffile.imwrite(path, IMAGE, description=declared, metadata=None)
+    with tifffile.TiffFile(path) as tiff:
+        assert "<!ENTITY" in tiff.ome_metadata
+    assert metadata(path) == (None, None)
+
+
 @pytest.mark.parametrize("tag", [34682, 34680])  # FEI_HELIOS, FEI_SFEG
 def test_fei_pixel_width_and_height(tmp_path, tag):
     path = tmp_path / "helios.tif"

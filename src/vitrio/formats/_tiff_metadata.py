@@ -5,7 +5,8 @@ A pixel size is taken only from metadata that means one, in this order:
 - ImageJ: the resolution tags in pixels per the description's `unit` (a
   length), and `spacing`, the distance between the sections of a volume.
 - OME-XML: `PhysicalSizeX`, `PhysicalSizeY` (and `PhysicalSizeZ` of a
-  volume) of the first image, in their units (µm where none is named).
+  volume) of the first image, in their units (µm where none is named); an
+  OME-XML that declares a document type or entities is passed over.
 - FEI / Thermo Fisher (Helios, SFEG and other FEI instruments, tags 34680
   and 34682): `PixelWidth` and `PixelHeight` of the `[Scan]` section, in m.
 - TVIPS EM-MENU (tag 37706, version 2): `PixelSizeX` and `PixelSizeY`, in nm.
@@ -75,7 +76,7 @@ def _imagej(tiff: tifffile.TiffFile, page: tifffile.TiffPage, core_rank: int) ->
 
 def _ome(tiff: tifffile.TiffFile, page: tifffile.TiffPage, core_rank: int) -> Sizes:
     text = tiff.ome_metadata
-    if not text:
+    if not text or "<!DOCTYPE" in text or "<!ENTITY" in text:  # entities could expand without bound
         return None
     pixels = next((e for e in ElementTree.fromstring(text).iter() if e.tag.endswith("}Pixels")), None)
     if pixels is None:
