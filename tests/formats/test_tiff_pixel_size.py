@@ -5,6 +5,7 @@ parsing of that metadata; resolution tags alone (dots per inch or centimetre) gi
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import tifffile
 
 import vitrio as vio
+import vitrio.formats.tiff
 from vitrio.cli import main
 
 IMAGE = np.arange(48 * 64, dtype=np.uint16).reshape(48, 64)
@@ -290,3 +292,17 @@ def test_written_files_say_their_voxel_size_in_metadata_that_means_one(tmp_path,
     with tifffile.TiffFile(path) as tiff:  # as tifffile reads the metadata
         assert bool(tiff.imagej_metadata) == (source == "ImageJ")
         assert bool(tiff.ome_metadata) == (source == "OME-XML")
+
+
+def test_a_bigtiff_says_its_voxel_size_in_ome_xml(tmp_path, monkeypatch):
+    # ImageJ's hyperstacks are never BigTIFF: past 4 GiB (here, past 1 KiB) a float32 stack is OME-TIFF
+    monkeypatch.setattr(vitrio.formats.tiff, "_BIGTIFF_BYTES", 1024)
+    path = tmp_path / "big.tif"
+    values = np.arange(3 * 16 * 16, dtype=np.float32).reshape(3, 16, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # tifffile warns of a nonconformant BigTIFF ImageJ file
+        vio.write_stack(values, path, voxel_size=1.25)
+    with tifffile.TiffFile(path) as tiff:
+        assert tiff.is_bigtiff and tiff.ome_metadata and not tiff.imagej_metadata
+    assert metadata(path) == ((1.25, 1.25), "OME-XML")
+    np.testing.assert_array_equal(vio.read(path), values)

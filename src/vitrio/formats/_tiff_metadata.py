@@ -19,7 +19,8 @@ editors and acquisition programs set to 72-300 dpi for printing) give no
 pixel size.
 
 Written files say their voxel size as ImageJ does where ImageJ reads the
-values (uint8, uint16, int16, float32), else in OME-XML (in Å), and not at
+values (uint8, uint16, int16, float32) and the file is not a BigTIFF (which
+ImageJ's hyperstacks are not), else in OME-XML (in Å), and not at
 all where neither holds the file as written: values of another type
 (float16, 64-bit integers), or a stack of one image or a volume of
 one section, which both would read back without that axis.
@@ -142,21 +143,22 @@ def pixel_size(
 
 
 def written_layout(
-    axes: str, dtype: np.dtype, extents: tuple[int, ...], voxel_size: tuple[float, ...] | None
+    axes: str, dtype: np.dtype, extents: tuple[int, ...], voxel_size: tuple[float, ...] | None, bigtiff: bool
 ) -> dict[str, Any]:
     """tifffile's arguments for the metadata of a written file: its axes, and its voxel size if it holds one.
 
     A file of `extents` along `axes` ("YX", "IYX", "ZYX", "IZYX") says its
     voxel size as an ImageJ hyperstack (resolution in pixels per nm,
-    `spacing` in nm) or in OME-XML, stacks as their time axis; else (see the
-    module) its axes alone, as tifffile's shaped description.
+    `spacing` in nm; not if `bigtiff`) or in OME-XML, stacks as their time
+    axis; else (see the module) its axes alone, as tifffile's shaped
+    description.
     """
     shaped = {"metadata": {"axes": axes}}
     if voxel_size is None or 1 in extents[: len(extents) - 2]:
         return shaped
     hyperstack = axes.replace("I", "T")
     y, x = voxel_size[-2:]
-    if dtype in _IMAGEJ_TYPES:
+    if dtype in _IMAGEJ_TYPES and not bigtiff:
         metadata: dict[str, Any] = {"axes": hyperstack, "unit": "nm"}
         if len(voxel_size) == 3:
             metadata["spacing"] = voxel_size[0] / 10

@@ -443,7 +443,8 @@ class TiffFormat(Format):
         axes = "I" * stack + core
         nbytes = int(np.prod(extents, dtype=np.int64)) * dtype.itemsize
 
-        layout = written_layout(axes, dtype, extents, voxel_size)
+        bigtiff = nbytes >= _BIGTIFF_BYTES
+        layout = written_layout(axes, dtype, extents, voxel_size, bigtiff)
 
         def prepare(file: BinaryIO) -> int:
             offset, _ = tifffile.imwrite(
@@ -451,7 +452,7 @@ class TiffFormat(Format):
                 shape=extents,
                 dtype=dtype,
                 photometric="minisblack",
-                bigtiff=nbytes >= _BIGTIFF_BYTES,
+                bigtiff=bigtiff,
                 returnoffset=True,
                 **layout,
             )
