@@ -439,3 +439,16 @@ def test_byte_flips(samples: Path, tmp_path: Path, name: str, seed: int):
             assert str(path) in str(error)
             outcomes["refused"] += 1
     assert outcomes["read"] and outcomes["refused"]  # a hang is caught by the timeout of the module
+
+
+def test_image_tags_named_like_image_data_are_not_taken_for_it(tmp_path: Path):
+    # DM3 files are parsed whole: a tag ImageTags/Data, or a group under Meta Data, is no image nor kind
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    label, groups = image_entry(values, units=["nm", "nm"], meta_data={"Format": "Image"})
+    tags = dict(groups)["ImageTags"]
+    tags.append(("Data", ([20, 6, 2], np.zeros(2, "<f4").tobytes())))
+    dict(tags)["Meta Data"].append(("Format", [("Spectrum", ([20, 4, 8], "Spectrum".encode("utf-16-le")))]))
+    path = _write(tmp_path, "image.dm3", dm_file(3, [(label, groups)]))
+    with open_reader(path, formats=DM) as reader:
+        np.testing.assert_array_equal(_read_all(reader, np.dtype(np.float32)), values)
+        assert reader.voxel_size == pytest.approx((15.0, 5.0))

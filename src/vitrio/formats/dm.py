@@ -269,11 +269,12 @@ class _TagTree:
         if len(path) == 3 and path[0] == "Thumbnails" and path[2] == "ImageIndex":
             self.thumbnails.add(self._integer(pos, info, path))
             return
-        if len(path) < 4 or path[0] != "ImageList":
+        if len(path) < 4 or path[0] != "ImageList" or path[2] not in ("ImageData", _META_DATA[0]):
             return
         image = self.images.setdefault(path[1], _Image())
-        if path[2:4] == _META_DATA:
-            image.kind[path[4]] = self._text(pos, size, info, path) or ""
+        if path[2] != "ImageData":
+            if _data_wanted(path):  # `ImageTags/Meta Data`'s Format or Signal
+                image.kind[path[4]] = self._text(pos, size, info, path) or ""
             return
         rest = path[3:]
         if rest == ("Data",):
