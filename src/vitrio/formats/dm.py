@@ -335,15 +335,7 @@ def _data_wanted(path: tuple[str, ...]) -> bool:
 
 
 def _check_spatial(key: str, where: str, image: _Image) -> None:
-    """Raise `FormatError` if `image` is not images: a spectrum, or data with an axis that is not spatial.
-
-    What `ImageTags/Meta Data` says of the data (a `Format` of "Spectrum"
-    or "Spectrum image", as Gatan's software writes for EELS, EDS and
-    cathodoluminescence) decides; without it, the units of the axes: an
-    axis in units of energy, or an axis of an image (the two fastest) in
-    units neither blank nor of length nor of inverse length (a diffraction
-    pattern's 1/nm), or an image with axes of both length and inverse length.
-    """
+    """Raise `FormatError` if `image` is a spectrum or its image axes are not spatial (see the module)."""
     units = [image.units.get(str(axis), "") for axis in range(len(image.dimensions))]
     fmt, signal = image.kind.get("Format", ""), image.kind.get("Signal", "")
     kinds = [_unit_kind(unit) for unit in units]
