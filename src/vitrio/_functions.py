@@ -146,7 +146,8 @@ def query_metadata(location: Any, readers: ImageReaderProvider | None = None) ->
     Returns:
         An `ImageMetadata`: the descriptor (as `query_descriptor` has it),
         the size of a pixel along each axis of an image in Å, slowest first
-        (None where the file does not say), and the format's name.
+        (None where the file does not say), the format's name, and the
+        metadata the size was read from.
 
     Raises:
         ImageFileNotFoundError, FormatError: As `query_descriptor` raises them.
@@ -155,7 +156,9 @@ def query_metadata(location: Any, readers: ImageReaderProvider | None = None) ->
     readers = readers or FileImageReaderProvider()
     reader = readers.acquire(key)
     try:
-        return ImageMetadata(reader.descriptor, reader.voxel_size, reader.format_name)
+        return ImageMetadata(
+            reader.descriptor, reader.voxel_size, reader.format_name, reader.voxel_size_source
+        )
     finally:
         readers.release(reader)
 

@@ -465,18 +465,22 @@ def as_voxel_size(voxel_size: Any, core_rank: int, key: str = "") -> tuple[float
 
 
 class ImageMetadata(NamedTuple):
-    """What a file's header says of it: what it holds, its voxel size in Å per axis, and its format.
+    """What a file's header says of it: what it holds, its voxel size in Å per axis (and whence), its format.
 
     Attributes:
         descriptor: What the file holds, as `query_descriptor` has it.
         voxel_size: The size of a pixel (or voxel) along each axis of an
             image, slowest first, in Å; None where the file does not say.
         format_name: The name of the format that read it (`"mrc"`, `"tiff"`, ...).
+        voxel_size_source: The metadata the voxel size was read from, in
+            words (`"MRC cell"`, `"ImageJ"`, `"OME-XML"`, `"FEI"`, ...); None
+            where there is no voxel size.
     """
 
     descriptor: ImageDescriptor
     voxel_size: tuple[float, ...] | None
     format_name: str | None
+    voxel_size_source: str | None = None
 
 
 def index_locations(locations: Iterable[Any]) -> tuple[list[str], np.ndarray, np.ndarray]:

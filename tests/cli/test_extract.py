@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import starfile
+import tifffile
 
 import vitrio as vio
 from vitrio import extract as _extract
@@ -98,6 +99,20 @@ def test_without_optics_the_pixel_size_comes_from_the_header(vitrio, picked: Pic
     assert (particles["rlnOpticsGroup"] == 1).all()
     assert extract(vitrio, picked, "--pixel-size", 2.5, "--force").status == 0
     assert particles_of(Path("particles.star"))[0]["rlnImagePixelSize"].tolist() == [2.5]
+
+
+def test_micrographs_of_dots_per_inch_give_no_pixel_size_to_the_particles(vitrio, picked: Picked):
+    # the first micrograph a TIFF of 300 dpi, as image editors write them, and no optics block
+    tifffile.imwrite("Micrographs/b.tif", picked.images["Micrographs/b.tif"], resolution=(300, 300))
+    micrographs = starfile.read(picked.micrographs, always_dict=True)["micrographs"]
+    starfile.write(micrographs.drop(columns="rlnOpticsGroup").iloc[[1, 0, 2, 3]], picked.micrographs)
+    assert_fails(extract(vitrio, picked), "micrographs.star", "pixel size")
+    assert leftovers(Path()) == sorted([*picked.images, picked.coordinates.name, picked.micrographs.name])
+    assert extract(vitrio, picked, "--pixel-size", 1.06).status == 0
+    optics, _ = particles_of(Path("particles.star"))
+    assert optics["rlnImagePixelSize"].tolist() == [1.06]
+    with mrcfile.open("b.mrcs", permissive=False) as mrc:
+        assert float(mrc.voxel_size.x) == pytest.approx(1.06)
 
 
 def test_root_data_type_and_batches_across_micrographs(vitrio, picked: Picked, tmp_path, monkeypatch):

@@ -76,6 +76,8 @@ def test_tiff_eer_and_dm_files(vitrio, tmp_path: Path):
     assert (eer["format"], eer["kind"], eer["count"], eer["shape"]) == ("eer", "image stack", 6, [6, 32, 32])
     assert (image["format"], image["kind"], image["data_type"]) == ("dm", "image", "float32")
     assert image["voxel_size"] == [15.0, 0.5] and image["voxel_unit"] == "Å"  # 1.5 nm, 0.5 Å
+    assert (image["voxel_size_source"], eer["voxel_size_source"]) == ("DM calibration", None)
+    assert volume["voxel_size_source"] is None
 
 
 def test_text(vitrio, mrc_stack: Path):
@@ -83,7 +85,7 @@ def test_text(vitrio, mrc_stack: Path):
     assert result.status == 0
     lines = result.out.splitlines()
     assert lines[0] == str(mrc_stack)
-    assert "  format      mrc" in lines and "  voxel size  1.25 Å" in lines
+    assert "  format      mrc" in lines and "  voxel size  1.25 Å (MRC cell)" in lines
     assert "  holds       a stack of 5 images of 16 x 20, float32" in lines
     assert any(line.startswith("  statistics  min ") for line in lines)
 

@@ -9,6 +9,7 @@ import mrcfile
 import numpy as np
 import pandas as pd
 import pytest
+import tifffile
 from PIL import Image
 
 import vitrio as vio
@@ -141,6 +142,31 @@ def test_a_tomogram_shows_its_three_central_sections_with_a_scale_bar(vitrio: Ru
         bar[rows - 2 * thick : rows - thick, thick : thick + length] = True
         assert (shown[bar] == 255).all()
         np.testing.assert_array_equal(shown[~bar], tile_values(section, (1, 99))[~bar])
+
+
+def test_a_tiff_volume_has_a_scale_bar_only_from_metadata_that_means_a_length(vitrio: Run) -> None:
+    volume = np.random.default_rng(4).normal(0, 1, (8, 32, 32)).astype(np.float32)
+    # 300 dots per inch, as image editors write: no pixel size, no bar
+    tifffile.imwrite(
+        "dpi.tif", volume, resolution=(300, 300), resolutionunit="INCH", metadata={"axes": "ZYX"}
+    )
+    # ImageJ's scale: 4 pixels per nm, sections 0.25 nm apart
+    tifffile.imwrite(
+        "imagej.tif",
+        volume,
+        imagej=True,
+        resolution=(4, 4),
+        metadata={"axes": "ZYX", "unit": "nm", "spacing": 0.25},
+    )
+    assert vitrio("montage", "dpi.tif", "imagej.tif", "-o", "m.png", "--tile", "32").status == 0
+    _, labels = picture("m.png")
+    assert labels[:3] == ["dpi.tif XY", "dpi.tif XZ", "dpi.tif YZ"]
+    assert [label.split(", ")[0] for label in labels[3:]] == [
+        "imagej.tif XY 2.5 Å",
+        "imagej.tif XZ",
+        "imagej.tif YZ",
+    ]
+    assert all(", bar " in label for label in labels[3:])
 
 
 def test_sections_are_evenly_spaced_xy_sections(vitrio: Run) -> None:

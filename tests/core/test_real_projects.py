@@ -107,9 +107,8 @@ def test_tiff_files_keep_the_voxel_size_written(tmp_path, rng):
     image = tmp_path / "image.tif"
     vio.write_single(rng.normal(size=(8, 10)).astype(np.float32), image, voxel_size=0.8)
     with tifffile.TiffFile(image) as tiff:
-        page = tiff.pages[0]
-        assert page.tags["ResolutionUnit"].value == tifffile.RESUNIT.CENTIMETER
-        assert page.resolution == pytest.approx((1e8 / 0.8, 1e8 / 0.8))
+        assert tiff.imagej_metadata["unit"] == "nm"
+        assert tiff.pages[0].resolution == pytest.approx((10 / 0.8, 10 / 0.8))  # pixels per nm
     assert vio.query_metadata(image).voxel_size == pytest.approx((0.8, 0.8))
     volume = tmp_path / "volume.tif"
     vio.write_single(rng.normal(size=(3, 8, 10)).astype(np.float32), volume, voxel_size=(5.0, 2.0, 2.5))
@@ -254,6 +253,8 @@ def test_tiff_volumes_of_any_type_and_depth_keep_their_shape_and_pixel_size(tmp_
         vio.write_single(values, path, voxel_size=(3.0, 2.0, 2.0))
     metadata = vio.query_metadata(path)
     assert metadata.descriptor == vio.ImageDescriptor(shape, 3, dtype)
-    imagej = len(shape) == 4 or (shape[0] > 1 and dtype in ("uint16", "float32"))
-    assert metadata.voxel_size == pytest.approx((3.0, 2.0, 2.0) if imagej else None)
+    # ImageJ holds uint16 and float32, OME-XML float64; neither a volume of one section
+    source = None if shape[0] == 1 else "OME-XML" if dtype == "float64" else "ImageJ"
+    assert metadata.voxel_size == pytest.approx(None if source is None else (3.0, 2.0, 2.0))
+    assert metadata.voxel_size_source == source
     np.testing.assert_array_equal(vio.read(path), values)

@@ -318,3 +318,21 @@ def test_a_table_module_that_is_missing_names_the_extra(
     )
     assert result.stdout.strip() == f"{needed_by} needs {blocked}: pip install 'vitrio[star]'", result.stderr
     assert not (tmp_path / "out.star").exists()
+
+
+def test_a_star_file_without_particles_names_its_blocks(tmp_path: Path):
+    # a postprocess.star, and a RELION 3.0 file of micrographs: no block has rlnImageName
+    postprocess = tmp_path / "postprocess.star"
+    general = {"rlnFinalResolution": 3.2}
+    starfile.write({"general": general, "fsc": pd.DataFrame({"rlnResolution": [0.1, 0.2]})}, postprocess)
+    with pytest.raises(ValueError, match=r"postprocess.star: holds no particles.*data_general, data_fsc"):
+        read_particles(postprocess)
+    micrographs = tmp_path / "micrographs.star"
+    micrographs.write_text("data_\n\nloop_\n_rlnMicrographName #1\nMovies/a.mrc\nMovies/b.mrc\n")
+    with pytest.raises(ValueError, match=r"micrographs.star: holds no particles.*\(it has data_\)"):
+        read_particles(micrographs)
+    # a data_particles block without image names is passed over for the block that has them
+    both = tmp_path / "both.star"
+    names = pd.DataFrame({"rlnImageName": ["000001@a.mrcs"]})
+    starfile.write({"particles": pd.DataFrame({"rlnCoordinateX": [1.0]}), "found": names}, both)
+    assert read_particles(both)["rlnImageName"].tolist() == ["000001@a.mrcs"]

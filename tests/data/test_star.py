@@ -130,3 +130,40 @@ def test_particle_optics_without_optics():
     assert single["rlnOpticsGroup"].tolist() == [1] and single["rlnImagePixelSize"].dtype == np.float64
     with pytest.raises(ValueError, match="m.star: no data_optics block gives the pixel size"):
         particle_optics("m.star", MICROGRAPHS, None, 64)
+
+
+def test_write_star_keeps_every_digit_of_every_relion_column_type(tmp_path: Path):
+    # a postprocess.star's values and a particles block's: tiny, large and long floats, ints, names
+    rng = np.random.default_rng(7)
+    general = pd.DataFrame(
+        {"rlnFinalResolution": [3.1415926535897931], "rlnBfactorUsedForSharpening": [-87.7]}
+    )
+    fsc = pd.DataFrame(
+        {
+            "rlnSpectralIndex": np.arange(6),
+            "rlnResolution": [0.0, 0.002604, 0.005208, 0.007812, 0.010417, 0.013021],
+            "rlnResolutionSquared": [0.0, 6.78168e-06, 2.712674e-05, 1.929012e-06, 1e-300, 5e-324],
+            "rlnFourierShellCorrelationCorrected": rng.random(6),
+        }
+    )
+    particles = pd.DataFrame(
+        {
+            "rlnImageName": [f"{i:06d}@Extract/job007/Movies/a b_{i}.mrcs" for i in range(1, 4)],
+            "rlnMicrographName": ["Movies/a.mrc", "Movies/b.mrc", "Movies/c.mrc"],
+            "rlnCoordinateX": [1234.0, 1e16, 0.1],
+            "rlnDefocusU": rng.uniform(5000, 30000, 3),
+            "rlnAngleRot": [-179.99999999999997, 1 / 3, 2.5e-8],
+            "rlnOpticsGroup": [1, 2, 2**53],
+            "rlnClassNumber": np.array([1, 2, 3], dtype=np.int32),
+            "rlnNormCorrection": np.array([1.1, 0.3, 7e-7], dtype=np.float32),
+        }
+    )
+    path = tmp_path / "postprocess.star"
+    write_star({"general": general, "fsc": fsc, "particles": particles}, path)
+    theirs = starfile.read(path, always_dict=True)
+    pd.testing.assert_frame_equal(theirs["general"], general)
+    pd.testing.assert_frame_equal(theirs["fsc"], fsc)
+    # float32 values are written as the float64 they are, and int32 read back as int64: equal values
+    pd.testing.assert_frame_equal(theirs["particles"], particles, check_dtype=False)
+    assert (theirs["particles"]["rlnNormCorrection"].to_numpy() == particles["rlnNormCorrection"]).all()
+    assert "1.929012e-06" in path.read_text()

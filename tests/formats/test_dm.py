@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import vitrio as vio
 from vitrio._types import NumericalType, numpy_dtype
 from vitrio.formats import FormatError, dm, open_reader, registered_formats
 from vitrio.formats.dm import DigitalMicrographFormat, DigitalMicrographReader
-from vitrio.testing.dm import DATA_TYPES, dm_file, image_entry, thumbnail
+from vitrio.testing.dm import DATA_TYPES, dm_file, image_entry, spectrum_entry, thumbnail
 
 from .. import DM_SAMPLES as ARCHIVE
 from .. import need_dm_samples
@@ -188,6 +189,75 @@ def test_hand_made_calibration_and_no_thumbnail(tmp_path: Path, version: int):
         assert reader.pixel_size == (1.5, 0.5)
         assert reader.pixel_units == ("nm", "Å")
         np.testing.assert_array_equal(_read_all(reader, np.dtype(np.uint16)), values)
+
+
+@pytest.mark.parametrize("version", [3, 4])
+@pytest.mark.parametrize(
+    ("shape", "signal", "units", "said"),
+    [
+        # EELS: 2 x 2 positions, 2,048 channels of energy loss
+        ((2048, 2, 2), "EELS", ("nm", "nm", "eV"), "Signal 'EELS'"),
+        # cathodoluminescence along a line: 67 positions, 1,336 wavelengths of 0.0934 nm
+        ((1336, 67), "CL", ("µm", "nm"), "Signal 'CL'"),
+    ],
+)
+def test_spectrum_images_are_refused_naming_what_they_hold(tmp_path, version, shape, signal, units, said):
+    values = np.zeros(shape, np.float32)
+    scales = (0.05, 0.0934) if signal == "CL" else (2.5, 2.5, 0.25)
+    entry = spectrum_entry(values, signal, units, scales)
+    path = _write(tmp_path, f"si.dm{version}", dm_file(version, [thumbnail(), entry], [0]))
+    with pytest.raises(FormatError) as caught:
+        open_reader(path, formats=DM)
+    message = str(caught.value)
+    assert str(path) in message and "ImageList/1 holds a spectrum image" in message and said in message
+    assert " x ".join(map(str, reversed(shape))) in message and ", ".join(units) in message
+    with pytest.raises(FormatError, match="spectrum image"):
+        vio.query_metadata(path)
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_spectrum_is_refused_as_one(tmp_path: Path, version: int):
+    entry = spectrum_entry(np.zeros(2048, np.float32), "EELS", ["eV"], [0.25], fmt="Spectrum")
+    path = _write(tmp_path, f"spectrum.dm{version}", dm_file(version, [entry]))
+    with pytest.raises(FormatError, match=r"spectrum.dm\d: ImageList/0 holds a spectrum .*Format 'Spectrum'"):
+        open_reader(path, formats=DM)
+
+
+@pytest.mark.parametrize(
+    ("units", "reason"),
+    [
+        (["nm", "nm", "eV"], "an axis is in eV, a unit of energy"),  # no Meta Data, as older files
+        (["keV", "nm", ""], "an axis is in keV"),
+        (["s", "nm"], "axes are not all spatial"),  # a kymograph: time along x
+        (["nm", "1/nm"], "axes are not all spatial"),
+    ],
+)
+def test_data_with_axes_not_spatial_is_refused(tmp_path: Path, units: list[str], reason: str):
+    values = np.zeros((4, 3, 2)[3 - len(units) :], np.float32)
+    path = _write(tmp_path, "data.dm4", dm_file(4, [image_entry(values, units=units)]))
+    with pytest.raises(FormatError, match=reason) as caught:
+        open_reader(path, formats=DM)
+    assert str(path) in str(caught.value)
+
+
+def test_stacks_over_time_and_diffraction_patterns_are_read(tmp_path: Path):
+    # a series of images 0.5 s apart: the stack's axis is no axis of an image
+    series = _write(
+        tmp_path,
+        "series.dm4",
+        dm_file(4, [image_entry(np.zeros((3, 4, 5), np.float32), units=["nm", "nm", "s"])]),
+    )
+    with open_reader(series, formats=DM) as reader:
+        assert reader.descriptor.extents == (3, 4, 5) and reader.voxel_size == pytest.approx((15.0, 5.0))
+        assert reader.voxel_size_source == "DM calibration"
+    # a diffraction pattern, in inverse length: read, without a pixel size
+    pattern = _write(
+        tmp_path,
+        "pattern.dm4",
+        dm_file(4, [image_entry(np.zeros((4, 5), np.float32), units=["1/nm", "1/nm"])]),
+    )
+    with open_reader(pattern, formats=DM) as reader:
+        assert reader.voxel_size is None and reader.voxel_size_source is None
 
 
 def test_binary_values_read_as_nonzero(tmp_path: Path):
@@ -369,3 +439,16 @@ def test_byte_flips(samples: Path, tmp_path: Path, name: str, seed: int):
             assert str(path) in str(error)
             outcomes["refused"] += 1
     assert outcomes["read"] and outcomes["refused"]  # a hang is caught by the timeout of the module
+
+
+def test_image_tags_named_like_image_data_are_not_taken_for_it(tmp_path: Path):
+    # DM3 files are parsed whole: a tag ImageTags/Data, or a group under Meta Data, is no image nor kind
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    label, groups = image_entry(values, units=["nm", "nm"], meta_data={"Format": "Image"})
+    tags = dict(groups)["ImageTags"]
+    tags.append(("Data", ([20, 6, 2], np.zeros(2, "<f4").tobytes())))
+    dict(tags)["Meta Data"].append(("Format", [("Spectrum", ([20, 4, 8], "Spectrum".encode("utf-16-le")))]))
+    path = _write(tmp_path, "image.dm3", dm_file(3, [(label, groups)]))
+    with open_reader(path, formats=DM) as reader:
+        np.testing.assert_array_equal(_read_all(reader, np.dtype(np.float32)), values)
+        assert reader.voxel_size == pytest.approx((15.0, 5.0))

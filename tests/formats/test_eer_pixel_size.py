@@ -290,10 +290,14 @@ def test_metadata_on_an_integrated_image_first(tmp_path):
 def test_vitrio_info_shows_the_voxel_size(sized, capsys):
     assert main(["info", "--json", str(sized.path)]) == 0
     (info,) = json.loads(capsys.readouterr().out)
-    assert info["format"] == "eer" and info["voxel_unit"] == "Å"
+    assert (info["format"], info["voxel_unit"], info["voxel_size_source"]) == (
+        "eer",
+        "Å",
+        "EER acquisition metadata",
+    )
     assert info["voxel_size"] == pytest.approx(list(tifffile_angstroms(sized.path)), rel=1e-12)
     assert main(["info", str(sized.path)]) == 0
-    assert "  voxel size  0.91 x 0.82 Å" in capsys.readouterr().out.splitlines()
+    assert "  voxel size  0.91 x 0.82 Å (EER acquisition metadata)" in capsys.readouterr().out.splitlines()
 
 
 def test_vitrio_info_of_an_eer_file_without_a_pixel_size(tmp_path, capsys):

@@ -54,11 +54,11 @@ def test_files_vitrio_writes_say_their_statistics(tmp_path):
     assert statistics == pytest.approx((1.0, 7.0, 4.0, float(np.sqrt(5.0))))
 
 
-def test_tiff_voxel_size_from_resolution_in_centimetres(tmp_path):
+def test_tiff_resolution_in_centimetres_alone_is_no_voxel_size(tmp_path):
     tifffile.imwrite(
         tmp_path / "image.tif", np.zeros((8, 8), np.uint16), resolution=(1e7, 2e7), resolutionunit=3
     )
-    assert header(tmp_path / "image.tif") == ("tiff", (5.0, 10.0), None)
+    assert header(tmp_path / "image.tif") == ("tiff", None, None)
 
 
 def test_tiff_voxel_size_from_imagej_unit_and_spacing(tmp_path):
@@ -77,8 +77,9 @@ def test_tiff_compressed_pages_say_their_voxel_size_too(tmp_path):
         tmp_path / "image.tif",
         np.zeros((8, 8), np.uint16),
         compression="zlib",
-        resolution=(1e8, 1e8),
-        resolutionunit=3,
+        imagej=True,
+        resolution=(10.0, 10.0),  # pixels per nm
+        metadata={"unit": "nm"},
     )
     assert header(tmp_path / "image.tif")[1] == (1.0, 1.0)
 

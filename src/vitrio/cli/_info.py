@@ -21,12 +21,14 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     Keys: `file`, `format`, `holds` (in words), `kind` ("image", "volume",
     "image stack" or "volume stack"), `count` (images or volumes), `shape`
     (of the whole file, slowest first), `data_type`, `voxel_size` (slowest
-    first, or None), `voxel_unit` ("Å", or None), and `statistics` (the
-    header's min, max, mean and rms, or None), as the reader of the file
-    gives them: the format is the one `vitrio.formats.open_reader` chooses,
-    the voxel size the reader's `voxel_size` (an MRC file's cell divided by
-    its sampling, a DM file's calibration where its units are lengths, a
-    TIFF file's resolution tags, an EER file's sensor pixel size), the
+    first, or None), `voxel_unit` ("Å", or None), `voxel_size_source` (the
+    metadata it was read from, or None), and `statistics` (the header's
+    min, max, mean and rms, or None), as the reader of the file gives them:
+    the format is the one `vitrio.formats.open_reader` chooses, the voxel
+    size the reader's `voxel_size` and `voxel_size_source` (an MRC file's
+    cell divided by its sampling, a DM file's calibration where its units
+    are lengths, a TIFF file's ImageJ, OME-XML or instrument metadata, never
+    its resolution tags alone, an EER file's acquisition metadata), the
     statistics its `header_statistics`.
 
     Raises:
@@ -37,6 +39,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     with vio.formats.open_reader(key) as reader:
         descriptor = reader.descriptor
         format_name, voxel_size, statistics = reader.format_name, reader.voxel_size, reader.header_statistics
+        source = reader.voxel_size_source
     noun = "image" if descriptor.core_rank == 2 else "volume"
     return {
         "file": key,
@@ -48,6 +51,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
         "data_type": descriptor.data_type.name,
         "voxel_size": None if voxel_size is None else list(voxel_size),
         "voxel_unit": None if voxel_size is None else "Å",
+        "voxel_size_source": None if voxel_size is None else source,
         "statistics": None if statistics is None else statistics._asdict(),
     }
 
@@ -62,7 +66,8 @@ def _text(info: dict[str, Any]) -> str:
     if info["voxel_size"] is not None:
         sizes = info["voxel_size"]
         size = f"{sizes[0]:.4g}" if len(set(sizes)) == 1 else " x ".join(f"{s:.4g}" for s in sizes)
-        lines.append(f"  voxel size  {size} {info['voxel_unit']}")
+        source = f" ({info['voxel_size_source']})" if info["voxel_size_source"] else ""
+        lines.append(f"  voxel size  {size} {info['voxel_unit']}{source}")
     if info["statistics"] is not None:
         lines.append("  statistics  " + "  ".join(f"{k} {v:.6g}" for k, v in info["statistics"].items()))
     return "\n".join(lines)

@@ -68,7 +68,7 @@ def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
 
     The particles are the block named `particles` (RELION 3.1 and later),
     `images`, or the unnamed `data_` block of RELION 3.0, else the first
-    block with rlnImageName. Where there is a data_optics block, each
+    block, whichever of them has rlnImageName. Where there is a data_optics block, each
     particle gets the columns of the optics group its rlnOpticsGroup names
     (rlnImagePixelSize, rlnVoltage, ...) that it does not have itself.
 
@@ -80,15 +80,17 @@ def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
 
     Raises:
         FileNotFoundError: If there is no file at `path`.
-        ValueError: If the file is not a STAR file, has no block of
-            particles, or a particle's optics group is not in data_optics.
+        ValueError: If the file is not a STAR file, no block has
+            rlnImageName (naming the blocks it has), or a particle's optics
+            group is not in data_optics.
     """
     blocks = read_star(path)
-    name = next((n for n in _PARTICLE_BLOCKS if n in blocks and n != "optics"), None)
+    named = (n for n in (*_PARTICLE_BLOCKS, *blocks) if n in blocks and n != "optics")
+    name = next((n for n in named if "rlnImageName" in blocks[n].columns), None)
     if name is None:
-        particles = star_table(path, {n: b for n, b in blocks.items() if n != "optics"}, ["rlnImageName"])
-    else:
-        particles = blocks[name].reset_index(drop=True)
+        held = ", ".join(f"data_{n}" for n in blocks) or "no data block"
+        raise ValueError(f"{path}: holds no particles: no block has rlnImageName (it has {held})")
+    particles = blocks[name].reset_index(drop=True)
     optics = blocks.get("optics")
     if optics is None or "rlnOpticsGroup" not in particles.columns:
         return particles
@@ -148,7 +150,9 @@ def write_star(blocks: Mapping[str, pd.DataFrame], path: str | os.PathLike[str])
     The file is written beside `path` under a private, unguessable name,
     without following symbolic links, and moved onto `path` once complete:
     a failure leaves nothing, and a link planted where it is written cannot
-    redirect it.
+    redirect it. Every number is written in the shortest form that reads
+    back as the same value (Python's `str` of a float, as `1.929012e-06`),
+    never rounded to a fixed count of decimals.
 
     Args:
         blocks: Each block's table by its name (without `data_`), in the
@@ -164,7 +168,7 @@ def write_star(blocks: Mapping[str, pd.DataFrame], path: str | os.PathLike[str])
     except ModuleNotFoundError as error:
         raise missing(error, "write_star") from None
 
-    text = starfile.to_string(dict(blocks)).encode()
+    text = starfile.to_string(dict(blocks), float_format=str).encode()
     with new_file(path) as partial, partial.file() as file:
         file.write(text)
 

@@ -15,8 +15,9 @@ A header that breaks its format's rules in a way common writers do is read
 with a `FormatWarning` (`warn_header`), once per file and problem in a process.
 
 A reader also says what its file's header tells of the images, for tools
-that describe files: `format_name`, `voxel_size` and `header_statistics`,
-None where the file does not say.
+that describe files: `format_name`, `voxel_size` (and `voxel_size_source`,
+where it was read from) and `header_statistics`, None where the file does
+not say.
 """
 
 from __future__ import annotations
@@ -156,6 +157,9 @@ class ImageReader(ABC):
         voxel_size: The size of a pixel (or voxel) of an image along each of
             its axes, in ångströms, slowest axis first as `core_extents`
             lists them; None where the file does not give it as a length.
+        voxel_size_source: The metadata the voxel size was read from, in
+            words (`"MRC cell"`, `"ImageJ"`, `"OME-XML"`, `"FEI"`, ...);
+            None where there is no voxel size.
         header_statistics: The minimum, maximum, mean and RMS deviation of
             the values, as the file's header states them; None where the
             format stores none.
@@ -164,6 +168,7 @@ class ImageReader(ABC):
     stale: bool = False
     format_name: str | None = None
     voxel_size: tuple[float, ...] | None = None
+    voxel_size_source: str | None = None
     header_statistics: HeaderStatistics | None = None
 
     def __init__(self, key: str, descriptor: ImageDescriptor):
@@ -264,6 +269,7 @@ class _SectionReader(ImageReader):
         self._volume = volume
         self.format_name = volume.format_name
         self.voxel_size = None if volume.voxel_size is None else volume.voxel_size[1:]
+        self.voxel_size_source = volume.voxel_size_source
         self.header_statistics = volume.header_statistics
 
     @property

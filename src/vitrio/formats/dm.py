@@ -20,9 +20,14 @@ Read:
 - The spatial calibration, as the reader's `pixel_size` and `pixel_units`,
   and as its `voxel_size` in Å where the units are lengths (Å, pm, nm, µm).
 
-Not read: RGB and RGBA images, packed complex (half-plane FFT) images,
-64-bit integer images, 1-D data (spectra, profiles), and every other tag:
-the metadata of microscope and acquisition, annotations, the calibration of
+Refused (`FormatError` naming the file and what it holds): spectra and
+spectrum images (EELS, EDS, cathodoluminescence), which
+`ImageTags/Meta Data` says (`Format` "Spectrum image", "Spectrum") or an
+axis in units of energy does; data whose image axes are not spatial (units
+neither blank, nor of length, nor both of inverse length as a diffraction
+pattern's); RGB and RGBA images, packed complex (half-plane FFT) images,
+64-bit integer images, 1-D data (profiles). Not read: every other tag, the
+metadata of microscope and acquisition, annotations, the calibration of
 brightness and the origins.
 
 Only the tags that locate the image are decoded; the data of every other
@@ -75,8 +80,10 @@ _IMAGE_TYPES = {
     14: NumericalType.boolean,
 }
 _RGB_TYPES = {8, 23}
-# Units of length DM gives sizes in, as multiples of an ångström.
 _PACKED_COMPLEX = 5
+_META_DATA = ("ImageTags", "Meta Data")
+# Units of energy, of the spectral axis of EELS and EDS data.
+_ENERGY_UNITS = {"eV", "keV", "meV", "MeV"}
 
 
 def _where(path: tuple[str, ...]) -> str:
@@ -92,6 +99,7 @@ class _Image:
     dimensions: list[int] = field(default_factory=list)
     scales: dict[str, float] = field(default_factory=dict)
     units: dict[str, str] = field(default_factory=dict)
+    kind: dict[str, str] = field(default_factory=dict)  # `ImageTags/Meta Data`'s Format and Signal
 
 
 class _TagTree:
@@ -261,9 +269,13 @@ class _TagTree:
         if len(path) == 3 and path[0] == "Thumbnails" and path[2] == "ImageIndex":
             self.thumbnails.add(self._integer(pos, info, path))
             return
-        if len(path) < 4 or path[0] != "ImageList" or path[2] != "ImageData":
+        if len(path) < 4 or path[0] != "ImageList" or path[2] not in ("ImageData", _META_DATA[0]):
             return
         image = self.images.setdefault(path[1], _Image())
+        if path[2] != "ImageData":
+            if _data_wanted(path):  # `ImageTags/Meta Data`'s Format or Signal
+                image.kind[path[4]] = self._text(pos, size, info, path) or ""
+            return
         rest = path[3:]
         if rest == ("Data",):
             image.data = (pos, size)
@@ -276,11 +288,17 @@ class _TagTree:
         elif len(rest) == 4 and rest[:2] == ("Calibrations", "Dimension"):
             if rest[3] == "Scale" and len(info) == 1 and info[0] in _SIMPLE:
                 image.scales[rest[2]] = float(self._value(pos, info[0], path))
-            elif rest[3] == "Units" and info[:2] == [_ARRAY, _UTF16] and size <= 2 * _MAX_UNITS:
-                text = self._read(pos, size, path).decode(
-                    "utf-16-le" if self.little_endian else "utf-16-be", "replace"
-                )
-                image.units[rest[2]] = text
+            elif rest[3] == "Units":
+                text = self._text(pos, size, info, path)
+                if text is not None:
+                    image.units[rest[2]] = text
+
+    def _text(self, pos: int, size: int, info: list[int], path: tuple[str, ...]) -> str | None:
+        """The text of a tag stored as DigitalMicrograph stores text (UTF-16 units); None for another kind."""
+        if info[:2] != [_ARRAY, _UTF16] or size > 2 * _MAX_UNITS:
+            return None
+        encoding = "utf-16-le" if self.little_endian else "utf-16-be"
+        return self._read(pos, size, path).decode(encoding, "replace")
 
     def _value(self, pos: int, code: int, path: tuple[str, ...]) -> int | float | bool:
         fmt = self._order + _SIMPLE[code]
@@ -293,13 +311,15 @@ class _TagTree:
 
 
 def _group_wanted(path: tuple[str, ...]) -> bool:
-    """Whether a group may hold a tag that locates an image; DM4 skips the others unread."""
+    """Whether a group may hold a tag that locates or describes an image; DM4 skips the others unread."""
     if path[0] == "Thumbnails":
         return len(path) <= 2
     if path[0] != "ImageList":
         return False
     if len(path) <= 2:
         return True
+    if path[2] == "ImageTags":
+        return path[3:] in ((), _META_DATA[1:])
     rest = path[3:] if path[2] == "ImageData" else None
     return rest is not None and (
         rest in ((), ("Dimensions",), ("Calibrations",), ("Calibrations", "Dimension"))
@@ -308,8 +328,45 @@ def _group_wanted(path: tuple[str, ...]) -> bool:
 
 
 def _data_wanted(path: tuple[str, ...]) -> bool:
-    """Whether a data tag locates an image; DM4 skips the others unread."""
+    """Whether a data tag locates or describes an image; DM4 skips the others unread."""
+    if len(path) > 3 and path[2] == "ImageTags":
+        return path[2:4] == _META_DATA and len(path) == 5 and path[4] in ("Format", "Signal")
     return len(path) > 1 and _group_wanted(path[:-1])
+
+
+def _check_spatial(key: str, where: str, image: _Image) -> None:
+    """Raise `FormatError` if `image` is a spectrum or its image axes are not spatial (see the module)."""
+    units = [image.units.get(str(axis), "") for axis in range(len(image.dimensions))]
+    fmt, signal = image.kind.get("Format", ""), image.kind.get("Signal", "")
+    kinds = [_unit_kind(unit) for unit in units]
+    spectrum = "spectrum" in fmt.lower()
+    reason = ""
+    if spectrum:
+        said = f"Format {fmt!r}" + (f", Signal {signal!r}" if signal else "")
+        reason = f"a {fmt.lower()} (its Meta Data say {said})"
+    elif "energy" in kinds:
+        reason = f"spectra: an axis is in {units[kinds.index('energy')]}, a unit of energy"
+    elif "other" in kinds[:2] or {"length", "inverse length"} <= set(kinds[:2]):
+        reason = "data whose axes are not all spatial"
+    if reason:
+        shape = " x ".join(str(d) for d in image.dimensions)
+        axes = ", ".join(unit or "(blank)" for unit in units)
+        raise FormatError(
+            f"{key}: {where} holds {reason}; {shape} values along axes in {axes} (fastest first). "
+            "vitrio reads images, stacks and volumes, not spectra"
+        )
+
+
+def _unit_kind(unit: str) -> str:
+    """What an axis in `unit` measures: "" (blank), "length", "inverse length", "energy" or "other"."""
+    unit = unit.strip()
+    if not unit:
+        return ""
+    if unit in ANGSTROMS_PER_UNIT:
+        return "length"
+    if unit.startswith("1/") and unit[2:] in ANGSTROMS_PER_UNIT:
+        return "inverse length"
+    return "energy" if unit in _ENERGY_UNITS else "other"
 
 
 def _nonzero(stored: np.ndarray, out: np.ndarray) -> None:
@@ -358,6 +415,7 @@ class DigitalMicrographReader(RawArrayReader):
             decoder=decoder,
             voxel_size=tuple(s * ANGSTROMS_PER_UNIT[u] for s, u in zip(sizes, units)) if lengths else None,
         )
+        self.voxel_size_source = "DM calibration" if lengths else None
         self.pixel_size = pixel_size
         self.pixel_units = pixel_units
         self.image_path = image_path
@@ -415,6 +473,7 @@ class DigitalMicrographFormat(Format):
         if data_type not in _IMAGE_TYPES:
             raise FormatError(f"{key}: {where} is of DM data type {data_type}, which vitrio does not read")
         numerical = _IMAGE_TYPES[data_type]
+        _check_spatial(key, where, image)
         dimensions = image.dimensions
         if len(dimensions) < 2:
             raise FormatError(f"{key}: {where} holds {len(dimensions)}-D data, not an image")

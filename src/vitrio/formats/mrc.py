@@ -210,7 +210,8 @@ class MrcFormat(Format):
             )
             offset = HEADER_BYTES
         decoder = _decode_complex_int16 if header.mode == 3 else None
-        return RawArrayReader(
+        voxel_size = _voxel_size(header, core_rank)
+        reader = RawArrayReader(
             key,
             fd,
             descriptor,
@@ -218,9 +219,11 @@ class MrcFormat(Format):
             offset,
             axes=axes,
             decoder=decoder,
-            voxel_size=_voxel_size(header, core_rank),
+            voxel_size=voxel_size,
             header_statistics=header.statistics,
         )
+        reader.voxel_size_source = None if voxel_size is None else "MRC cell"
+        return reader
 
     stores_voxel_size = True
 

@@ -28,14 +28,15 @@ imagecodecs' LZW decoder (see `vitrio._native.lzw_check`). Opening a file
 indexes all its pages first, which cuts a loop of pages that tifffile
 would otherwise follow forever.
 
-A reader's `voxel_size` comes from the resolution tags (pixels per inch or
-centimetre) or, in ImageJ files, from their unit and section spacing.
+A reader's `voxel_size` comes from metadata that means a pixel size (ImageJ's,
+OME-XML, FEI's, TVIPS's, Zeiss's; see `_tiff_metadata`), never from the
+resolution tags alone; its `voxel_size_source` names the metadata.
 
 Written files are uncompressed, one page per image (per section for
 volumes), with tifffile's shape metadata: axes `YX` for an image, `IYX` for a
 stack of images, `ZYX` for a volume, `IZYX` for a stack of volumes. A voxel
-size given goes in the resolution tags; a volume's section spacing in an
-ImageJ hyperstack's `spacing` (see `_written_layout`). They
+size given makes them ImageJ hyperstacks or OME-TIFF files that say it (see
+`_tiff_metadata.written_layout`). They
 become BigTIFF when the data passes 4 GiB. Bool is written as uint8. An
 empty stack, or an image without pixels, is refused (`ValueError`): a TIFF
 page holds at least one pixel.
@@ -58,6 +59,7 @@ from .._types import ImageDescriptor, NumericalType, numpy_dtype
 from ._contract import Format, FormatError, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter
 from ._registry import register_format
+from ._tiff_metadata import pixel_size, written_layout
 
 __all__ = ["TiffFormat"]
 
@@ -67,23 +69,6 @@ _EXPANSION = {1: 8, 5: 4096, 8: 2048, 32946: 2048, 32773: 128}
 _EXPANSION_SLACK = 1 << 20
 _LZW = 5
 _REVERSED_BITS = bytes(int(f"{value:08b}"[::-1], 2) for value in range(256))
-_IMAGEJ_TYPES = tuple(np.dtype(t) for t in ("uint8", "uint16", "int16", "float32"))
-# Ångströms in a ResolutionUnit (2: inch, 3: centimetre) and in a unit ImageJ names.
-_RESOLUTION_UNITS = {2: 2.54e8, 3: 1e8}
-_IMAGEJ_UNITS = {
-    "Å": 1.0,
-    "\u212b": 1.0,
-    "A": 1.0,
-    "angstrom": 1.0,
-    "nm": 10.0,
-    "nanometer": 10.0,
-    "micron": 1e4,
-    "µm": 1e4,
-    "\u03bcm": 1e4,
-    "um": 1e4,
-    "mm": 1e7,
-    "cm": 1e8,
-}
 
 
 def _check_page(key: str, page: tifffile.TiffPage, index: int, size: int, max_expansion: int) -> None:
@@ -152,33 +137,6 @@ def _check_lzw(
     bad = lzw_check(data, decoded)
     if bad is not None:
         raise FormatError(f"{key}: page {index}: its LZW segment {segment} is corrupt at byte {offset + bad}")
-
-
-def _voxel_size(tiff: tifffile.TiffFile, page: tifffile.TiffPage, core_rank: int) -> tuple[float, ...] | None:
-    """The pixel size in Å, slowest axis first, from the resolution tags and ImageJ's unit and spacing.
-
-    ImageJ files give the resolution in pixels per their `unit`, and the
-    distance between sections as `spacing`; others in pixels per inch or
-    centimetre. None where a size is not given as a length.
-    """
-    imagej = tiff.imagej_metadata or {}
-    if "unit" in imagej:
-        scale = _IMAGEJ_UNITS.get(str(imagej["unit"]).strip())
-    else:
-        scale = _RESOLUTION_UNITS.get(int(page.resolutionunit))
-    if scale is None or 282 not in page.tags or 283 not in page.tags:
-        return None
-    try:
-        x, y = (float(value) for value in page.resolution)
-    except (ArithmeticError, ValueError, TypeError):  # a malformed tag gives no size, and no error
-        return None
-    sizes = [scale / y, scale / x] if x > 0 and y > 0 else []
-    if core_rank == 3:
-        spacing = imagej.get("spacing") if "unit" in imagej else None
-        sizes = [scale * spacing, *sizes] if isinstance(spacing, (int, float)) and spacing > 0 else []
-    if len(sizes) != core_rank or not all(math.isfinite(size) for size in sizes):
-        return None
-    return tuple(float(size) for size in sizes)
 
 
 def _appended_pages(tiff: tifffile.TiffFile) -> list[tifffile.TiffPage] | None:
@@ -403,31 +361,6 @@ class _TiffPagesReader(ImageReader):
             self._fd = -1
 
 
-def _written_layout(
-    axes: str, dtype: np.dtype, depth: int, voxel_size: tuple[float, ...] | None
-) -> dict[str, Any]:
-    """tifffile's arguments for the metadata of a written file: its axes, and its voxel size if given.
-
-    The pixel size goes in the resolution tags, in pixels per centimetre. A
-    volume's section spacing has no TIFF tag: a volume of a type ImageJ
-    reads (uint8, uint16, int16, float32) and of more than one section
-    (`depth`) is written as an ImageJ hyperstack, whose `spacing` and
-    resolution are in nanometres; of any other, its section spacing is not
-    stored.
-    """
-    if voxel_size is None:
-        return {"metadata": {"axes": axes}}
-    y, x = voxel_size[-2:]
-    if len(voxel_size) == 3 and dtype in _IMAGEJ_TYPES and depth > 1:
-        metadata = {"axes": axes.replace("I", "T"), "spacing": voxel_size[0] / 10, "unit": "nm"}
-        return {"imagej": True, "metadata": metadata, "resolution": (10 / x, 10 / y)}
-    return {
-        "metadata": {"axes": axes},
-        "resolution": (_RESOLUTION_UNITS[3] / x, _RESOLUTION_UNITS[3] / y),
-        "resolutionunit": "CENTIMETER",
-    }
-
-
 @register_format
 class TiffFormat(Format):
     """TIFF and BigTIFF files: `.tif .tiff`.
@@ -458,7 +391,7 @@ class TiffFormat(Format):
                 raise FormatError(f"{key}: TIFF holds no image")
             series = tiff.series[0]
             descriptor = _descriptor(key, series)
-            voxel_size = _voxel_size(tiff, series.pages[0], descriptor.core_rank)
+            voxel_size, source = pixel_size(tiff, series.pages[0], descriptor.core_rank)
             offset = series.dataoffset
             pages = _appended_pages(tiff)
             if pages is not None:
@@ -476,13 +409,16 @@ class TiffFormat(Format):
             stored = np.dtype(series.dtype).newbyteorder(tiff.byteorder)
             tiff.close()
             file.close()
-            return RawArrayReader(key, fd, descriptor, stored, offset, voxel_size=voxel_size)
-        try:
-            return _TiffPagesReader(key, tiff, descriptor, fd, cls.max_expansion, voxel_size, pages)
-        except BaseException:
-            tiff.close()
-            file.close()
-            raise
+            reader: ImageReader = RawArrayReader(key, fd, descriptor, stored, offset, voxel_size=voxel_size)
+        else:
+            try:
+                reader = _TiffPagesReader(key, tiff, descriptor, fd, cls.max_expansion, voxel_size, pages)
+            except BaseException:
+                tiff.close()
+                file.close()
+                raise
+        reader.voxel_size_source = source
+        return reader
 
     stores_voxel_size = True
 
@@ -507,7 +443,8 @@ class TiffFormat(Format):
         axes = "I" * stack + core
         nbytes = int(np.prod(extents, dtype=np.int64)) * dtype.itemsize
 
-        layout = _written_layout(axes, dtype, descriptor.core_extents[0], voxel_size)
+        bigtiff = nbytes >= _BIGTIFF_BYTES
+        layout = written_layout(axes, dtype, extents, voxel_size, bigtiff)
 
         def prepare(file: BinaryIO) -> int:
             offset, _ = tifffile.imwrite(
@@ -515,7 +452,7 @@ class TiffFormat(Format):
                 shape=extents,
                 dtype=dtype,
                 photometric="minisblack",
-                bigtiff=nbytes >= _BIGTIFF_BYTES,
+                bigtiff=bigtiff,
                 returnoffset=True,
                 **layout,
             )

@@ -10,7 +10,7 @@ image entries in the groups DigitalMicrograph writes around them, and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ __all__ = [
     "dm_file",
     "encode",
     "image_entry",
+    "spectrum_entry",
     "text_tag",
     "thumbnail",
     "uint32_tag",
@@ -92,6 +93,8 @@ def image_entry(
     element: list[int] | None = None,
     little: bool = True,
     units: Sequence[str] = (),
+    scales: Sequence[float] = (),
+    meta_data: Mapping[str, str] | None = None,
 ) -> tuple[str, list]:
     """An entry of `ImageList` holding `values`.
 
@@ -100,7 +103,10 @@ def image_entry(
         data_type: The DM data type; defaults to the one `DATA_TYPES` gives `values`' type.
         element: The encoded type of one element; defaults as `data_type` does.
         little: The byte order of the data.
-        units: The unit of each axis, fastest first; axis `i` gets the scale `0.5 + i`.
+        units: The unit of each axis, fastest first.
+        scales: The scale of each axis, fastest first; axis `i` gets `0.5 + i` where none is given.
+        meta_data: The text tags of the group `ImageTags/Meta Data`, where Gatan's
+            software says what the data are (`Format`, `Signal`); none if None.
 
     Returns:
         The (label, group) pair.
@@ -110,13 +116,19 @@ def image_entry(
         data_type = default_type if data_type is None else data_type
         element = default_element if element is None else element
     order = "<" if little else ">"
+    meta = (
+        [] if meta_data is None else [("Meta Data", [(k, text_tag(v, little)) for k, v in meta_data.items()])]
+    )
     payload = values.astype(values.dtype.newbyteorder(order)).tobytes()
     dims = list(reversed(values.shape))
     calibrations = [
         (
             "",
             [
-                ("Scale", ([6], np.array(0.5 + i, dtype=f"{order}f4").tobytes())),
+                (
+                    "Scale",
+                    ([6], np.array(scales[i] if i < len(scales) else 0.5 + i, dtype=f"{order}f4").tobytes()),
+                ),
                 ("Units", text_tag(u, little)),
             ],
         )
@@ -134,9 +146,30 @@ def image_entry(
                     ("Dimensions", [("", uint32_tag(d, little)) for d in dims]),
                 ],
             ),
-            ("ImageTags", [("Note", ([20, 10, 3], b"abc"))]),
+            ("ImageTags", [("Note", ([20, 10, 3], b"abc")), *meta]),
         ],
     )
+
+
+def spectrum_entry(
+    values: np.ndarray,
+    signal: str,
+    units: Sequence[str],
+    scales: Sequence[float],
+    fmt: str = "Spectrum image",
+    little: bool = True,
+) -> tuple[str, list]:
+    """An entry of `ImageList` holding spectra as Gatan's software writes them (EELS, EDS, CL).
+
+    A spectrum image of positions (x, y) and channels (energy loss in eV,
+    or wavelength in nm for cathodoluminescence) is stored with the
+    channels the slowest of DM's dimensions: `values` of shape (channels,
+    y, x), `units` and `scales` fastest first, such as ("nm", "nm", "eV").
+    Its `ImageTags/Meta Data` say `Format` "Spectrum image" (a single
+    spectrum: "Spectrum") and `Signal` (`signal`: "EELS", "EDS", "CL").
+    """
+    meta_data = {"Format": fmt, "Signal": signal}
+    return image_entry(values, little=little, units=units, scales=scales, meta_data=meta_data)
 
 
 def thumbnail(little: bool = True) -> tuple[str, list]:

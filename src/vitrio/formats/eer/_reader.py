@@ -125,6 +125,7 @@ class EerReader(ImageReader):
         super().__init__(key, ImageDescriptor((*stack, out_height, out_width), 2, dtype))
         if layout.pixel_size is not None:
             self.voxel_size = tuple(size * binning / superres for size in layout.pixel_size)
+            self.voxel_size_source = "EER acquisition metadata"
         self._fd = fd
         self._layout = layout
         self._gain = gain

@@ -148,6 +148,7 @@ class OmeZarrReader(ImageReader):
         super().__init__(key, level.descriptor)
         self.level = level
         self.voxel_size = level.voxel_size
+        self.voxel_size_source = None if level.voxel_size is None else "OME-Zarr scale"
         self._cache = cache
         self._stack = level.descriptor.stack_extents
         self._token = (level.store.token, level.path, level.stamp)
