@@ -41,7 +41,6 @@ import itertools
 import math
 import os
 import queue
-import re
 import secrets
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._concurrency import SynchronousExecutor
+from ._fs import partial_of
 from ._functions import loader, query_descriptor, saver, write, writer_provider
 from ._loading import plan_locations, read_indexed_async, read_patches_indexed_async
 from ._saving import write_batch_async
@@ -579,7 +579,7 @@ def remove_leftovers(paths: Sequence[str | os.PathLike[str]]) -> None:
     for folder, names in by_folder.items():
         with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
             for entry in entries:
-                match = re.fullmatch(r"\.(.+)\.[0-9a-f]{16}\.partial", entry.name)
-                if match and match.group(1) in names and entry.is_file(follow_symlinks=False):
+                partial = partial_of(entry.name)
+                if partial and partial[0] in names and entry.is_file(follow_symlinks=False):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
