@@ -71,6 +71,14 @@ class NumericalType(enum.Enum):
         """Bytes one value takes."""
         return _ITEMSIZE[self]
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The native-order numpy dtype that holds the values: complex64 for `complex_float16`.
+
+        numpy has no type of two float16 values; reads of them fill complex64 arrays.
+        """
+        return _HELD[self]
+
     @classmethod
     def _missing_(cls, value: Any) -> NumericalType | None:
         try:
@@ -98,6 +106,7 @@ _ITEMSIZE = {
 }
 _BY_NAME = {t.name: t for t in NumericalType} | {t.value: t for t in NumericalType}
 _BY_DTYPE = {np.dtype(t.value): t for t in NumericalType if t is not NumericalType.complex_float16}
+_HELD = {t: np.dtype(np.complex64 if t is NumericalType.complex_float16 else t.value) for t in NumericalType}
 
 
 def as_numerical_type(data_type: Any) -> NumericalType:
@@ -130,7 +139,7 @@ def as_numerical_type(data_type: Any) -> NumericalType:
 
 
 def numpy_dtype(data_type: Any) -> np.dtype:
-    """The native-order numpy dtype of a data type.
+    """The native-order numpy dtype of a data type, exactly: its `dtype`, but none for `complex_float16`.
 
     Raises:
         TypeError: For `complex_float16`, which numpy has no type for, or a
@@ -139,7 +148,7 @@ def numpy_dtype(data_type: Any) -> np.dtype:
     member = as_numerical_type(data_type)
     if member is NumericalType.complex_float16:
         raise TypeError("complex_float16 has no numpy type")
-    return np.dtype(member.value)
+    return _HELD[member]
 
 
 class LocationAsKeyError(ValueError, RuntimeError):

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from .._types import ImageDescriptor, numpy_dtype, past_the_end, section_view
+from .._types import ImageDescriptor, past_the_end, section_view
 
 __all__ = ["Format", "FormatError", "FormatWarning", "HeaderStatistics", "ImageReader", "ImageWriter"]
 
@@ -208,7 +208,7 @@ class ImageReader(ABC):
 
         The default decodes the whole image first; formats with random access override it.
         """
-        image = np.empty(self.core_extents, dtype=numpy_dtype(self.descriptor.data_type))
+        image = np.empty(self.core_extents, dtype=self.descriptor.data_type.dtype)
         self.read_run(index, [image])
         np.copyto(out, image[region], casting="unsafe")
 
