@@ -23,7 +23,7 @@ from ._arrays import as_destination, check_destination_type, check_numeric_desti
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
 from ._native import advise
 from ._providers import ImageReaderProvider
-from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations
+from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations, integer_array
 from .formats import ImageReader, RawArrayReader
 from .formats._raw import KnownFiles, read_runs
 
@@ -110,14 +110,12 @@ def _image_views(slot: np.ndarray, reader: ImageReader) -> list[np.ndarray]:
 
 def _integers(values: Any, name: str, count: int) -> np.ndarray:
     """`values` as a 1-D int64 array of `count` elements, or a clear error naming `name`."""
-    array = np.asarray(values)
-    if array.dtype.kind not in "iu" and not (array.size == 0 and array.dtype.kind == "f"):
-        raise TypeError(f"{name} are integers, not {array.dtype}")
+    array = integer_array(values, f"{name} are integers")
     if array.ndim != 1 or len(array) != count:
         raise ValueError(
             f"{name} are one per slot of the destination, {count} in a 1-D array, not of shape {array.shape}"
         )
-    return array.astype(np.int64, copy=False)
+    return array
 
 
 def _check_ids(ids: np.ndarray, name: str, count: int, of: str) -> None:
@@ -367,16 +365,14 @@ def _centre_array(centres: Any) -> np.ndarray:
         return np.asarray(centres).astype(np.int64)
     if not isinstance(centres, (np.ndarray, Sequence)) and not hasattr(centres, "__array__"):
         raise TypeError(f"centres are an IndexTable, an array or a sequence, not {type(centres).__name__}")
-    values = np.asarray(centres)
+    values = integer_array(centres, "centres must be integers")
     if values.size == 0:
-        values = values.reshape(0, values.shape[-1] if values.ndim == 2 else 0).astype(np.int64)
-    if values.dtype.kind not in "iu":
-        raise TypeError(f"centres must be integers, not {values.dtype}")
+        values = values.reshape(0, values.shape[-1] if values.ndim == 2 else 0)
     if values.ndim != 2:
         raise ValueError(f"centres must have a row of coordinates per centre, not shape {values.shape}")
     if values.size and values.min() < 0:
         raise ValueError("centres must not be negative")
-    return values.astype(np.int64, copy=False)
+    return values
 
 
 def read_patches_indexed_async(

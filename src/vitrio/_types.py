@@ -230,7 +230,7 @@ class ImageDescriptor:
 
     @property
     def image_count(self) -> int:
-        """How many images or volumes the file holds."""
+        """How many images or volumes the file holds: 1 if it holds a single one."""
         return math.prod(self.stack_extents)
 
     @property
@@ -647,15 +647,13 @@ class IndexTable:
             TypeError: If `array` exposes no memory, or does not hold integers.
             ValueError: If it is not 2-D, has no column, or holds a negative index.
         """
-        values = _exposed(array)
-        if values.dtype.kind not in "iu" and not (values.size == 0 and values.dtype.kind == "f"):
-            raise TypeError(f"an index table holds integers, not {values.dtype}")
+        values = integer_array(_exposed(array), "an index table holds integers")
         if values.ndim != 2 or values.shape[1] < 1:
             raise ValueError(f"an index table is made of a 2-D array, not of shape {values.shape}")
         if values.size and values.min() < 0:
             raise ValueError("an index table holds no negative index")
         table = cls(values.shape[1])
-        table._rows = values.astype(np.int64, copy=True)
+        table._rows = values.copy()
         table._count = len(values)
         return table
 
@@ -680,8 +678,7 @@ class IndexTable:
         values = np.asarray(entry)
         if values.shape != (self.rank,):
             raise ValueError(f"an entry of this table has {self.rank} values, not {values.shape}")
-        if values.size and values.dtype.kind not in "iu":
-            raise TypeError(f"an index table holds integers, not {values.dtype}")
+        values = integer_array(values, "an index table holds integers")
         if values.size and values.min() < 0:
             raise ValueError(f"an index table holds no negative index: {entry}")
         if self._count == len(self._rows):
@@ -708,6 +705,18 @@ class IndexTable:
 
     def __repr__(self) -> str:
         return f"IndexTable(rank={self.rank}, entries={self._count})"
+
+
+def integer_array(values: Any, refusal: str) -> np.ndarray:
+    """`values` as an int64 array, if they are integers; an empty array of any type is taken as one.
+
+    Raises:
+        TypeError: `"{refusal}, not {dtype}"` if `values` hold other values (booleans among them).
+    """
+    array = np.asarray(values)
+    if array.size and array.dtype.kind not in "iu":
+        raise TypeError(f"{refusal}, not {array.dtype}")
+    return array.astype(np.int64, copy=False)
 
 
 def _exposed(array: Any) -> np.ndarray:

@@ -357,3 +357,9 @@ def test_every_type_is_held_by_one_numpy_dtype():
         if member.name != "complex_float16"
     )
     assert all(NT(dtype) is member for member, dtype in held.items() if member is not NT.complex_float16)
+
+
+def test_a_single_image_counts_one_and_an_empty_stack_none():
+    assert vio.ImageDescriptor((5, 6), 2, "float32").image_count == 1
+    assert vio.ImageDescriptor((0, 5, 6), 2, "float32").image_count == 0
+    assert vio.ImageDescriptor((2, 3, 5, 6), 2, "float32").image_count == 6

@@ -18,7 +18,15 @@ from .._arrays import check_destination_type
 from .._functions import reader_provider
 from .._loading import ImageLoader, read_patches_indexed_async
 from .._providers import ImageReaderProvider
-from .._types import ImageDescriptor, ImageLocation, index_locations, numpy_dtype, past_the_end, section_view
+from .._types import (
+    ImageDescriptor,
+    ImageLocation,
+    index_locations,
+    integer_array,
+    numpy_dtype,
+    past_the_end,
+    section_view,
+)
 from ._source import Explained, Pendings, Source, describe_failure
 
 __all__ = ["PatchSource"]
@@ -41,14 +49,10 @@ def _gather_images(images: Iterable[Any]) -> tuple[list[tuple[str, int]], np.nda
 
 
 def _centre_rows(centres: Any) -> np.ndarray:
-    values = np.asarray(centres)
-    if values.size == 0 and values.dtype.kind == "f":
-        values = values.astype(np.int64)
-    if values.dtype.kind not in "iu":
-        raise TypeError(f"centres are integers (round them first), not {values.dtype}")
+    values = integer_array(centres, "centres are integers (round them first)")
     if values.ndim != 2:
         raise ValueError(f"centres are a row of integers for each row, not an array of shape {values.shape}")
-    return values.astype(np.int64, copy=False)
+    return values
 
 
 class PatchSource(Source):

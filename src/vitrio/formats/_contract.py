@@ -169,7 +169,7 @@ class ImageReader(ABC):
     def __init__(self, key: str, descriptor: ImageDescriptor):
         self.key = key
         self.descriptor = descriptor
-        self.image_count = descriptor.image_count if descriptor.is_stack else 1
+        self.image_count = descriptor.image_count
         self.core_extents = descriptor.core_extents
 
     def check_run(self, start: int, count: int) -> None:
@@ -311,7 +311,7 @@ class ImageWriter(ABC):
     def __init__(self, key: str, descriptor: ImageDescriptor):
         self.key = key
         self.descriptor = descriptor
-        self.image_count = descriptor.image_count if descriptor.is_stack else 1
+        self.image_count = descriptor.image_count
         self.core_extents = descriptor.core_extents
 
     @abstractmethod

@@ -136,7 +136,7 @@ class RawLayout:
     ):
         self.key, self.path, self.descriptor = key, os.fsencode(key), descriptor
         self.core_extents = descriptor.core_extents
-        self.image_count = descriptor.image_count if descriptor.is_stack else 1
+        self.image_count = descriptor.image_count
         self.offset, self.dtype = offset, dtype
         self.image_bytes = math.prod(self.core_extents) * dtype.itemsize
         self.check = (status.st_size, status.st_mtime_ns, status.st_ino, status.st_dev)

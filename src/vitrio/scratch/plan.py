@@ -93,7 +93,7 @@ def layout(
     total = 0
     for key, indices in grouped.items():
         descriptor = descriptors[key]
-        count = descriptor.image_count if descriptor.is_stack else 1
+        count = descriptor.image_count
         if indices[0] < 0:
             if len(indices) > 1:
                 raise ValueError(f"{key}: is named both whole and by index")
