@@ -21,7 +21,7 @@ import numpy as np
 
 from ._arrays import as_destination, check_destination_type, check_numeric_destination, holds_values
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
-from ._native import advise
+from ._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET, advise
 from ._providers import ImageReaderProvider
 from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations, integer_array
 from .formats import ImageReader, RawArrayReader
@@ -241,6 +241,11 @@ def _read_group(
         readers.release(reader)
 
 
+# The columns of `_plan_known`'s table of the known files: where image 0 lies, bytes and values per
+# image, images, and the stored kind.
+_OFFSET, _IMAGE_BYTES, _VALUES, _COUNT, _KIND = range(5)
+
+
 def _plan_known(
     readers: ImageReaderProvider,
     out: np.ndarray,
@@ -264,17 +269,17 @@ def _plan_known(
         plan = layout.plan(dtype) if layout is not None and layout.core_extents == shape else None
         if plan is not None and not holds_values(layout.descriptor.data_type, dtype):
             plan = None  # the reader raises DestinationTypeError
-        if plan is not None and dst_kind in (None, plan[1]):
-            dst_kind = plan[1]
+        if plan is not None and dst_kind in (None, plan.wanted):
+            dst_kind = plan.wanted
             numbers[j] = len(layouts)
             layouts.append(layout)
-            rows.append((layout.offset, layout.image_bytes, plan[2], layout.image_count, plan[0]))
+            rows.append((layout.offset, layout.image_bytes, plan.values, layout.image_count, plan.stored))
     if not layouts:
         return None
     table = np.array(rows, dtype=np.int64)
     files = numbers[inverse]
     known = files >= 0
-    beyond = known & (indices >= table[files, 3])
+    beyond = known & (indices >= table[files, _COUNT])
     if beyond.any():  # the readers raise the IndexError
         known &= ~np.isin(files, files[beyond])
     positions = np.flatnonzero(known)
@@ -287,14 +292,14 @@ def _plan_known(
     starts = np.flatnonzero(np.concatenate(([True], ~go_on)))
     lengths = np.diff(np.append(starts, len(file)))
     file, index, slot = file[starts], index[starts], slot[starts]
-    runs = np.empty((len(starts), 4), dtype=np.int64)
-    runs[:, 0] = file
-    runs[:, 1] = table[file, 0] + index * table[file, 1]
-    runs[:, 2] = lengths * table[file, 2]
-    runs[:, 3] = slot * out.strides[0]
+    runs = np.empty((len(starts), RUN_FIELDS), dtype=np.int64)
+    runs[:, RUN_FILE] = file
+    runs[:, RUN_OFFSET] = table[file, _OFFSET] + index * table[file, _IMAGE_BYTES]
+    runs[:, RUN_COUNT] = lengths * table[file, _VALUES]
+    runs[:, RUN_DESTINATION] = slot * out.strides[0]
     return (
         np.flatnonzero(~known),
-        KnownFiles(layouts, table[:, 4]),
+        KnownFiles(layouts, table[:, _KIND]),
         runs,
         np.column_stack((slot, lengths)),
         dst_kind,
@@ -319,7 +324,7 @@ def _read_known(
         key = files.layouts[bad].key
         readers.forget_layout(key)
         runs, slots = runs[run:], slots[run:]
-        changed = runs[:, 0] == bad
+        changed = runs[:, RUN_FILE] == bad
         moved = np.concatenate([np.arange(a, a + n) for a, n in slots[changed].tolist()])
         _read_group(readers, key, out, moved, indices, False)
         runs, slots = np.ascontiguousarray(runs[~changed]), slots[~changed]

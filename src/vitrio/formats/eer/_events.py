@@ -248,11 +248,7 @@ def decode_frames(layout: Layout, fd: int, timeline: DetectorEventTimeline, begi
                 strips,
                 timeline._positions[timeline.event_count :],
                 strip_counts,
-                layout.height,
-                layout.width,
-                layout.rlebits,
-                layout.hbits,
-                layout.vbits,
+                layout.code,
             )
             if status is not None:
                 raise layout.failure(frame, status)
