@@ -293,6 +293,11 @@ static int covers(Py_ssize_t height, Py_ssize_t width, const Code *code, int shi
     return ((fine_h - 1) >> shift_y) < (uint64_t)out_h && ((fine_w - 1) >> shift_x) < (uint64_t)out_w;
 }
 
+/* Releases the views of a NULL-ended list; one never taken (all zeros) is passed over. */
+static void release_views(Py_buffer *const *views) {
+    for (; *views != NULL; views++) PyBuffer_Release(*views);
+}
+
 static PyObject *failure(Py_ssize_t strip, int status) {
     if (status == EER_OK) Py_RETURN_NONE;
     return Py_BuildValue("(ni)", strip, status);
@@ -347,10 +352,7 @@ static PyObject *render(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS;
     result = failure(bad, status);
 done:
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&strips);
-    PyBuffer_Release(&out);
-    if (has_gain) PyBuffer_Release(&gain);
+    release_views((Py_buffer *const[]){&data, &strips, &out, &gain, NULL});
     return result;
 }
 
@@ -386,10 +388,7 @@ static PyObject *events(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS;
     result = failure(bad, status);
 done:
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&strips);
-    PyBuffer_Release(&positions);
-    PyBuffer_Release(&counts);
+    release_views((Py_buffer *const[]){&data, &strips, &positions, &counts, NULL});
     return result;
 }
 
@@ -878,8 +877,7 @@ static PyObject *convert(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS;
     result = Py_NewRef(Py_None);
 done:
-    PyBuffer_Release(&src);
-    PyBuffer_Release(&out);
+    release_views((Py_buffer *const[]){&src, &out, NULL});
     return result;
 }
 
@@ -1084,9 +1082,7 @@ done:
     for (Py_ssize_t j = 0; views != NULL && j < mapped; j++)
         if (views[j].obj != NULL) PyBuffer_Release(&views[j]);
     PyMem_Free(views);
-    PyBuffer_Release(&checks);
-    PyBuffer_Release(&runs);
-    PyBuffer_Release(&out);
+    release_views((Py_buffer *const[]){&checks, &runs, &out, NULL});
     return result;
 }
 
@@ -1096,8 +1092,7 @@ static PyObject *advise(PyObject *self, PyObject *args) {
     Py_ssize_t n_files;
     if (!PyArg_ParseTuple(args, "O!y*y*:advise", &PyTuple_Type, &paths, &checks, &runs)) return NULL;
     if (check_runs(paths, &checks, &runs, 0, -1, &n_files) < 0) {
-        PyBuffer_Release(&checks);
-        PyBuffer_Release(&runs);
+        release_views((Py_buffer *const[]){&checks, &runs, NULL});
         return NULL;
     }
     const int64_t *run = (const int64_t *)runs.buf, *check = (const int64_t *)checks.buf;
@@ -1118,8 +1113,7 @@ static PyObject *advise(PyObject *self, PyObject *args) {
     }
     if (fd >= 0) close(fd);
     Py_END_ALLOW_THREADS;
-    PyBuffer_Release(&checks);
-    PyBuffer_Release(&runs);
+    release_views((Py_buffer *const[]){&checks, &runs, NULL});
     Py_RETURN_NONE;
 }
 
@@ -1229,11 +1223,7 @@ static PyObject *crop(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS;
     result = Py_NewRef(Py_None);
 done:
-    PyBuffer_Release(&src);
-    PyBuffer_Release(&origins);
-    PyBuffer_Release(&slots);
-    PyBuffer_Release(&out);
-    if (has_fill) PyBuffer_Release(&fill);
+    release_views((Py_buffer *const[]){&src, &origins, &slots, &out, &fill, NULL});
     return result;
 }
 

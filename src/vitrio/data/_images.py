@@ -8,6 +8,7 @@ the core's planned batch read: no Python object per row on the way.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -98,21 +99,6 @@ class ImageSource(Source):
         self._shape = (width, *image_shape) if multiple else image_shape
         self._multiple = multiple
 
-    @classmethod
-    def _planned(
-        cls,
-        keys: list[str],
-        key_ids: np.ndarray,
-        indices: np.ndarray,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        multiple: bool,
-    ) -> ImageSource:
-        source = cls.__new__(cls)
-        source._keys, source._key_ids, source._indices = keys, key_ids, indices
-        source._shape, source._dtype, source._multiple = shape, dtype, multiple
-        return source
-
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape of the value of one row: one image, or the images of a row stacked."""
@@ -169,10 +155,10 @@ class ImageSource(Source):
 
     def subset(self, rows: np.ndarray) -> ImageSource:
         """Get the source of only these rows, in this order."""
+        source = copy.copy(self)
         rows = np.asarray(rows, dtype=np.int64)
-        return ImageSource._planned(
-            self._keys, self._key_ids[rows], self._indices[rows], self._shape, self._dtype, self._multiple
-        )
+        source._key_ids, source._indices = self._key_ids[rows], self._indices[rows]
+        return source
 
     def __repr__(self) -> str:
         files = len(self._keys)

@@ -9,6 +9,7 @@ through one reader.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -143,21 +144,6 @@ class PatchSource(Source):
         check_destination_type(distinct[0][0], first.data_type, self._dtype)
         self._fill = np.asarray(fill).astype(self._dtype).item()
 
-    @classmethod
-    def _planned(
-        cls,
-        images: list[tuple[str, int]],
-        image_ids: np.ndarray,
-        centres: np.ndarray,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        fill: Any,
-    ) -> PatchSource:
-        source = cls.__new__(cls)
-        source._images, source._image_ids, source._centres = images, image_ids, centres
-        source._shape, source._dtype, source._fill = shape, dtype, fill
-        return source
-
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape of one patch."""
@@ -206,15 +192,11 @@ class PatchSource(Source):
         """Get the source of only these rows, in this order."""
         rows = np.asarray(rows, dtype=np.int64)
         used, image_ids = np.unique(self._image_ids[rows], return_inverse=True)
-        images = [self._images[i] for i in used.tolist()]
-        return PatchSource._planned(
-            images,
-            image_ids.astype(np.int64).reshape(-1),
-            self._centres[rows],
-            self._shape,
-            self._dtype,
-            self._fill,
-        )
+        source = copy.copy(self)
+        source._images = [self._images[i] for i in used.tolist()]
+        source._image_ids = image_ids.astype(np.int64).reshape(-1)
+        source._centres = self._centres[rows]
+        return source
 
     def __repr__(self) -> str:
         images = len(self._images)
