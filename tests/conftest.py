@@ -27,6 +27,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from . import in_ci
+from .half_complex import half_complex  # noqa: F401 (a fixture of every test)
 
 
 def _private_folder(name: str) -> Path:

@@ -57,7 +57,7 @@ class _Volume:
             wanted = "a volume or a [C, D, H, W] stack of volumes" if channels else "a volume"
             raise ValueError(f"{os.fspath(path)}: holds {descriptor}, not {wanted}")
         shape = (extents[-3], extents[-2], extents[-1])
-        dtype = np.dtype(descriptor.data_type.value)
+        dtype = descriptor.data_type.dtype
         return cls(os.fspath(path), shape, dtype, sections, extents[0] if stacked else 0)
 
 

@@ -136,8 +136,8 @@ def new_array(
     if data_type is NumericalType.complex_float16:
         holder = object.__new__(HalfComplexArray)
         holder._pairs = np.empty((*shape, 2), dtype=np.float16)
-        return holder, np.empty(shape, dtype=np.complex64)
-    values = np.empty(shape, dtype=np.dtype(data_type.value))
+        return holder, np.empty(shape, dtype=data_type.dtype)
+    values = np.empty(shape, dtype=data_type.dtype)
     return values.view(Array), values
 
 

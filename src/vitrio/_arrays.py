@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ._types import DestinationTypeError, NumericalType, ReadOnlyDestinationError, as_numerical_type
+from ._types import DestinationTypeError, ReadOnlyDestinationError, as_numerical_type
 
 __all__ = [
     "as_destination",
@@ -77,7 +77,7 @@ def holds_values(data_type: Any, dtype: np.dtype) -> bool:
     dtype = np.dtype(dtype)
     kind = _kind(dtype)
     member = as_numerical_type(data_type)
-    stored = np.dtype(np.complex64 if member is NumericalType.complex_float16 else member.value)
+    stored = member.dtype
     if kind == "c" or (kind == "f" and stored.kind != "c"):
         return True
     if kind in "iu" and stored.kind in "biu" and np.can_cast(stored, dtype, "safe"):

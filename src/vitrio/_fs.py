@@ -60,11 +60,17 @@ def remove_quietly(path: str) -> None:
 
 
 _HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"
-_PARTIAL = re.compile(r"\..+\.(\d+)-([0-9a-f]{8})-[0-9a-f]{16}\.partial")
+_PARTIAL = re.compile(r"\.(.+)\.(\d+)-([0-9a-f]{8})-[0-9a-f]{16}\.partial")
 _live: dict[int, tuple[int, str]] = {}  # id of a PartialFile -> (pid that made it, its hidden path)
 _swept: set[str] = set()
 _state_lock = threading.Lock()
 _guarded = False
+
+
+def partial_of(name: str) -> tuple[str, int, str] | None:
+    """If `name` is a `PartialFile`'s: the name of its target, and the id and host hash of its process."""
+    found = _PARTIAL.fullmatch(name)
+    return None if found is None else (found[1], int(found[2]), found[3])
 
 
 def _alive(pid: int) -> bool:
@@ -86,8 +92,8 @@ def _sweep(folder: str) -> None:
     user, me = os.getuid(), os.getpid()
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for entry in entries:
-            found = _PARTIAL.fullmatch(entry.name)
-            if found is None or found[2] != _HOST or int(found[1]) == me or _alive(int(found[1])):
+            found = partial_of(entry.name)
+            if found is None or found[2] != _HOST or found[1] == me or _alive(found[1]):
                 continue
             with contextlib.suppress(OSError):
                 if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == user:

@@ -309,13 +309,7 @@ def write_single(
         ValueError: If `array` is not 2-D or 3-D; and as `write` raises.
         TypeError: As `write` raises.
     """
-    values = _written(array, as_key(path))
-    if values.ndim not in (2, 3):
-        raise ValueError(
-            f"{as_key(path)}: a single image or volume is 2-D or 3-D, not of shape {values.shape}"
-        )
-    descriptor = ImageDescriptor(values.shape, values.ndim, data_type or values.dtype)
-    write(values, path, descriptor, formats, voxel_size)
+    _write_ranked(array, path, formats, data_type, voxel_size, stacked=False)
 
 
 def write_stack(
@@ -333,8 +327,22 @@ def write_stack(
         ValueError: If `array` is not 3-D or 4-D; and as `write` raises.
         TypeError: As `write` raises.
     """
-    values = _written(array, as_key(path))
-    if values.ndim not in (3, 4):
-        raise ValueError(f"{as_key(path)}: a stack is 3-D or 4-D, not of shape {values.shape}")
-    descriptor = ImageDescriptor(values.shape, values.ndim - 1, data_type or values.dtype)
+    _write_ranked(array, path, formats, data_type, voxel_size, stacked=True)
+
+
+def _write_ranked(
+    array: Any,
+    path: Any,
+    formats: Iterable[type[Format]] | None,
+    data_type: Any,
+    voxel_size: Any,
+    stacked: bool,
+) -> None:
+    """Write `array` as one image (2-D) or volume (3-D), or a stack of them along its leading axis."""
+    key = as_key(path)
+    values = _written(array, key)
+    if values.ndim not in ((3, 4) if stacked else (2, 3)):
+        what = "a stack is 3-D or 4-D" if stacked else "a single image or volume is 2-D or 3-D"
+        raise ValueError(f"{key}: {what}, not of shape {values.shape}")
+    descriptor = ImageDescriptor(values.shape, values.ndim - stacked, data_type or values.dtype)
     write(values, path, descriptor, formats, voxel_size)

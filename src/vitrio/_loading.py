@@ -21,9 +21,9 @@ import numpy as np
 
 from ._arrays import as_destination, check_destination_type, check_numeric_destination, holds_values
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
-from ._native import advise
+from ._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET, advise
 from ._providers import ImageReaderProvider
-from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations
+from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations, integer_array
 from .formats import ImageReader, RawArrayReader
 from .formats._raw import KnownFiles, read_runs
 
@@ -110,14 +110,12 @@ def _image_views(slot: np.ndarray, reader: ImageReader) -> list[np.ndarray]:
 
 def _integers(values: Any, name: str, count: int) -> np.ndarray:
     """`values` as a 1-D int64 array of `count` elements, or a clear error naming `name`."""
-    array = np.asarray(values)
-    if array.dtype.kind not in "iu" and not (array.size == 0 and array.dtype.kind == "f"):
-        raise TypeError(f"{name} are integers, not {array.dtype}")
+    array = integer_array(values, f"{name} are integers")
     if array.ndim != 1 or len(array) != count:
         raise ValueError(
             f"{name} are one per slot of the destination, {count} in a 1-D array, not of shape {array.shape}"
         )
-    return array.astype(np.int64, copy=False)
+    return array
 
 
 def _check_ids(ids: np.ndarray, name: str, count: int, of: str) -> None:
@@ -243,6 +241,11 @@ def _read_group(
         readers.release(reader)
 
 
+# The columns of `_plan_known`'s table of the known files: where image 0 lies, bytes and values per
+# image, images, and the stored kind.
+_OFFSET, _IMAGE_BYTES, _VALUES, _COUNT, _KIND = range(5)
+
+
 def _plan_known(
     readers: ImageReaderProvider,
     out: np.ndarray,
@@ -266,17 +269,17 @@ def _plan_known(
         plan = layout.plan(dtype) if layout is not None and layout.core_extents == shape else None
         if plan is not None and not holds_values(layout.descriptor.data_type, dtype):
             plan = None  # the reader raises DestinationTypeError
-        if plan is not None and dst_kind in (None, plan[1]):
-            dst_kind = plan[1]
+        if plan is not None and dst_kind in (None, plan.wanted):
+            dst_kind = plan.wanted
             numbers[j] = len(layouts)
             layouts.append(layout)
-            rows.append((layout.offset, layout.image_bytes, plan[2], layout.image_count, plan[0]))
+            rows.append((layout.offset, layout.image_bytes, plan.values, layout.image_count, plan.stored))
     if not layouts:
         return None
     table = np.array(rows, dtype=np.int64)
     files = numbers[inverse]
     known = files >= 0
-    beyond = known & (indices >= table[files, 3])
+    beyond = known & (indices >= table[files, _COUNT])
     if beyond.any():  # the readers raise the IndexError
         known &= ~np.isin(files, files[beyond])
     positions = np.flatnonzero(known)
@@ -289,14 +292,14 @@ def _plan_known(
     starts = np.flatnonzero(np.concatenate(([True], ~go_on)))
     lengths = np.diff(np.append(starts, len(file)))
     file, index, slot = file[starts], index[starts], slot[starts]
-    runs = np.empty((len(starts), 4), dtype=np.int64)
-    runs[:, 0] = file
-    runs[:, 1] = table[file, 0] + index * table[file, 1]
-    runs[:, 2] = lengths * table[file, 2]
-    runs[:, 3] = slot * out.strides[0]
+    runs = np.empty((len(starts), RUN_FIELDS), dtype=np.int64)
+    runs[:, RUN_FILE] = file
+    runs[:, RUN_OFFSET] = table[file, _OFFSET] + index * table[file, _IMAGE_BYTES]
+    runs[:, RUN_COUNT] = lengths * table[file, _VALUES]
+    runs[:, RUN_DESTINATION] = slot * out.strides[0]
     return (
         np.flatnonzero(~known),
-        KnownFiles(layouts, table[:, 4]),
+        KnownFiles(layouts, table[:, _KIND]),
         runs,
         np.column_stack((slot, lengths)),
         dst_kind,
@@ -321,7 +324,7 @@ def _read_known(
         key = files.layouts[bad].key
         readers.forget_layout(key)
         runs, slots = runs[run:], slots[run:]
-        changed = runs[:, 0] == bad
+        changed = runs[:, RUN_FILE] == bad
         moved = np.concatenate([np.arange(a, a + n) for a, n in slots[changed].tolist()])
         _read_group(readers, key, out, moved, indices, False)
         runs, slots = np.ascontiguousarray(runs[~changed]), slots[~changed]
@@ -367,16 +370,14 @@ def _centre_array(centres: Any) -> np.ndarray:
         return np.asarray(centres).astype(np.int64)
     if not isinstance(centres, (np.ndarray, Sequence)) and not hasattr(centres, "__array__"):
         raise TypeError(f"centres are an IndexTable, an array or a sequence, not {type(centres).__name__}")
-    values = np.asarray(centres)
+    values = integer_array(centres, "centres must be integers")
     if values.size == 0:
-        values = values.reshape(0, values.shape[-1] if values.ndim == 2 else 0).astype(np.int64)
-    if values.dtype.kind not in "iu":
-        raise TypeError(f"centres must be integers, not {values.dtype}")
+        values = values.reshape(0, values.shape[-1] if values.ndim == 2 else 0)
     if values.ndim != 2:
         raise ValueError(f"centres must have a row of coordinates per centre, not shape {values.shape}")
     if values.size and values.min() < 0:
         raise ValueError("centres must not be negative")
-    return values.astype(np.int64, copy=False)
+    return values
 
 
 def read_patches_indexed_async(

@@ -19,23 +19,26 @@
  * int64 array of rows (start, length, first_row, rows), each the bytes of one
  * strip in `data` and the rows of the image it covers):
  *
- *   render(data, strips, out, kind, clear, height, width, rlebits, hbits, vbits,
- *          shift_y, shift_x, out_height, out_width,
- *          gain, gain_height, gain_width, gain_shift_y, gain_shift_x)
- *     Adds the events of every strip into `out` (kind 0: uint8, 1: uint16,
- *     2: uint32, 3: float32), at out[fy >> shift_y, fx >> shift_x] where
+ *   render(data, strips, out, kind, clear, (height, width, rlebits, hbits, vbits),
+ *          (shift_y, shift_x), (out_height, out_width),
+ *          gain, (gain_height, gain_width), (gain_shift_y, gain_shift_x))
+ *     Adds the events of every strip into `out` (kind RENDER_U8, RENDER_U16,
+ *     RENDER_U32 or RENDER_F32), at out[fy >> shift_y, fx >> shift_x] where
  *     (fy, fx) is an event's position on the sub-pixel grid. With a gain
  *     (float32, or None) each event adds gain[fy >> gain_shift_y, fx >> gain_shift_x]
  *     instead of one, and out must be float32. `clear` zeroes out first.
  *
- *   events(data, strips, positions, counts, height, width, rlebits, hbits, vbits)
+ *   events(data, strips, positions, counts, (height, width, rlebits, hbits, vbits))
  *     Writes the (fy, fx) rows of the events of every strip into `positions`
  *     (uint32, room for len // 8 rows) and the number of events of each strip
  *     into `counts` (int64).
  *
  * Both return None, or (strip, error) for the first strip that is bad, with
- * error 1: the stream ends before the end of the strip, 2: a run goes past the
- * end of the strip, 3: more events than there is room for.
+ * error EER_TRUNCATED: the stream ends before the end of the strip, EER_PAST_END: a run goes
+ * past the end of the strip, EER_FULL: more events than there is room for.
+ *
+ * The numbers of the interface (kinds, statuses, the fields of rows) are the module's constants,
+ * named as in this comment; vitrio/_native.pyi types the functions.
  *
  * The module also guards the TIFF reader (this is vitrio's one compiled module):
  *
@@ -62,23 +65,25 @@
  *
  * And batch reads of raw images, with no Python per image (the GIL released throughout):
  *
- *   Kinds of values: 0 uint8, 1 int8, 2 uint16, 3 int16, 4 float16, 5 float32, 6 bytes (copied as
- *   they are), 7 bfloat16. A stored kind may carry SWAP (256): its values are of the other byte
+ *   Kinds of values: KIND_U8, KIND_I8, KIND_U16, KIND_I16, KIND_F16, KIND_F32, KIND_BYTES (copied as
+ *   they are), KIND_BF16. A stored kind may carry SWAP: its values are of the other byte
  *   order. Conversions: any kind but bytes to float32, float16 or bfloat16 (as numpy and ml_dtypes
  *   cast, rounding to nearest even), and any kind to itself.
  *
  *   read_runs(paths, checks, runs, out, dst_kind, maps=None) -> None | (run, file, status, errno)
- *     `paths`: a tuple of file names (bytes); `checks`: int64 rows (size, mtime_ns, inode, device,
- *     stored kind), one per file, what the file was when its layout was parsed; `runs`: int64 rows
- *     (file, offset, count, destination), each `count` values at byte `offset` of the file, to
+ *     `paths`: a tuple of file names (bytes); `checks`: int64 rows (CHECK_SIZE, CHECK_MTIME,
+ *     CHECK_INODE, CHECK_DEVICE, CHECK_KIND: size, mtime_ns, inode, device, stored kind), one per
+ *     file, what the file was when its layout was parsed; `runs`: int64 rows (RUN_FILE, RUN_OFFSET,
+ *     RUN_COUNT, RUN_DESTINATION), each `count` values at byte `offset` of the file, to
  *     land converted at byte `destination` of `out`. Runs of one file follow one another; each
  *     file is opened once, checked against its row, read with pread, and closed. Returns None,
- *     or the first run that failed: status 1 the file did not open (errno), 2 it is not what
- *     its check row says (changed since), 3 a read failed (errno), 4 the file ended first.
+ *     or the first run that failed: status READ_OPEN the file did not open (errno), READ_CHANGED it
+ *     is not what its check row says (changed since), READ_ERROR a read failed (errno), READ_SHORT
+ *     the file ended first.
  *     Runs before it are read. `maps`, a tuple of a buffer or None per file, gives files that
  *     are mapped already (the FileMap of an open reader): such a file is checked with stat
  *     rather than opened, and its runs are copied out of the map; a run that does not lie in
- *     the map fails with status 2.
+ *     the map fails with status READ_CHANGED.
  *
  *   advise(paths, checks, runs)
  *     Tells the kernel the runs (as read_runs takes them) will be read soon (posix_fadvise
@@ -121,6 +126,7 @@
 #include <unistd.h>
 
 enum { EER_OK = 0, EER_TRUNCATED = 1, EER_PAST_END = 2, EER_FULL = 3 };
+enum { RENDER_U8, RENDER_U16, RENDER_U32, RENDER_F32 }; /* the kinds of render's out */
 
 typedef struct {
     uint32_t width;
@@ -290,6 +296,11 @@ static int covers(Py_ssize_t height, Py_ssize_t width, const Code *code, int shi
     return ((fine_h - 1) >> shift_y) < (uint64_t)out_h && ((fine_w - 1) >> shift_x) < (uint64_t)out_w;
 }
 
+/* Releases the views of a NULL-ended list; one never taken (all zeros) is passed over. */
+static void release_views(Py_buffer *const *views) {
+    for (; *views != NULL; views++) PyBuffer_Release(*views);
+}
+
 static PyObject *failure(Py_ssize_t strip, int status) {
     if (status == EER_OK) Py_RETURN_NONE;
     return Py_BuildValue("(ni)", strip, status);
@@ -300,15 +311,15 @@ static PyObject *render(PyObject *self, PyObject *args) {
     PyObject *gain_object, *result = NULL;
     int kind, clear, rlebits, hbits, vbits, shift_y, shift_x, gain_shift_y, gain_shift_x;
     Py_ssize_t height, width, out_h, out_w, gain_h, gain_w;
-    if (!PyArg_ParseTuple(args, "y*y*w*ipnniiiiinnOnnii:render", &data, &strips, &out, &kind, &clear, &height,
-                          &width, &rlebits, &hbits, &vbits, &shift_y, &shift_x, &out_h, &out_w, &gain_object,
-                          &gain_h, &gain_w, &gain_shift_y, &gain_shift_x))
+    if (!PyArg_ParseTuple(args, "y*y*w*ip(nniii)(ii)(nn)O(nn)(ii):render", &data, &strips, &out, &kind, &clear,
+                          &height, &width, &rlebits, &hbits, &vbits, &shift_y, &shift_x, &out_h, &out_w,
+                          &gain_object, &gain_h, &gain_w, &gain_shift_y, &gain_shift_x))
         return NULL;
     Code code;
     int has_gain = gain_object != Py_None;
     if (has_gain && PyObject_GetBuffer(gain_object, &gain, PyBUF_C_CONTIGUOUS) < 0) goto done;
     if (check_layout(&data, &strips, height, width, rlebits, hbits, vbits, &code) < 0) goto done;
-    if (kind < 0 || kind > 3 || (has_gain && kind != 3)) {
+    if (kind < RENDER_U8 || kind > RENDER_F32 || (has_gain && kind != RENDER_F32)) {
         PyErr_SetString(PyExc_ValueError, "kind must be 0-3, and 3 (float32) with a gain");
         goto done;
     }
@@ -344,10 +355,7 @@ static PyObject *render(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS;
     result = failure(bad, status);
 done:
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&strips);
-    PyBuffer_Release(&out);
-    if (has_gain) PyBuffer_Release(&gain);
+    release_views((Py_buffer *const[]){&data, &strips, &out, &gain, NULL});
     return result;
 }
 
@@ -356,7 +364,7 @@ static PyObject *events(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     int rlebits, hbits, vbits;
     Py_ssize_t height, width;
-    if (!PyArg_ParseTuple(args, "y*y*w*w*nniii:events", &data, &strips, &positions, &counts, &height, &width,
+    if (!PyArg_ParseTuple(args, "y*y*w*w*(nniii):events", &data, &strips, &positions, &counts, &height, &width,
                           &rlebits, &hbits, &vbits))
         return NULL;
     Code code;
@@ -383,10 +391,7 @@ static PyObject *events(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS;
     result = failure(bad, status);
 done:
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&strips);
-    PyBuffer_Release(&positions);
-    PyBuffer_Release(&counts);
+    release_views((Py_buffer *const[]){&data, &strips, &positions, &counts, NULL});
     return result;
 }
 
@@ -887,12 +892,14 @@ static PyObject *convert(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS;
     result = Py_NewRef(Py_None);
 done:
-    PyBuffer_Release(&src);
-    PyBuffer_Release(&out);
+    release_views((Py_buffer *const[]){&src, &out, NULL});
     return result;
 }
 
 enum { READ_OK = 0, READ_OPEN = 1, READ_CHANGED = 2, READ_ERROR = 3, READ_SHORT = 4 };
+/* The fields of a row of runs, and of a check row. */
+enum { RUN_FILE, RUN_OFFSET, RUN_COUNT, RUN_DESTINATION, RUN_FIELDS };
+enum { CHECK_SIZE, CHECK_MTIME, CHECK_INODE, CHECK_DEVICE, CHECK_KIND, CHECK_FIELDS };
 enum { BUFFER_BYTES = 1 << 18 };
 static pthread_key_t buffer_key;
 
@@ -942,21 +949,21 @@ static int check_runs(PyObject *paths, const Py_buffer *checks, const Py_buffer 
             return -1;
         }
     }
-    if (runs->len % 32 || checks->len != n_files * 40) {
+    if (runs->len % (RUN_FIELDS * 8) || checks->len != n_files * CHECK_FIELDS * 8) {
         PyErr_SetString(PyExc_ValueError, "runs are int64 rows of 4, checks int64 rows of 5, one per path");
         return -1;
     }
     const int64_t *check = (const int64_t *)checks->buf;
     for (Py_ssize_t i = 0; i < n_files; i++)
-        if (bad_kinds((long)check[5 * i + 4], dst_kind < 0 ? K_F32 : dst_kind)) return -1;
+        if (bad_kinds((long)check[CHECK_FIELDS * i + CHECK_KIND], dst_kind < 0 ? K_F32 : dst_kind)) return -1;
     const int64_t *run = (const int64_t *)runs->buf;
-    for (Py_ssize_t i = 0; i < runs->len / 32; i++, run += 4) {
-        int64_t file = run[0], offset = run[1], count = run[2], at = run[3];
+    for (Py_ssize_t i = 0; i < runs->len / (RUN_FIELDS * 8); i++, run += RUN_FIELDS) {
+        int64_t file = run[RUN_FILE], offset = run[RUN_OFFSET], count = run[RUN_COUNT], at = run[RUN_DESTINATION];
         int ok = file >= 0 && file < n_files && offset >= 0 && count >= 0 && at >= 0 && count <= (INT64_MAX >> 3);
         if (ok) {
-            const int64_t *c = check + 5 * file;
-            int64_t bytes = count * (int64_t)kind_size[c[4] & ~SWAP];
-            ok = offset <= c[0] && bytes <= c[0] - offset;
+            const int64_t *c = check + CHECK_FIELDS * file;
+            int64_t bytes = count * (int64_t)kind_size[c[CHECK_KIND] & ~SWAP];
+            ok = offset <= c[CHECK_SIZE] && bytes <= c[CHECK_SIZE] - offset;
             if (dst_kind >= 0)
                 ok = ok && at <= out_len && count * (int64_t)kind_size[dst_kind] <= out_len - at;
         }
@@ -1005,9 +1012,10 @@ static int open_file(const char *path) {
 
 /* Whether the file `st` describes is the one a check row (size, mtime_ns, inode, device) describes. */
 static int same_file(const struct stat *st, const int64_t *c) {
-    return S_ISREG(st->st_mode) && (int64_t)st->st_size == c[0] &&
-           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == c[1] && (int64_t)st->st_ino == c[2] &&
-           (int64_t)st->st_dev == c[3];
+    return S_ISREG(st->st_mode) && (int64_t)st->st_size == c[CHECK_SIZE] &&
+           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == c[CHECK_MTIME] &&
+           (int64_t)st->st_ino == c[CHECK_INODE] &&
+           (int64_t)st->st_dev == c[CHECK_DEVICE];
 }
 
 /* Copies one run out of the map of its file (`map`, `length` bytes) into dst, converting. */
@@ -1047,18 +1055,18 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
         if (map != Py_None && PyObject_GetBuffer(map, &views[mapped], PyBUF_SIMPLE) < 0) goto done;
     }
     const int64_t *run = (const int64_t *)runs.buf, *check = (const int64_t *)checks.buf;
-    Py_ssize_t n = runs.len / 32, i = 0;
+    Py_ssize_t n = runs.len / (RUN_FIELDS * 8), i = 0;
     int64_t file = -1;
     int fd = -1, status = READ_OK, error = 0, stream = out.len >= STREAM_MIN_BYTES;
     Py_BEGIN_ALLOW_THREADS;
     for (; i < n; i++) {
-        const int64_t *r = run + 4 * i;
-        const Py_buffer *view = &views[r[0]];
-        int kind = (int)check[5 * r[0] + 4];
-        if (r[0] != file) {
+        const int64_t *r = run + RUN_FIELDS * i;
+        const Py_buffer *view = &views[r[RUN_FILE]];
+        int kind = (int)check[CHECK_FIELDS * r[RUN_FILE] + CHECK_KIND];
+        if (r[RUN_FILE] != file) {
             if (fd >= 0) close(fd);
             fd = -1;
-            file = r[0];
+            file = r[RUN_FILE];
             const char *path = names[file];
             struct stat st;
             int found;
@@ -1072,16 +1080,16 @@ static PyObject *read_runs(PyObject *self, PyObject *args) {
                 }
                 found = fstat(fd, &st) == 0;
             }
-            if (!found || !same_file(&st, check + 5 * file)) {
+            if (!found || !same_file(&st, check + CHECK_FIELDS * file)) {
                 status = READ_CHANGED;
                 break;
             }
         }
-        uint8_t *dst = (uint8_t *)out.buf + r[3];
+        uint8_t *dst = (uint8_t *)out.buf + r[RUN_DESTINATION];
         if (view->buf != NULL)
-            status = copy_run(view->buf, view->len, r[1], r[2], kind, (int)dst_kind, dst, stream);
+            status = copy_run(view->buf, view->len, r[RUN_OFFSET], r[RUN_COUNT], kind, (int)dst_kind, dst, stream);
         else
-            status = read_run(fd, r[1], r[2], kind, (int)dst_kind, dst, stream);
+            status = read_run(fd, r[RUN_OFFSET], r[RUN_COUNT], kind, (int)dst_kind, dst, stream);
         if (status) break;
     }
     error = errno;
@@ -1098,9 +1106,7 @@ done:
         if (views[j].obj != NULL) PyBuffer_Release(&views[j]);
     PyMem_Free(views);
     PyMem_Free(names);
-    PyBuffer_Release(&checks);
-    PyBuffer_Release(&runs);
-    PyBuffer_Release(&out);
+    release_views((Py_buffer *const[]){&checks, &runs, &out, NULL});
     return result;
 }
 
@@ -1111,30 +1117,29 @@ static PyObject *advise(PyObject *self, PyObject *args) {
     const char **names;
     if (!PyArg_ParseTuple(args, "O!y*y*:advise", &PyTuple_Type, &paths, &checks, &runs)) return NULL;
     if (check_runs(paths, &checks, &runs, 0, -1, &n_files, &names) < 0) {
-        PyBuffer_Release(&checks);
-        PyBuffer_Release(&runs);
+        release_views((Py_buffer *const[]){&checks, &runs, NULL});
         return NULL;
     }
     const int64_t *run = (const int64_t *)runs.buf, *check = (const int64_t *)checks.buf;
-    Py_ssize_t n = runs.len / 32;
+    Py_ssize_t n = runs.len / (RUN_FIELDS * 8);
     Py_BEGIN_ALLOW_THREADS;
     int64_t file = -1;
     int fd = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const int64_t *r = run + 4 * i;
-        if (r[0] != file) {
+        const int64_t *r = run + RUN_FIELDS * i;
+        if (r[RUN_FILE] != file) {
             if (fd >= 0) close(fd);
-            file = r[0];
+            file = r[RUN_FILE];
             fd = open_file(names[file]);
         }
-        off_t bytes = (off_t)(r[2] * (int64_t)kind_size[check[5 * r[0] + 4] & ~SWAP]);
-        if (fd >= 0) posix_fadvise(fd, (off_t)r[1], bytes, POSIX_FADV_WILLNEED);
+        int kind = (int)check[CHECK_FIELDS * r[RUN_FILE] + CHECK_KIND];
+        off_t bytes = (off_t)(r[RUN_COUNT] * (int64_t)kind_size[kind & ~SWAP]);
+        if (fd >= 0) posix_fadvise(fd, (off_t)r[RUN_OFFSET], bytes, POSIX_FADV_WILLNEED);
     }
     if (fd >= 0) close(fd);
     Py_END_ALLOW_THREADS;
     PyMem_Free(names);
-    PyBuffer_Release(&checks);
-    PyBuffer_Release(&runs);
+    release_views((Py_buffer *const[]){&checks, &runs, NULL});
     Py_RETURN_NONE;
 }
 
@@ -1244,11 +1249,7 @@ static PyObject *crop(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS;
     result = Py_NewRef(Py_None);
 done:
-    PyBuffer_Release(&src);
-    PyBuffer_Release(&origins);
-    PyBuffer_Release(&slots);
-    PyBuffer_Release(&out);
-    if (has_fill) PyBuffer_Release(&fill);
+    release_views((Py_buffer *const[]){&src, &origins, &slots, &out, &fill, NULL});
     return result;
 }
 
@@ -1285,6 +1286,44 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
+/* The numbers of the interface, by the names Python code and vitrio/_native.pyi use. */
+static const struct {
+    const char *name;
+    long value;
+} constants[] = {
+    {"KIND_U8", K_U8},
+    {"KIND_I8", K_I8},
+    {"KIND_U16", K_U16},
+    {"KIND_I16", K_I16},
+    {"KIND_F16", K_F16},
+    {"KIND_F32", K_F32},
+    {"KIND_BYTES", K_BYTES},
+    {"KIND_BF16", K_BF16},
+    {"SWAP", SWAP},
+    {"RENDER_U8", RENDER_U8},
+    {"RENDER_U16", RENDER_U16},
+    {"RENDER_U32", RENDER_U32},
+    {"RENDER_F32", RENDER_F32},
+    {"EER_TRUNCATED", EER_TRUNCATED},
+    {"EER_PAST_END", EER_PAST_END},
+    {"EER_FULL", EER_FULL},
+    {"READ_OPEN", READ_OPEN},
+    {"READ_CHANGED", READ_CHANGED},
+    {"READ_ERROR", READ_ERROR},
+    {"READ_SHORT", READ_SHORT},
+    {"RUN_FILE", RUN_FILE},
+    {"RUN_OFFSET", RUN_OFFSET},
+    {"RUN_COUNT", RUN_COUNT},
+    {"RUN_DESTINATION", RUN_DESTINATION},
+    {"RUN_FIELDS", RUN_FIELDS},
+    {"CHECK_SIZE", CHECK_SIZE},
+    {"CHECK_MTIME", CHECK_MTIME},
+    {"CHECK_INODE", CHECK_INODE},
+    {"CHECK_DEVICE", CHECK_DEVICE},
+    {"CHECK_KIND", CHECK_KIND},
+    {"CHECK_FIELDS", CHECK_FIELDS},
+};
+
 PyMODINIT_FUNC PyInit__native(void) {
     page_size = (size_t)sysconf(_SC_PAGESIZE);
 #ifdef X86
@@ -1294,5 +1333,9 @@ PyMODINIT_FUNC PyInit__native(void) {
 #endif
     if (pthread_key_create(&buffer_key, free)) return PyErr_NoMemory();
     if ((FileMapType = (PyTypeObject *)PyType_FromSpec(&filemap_spec)) == NULL) return NULL;
-    return PyModule_Create(&module);
+    PyObject *created = PyModule_Create(&module);
+    for (size_t i = 0; created != NULL && i < sizeof constants / sizeof constants[0]; i++) {
+        if (PyModule_AddIntConstant(created, constants[i].name, constants[i].value) < 0) Py_CLEAR(created);
+    }
+    return created;
 }

@@ -373,7 +373,7 @@ class FileImageWriterProvider(ImageWriterProvider):
                 raise IndexError(f"{key}: is not declared")
             writer = self._writers.get(key)
             descriptor = self._declared[key]
-        count = descriptor.image_count if descriptor.is_stack else 1
+        count = descriptor.image_count
         missing = np.arange(count) if writer is None else writer.unwritten
         if len(missing):
             shown = ", ".join(str(i) for i in missing[:5].tolist()) + (", ..." if len(missing) > 5 else "")

@@ -71,6 +71,14 @@ class NumericalType(enum.Enum):
         """Bytes one value takes."""
         return _ITEMSIZE[self]
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The native-order numpy dtype that holds the values: complex64 for `complex_float16`.
+
+        numpy has no type of two float16 values; reads of them fill complex64 arrays.
+        """
+        return _HELD[self]
+
     @classmethod
     def _missing_(cls, value: Any) -> NumericalType | None:
         try:
@@ -98,6 +106,7 @@ _ITEMSIZE = {
 }
 _BY_NAME = {t.name: t for t in NumericalType} | {t.value: t for t in NumericalType}
 _BY_DTYPE = {np.dtype(t.value): t for t in NumericalType if t is not NumericalType.complex_float16}
+_HELD = {t: np.dtype(np.complex64 if t is NumericalType.complex_float16 else t.value) for t in NumericalType}
 
 
 def as_numerical_type(data_type: Any) -> NumericalType:
@@ -130,7 +139,7 @@ def as_numerical_type(data_type: Any) -> NumericalType:
 
 
 def numpy_dtype(data_type: Any) -> np.dtype:
-    """The native-order numpy dtype of a data type.
+    """The native-order numpy dtype of a data type, exactly: its `dtype`, but none for `complex_float16`.
 
     Raises:
         TypeError: For `complex_float16`, which numpy has no type for, or a
@@ -139,7 +148,7 @@ def numpy_dtype(data_type: Any) -> np.dtype:
     member = as_numerical_type(data_type)
     if member is NumericalType.complex_float16:
         raise TypeError("complex_float16 has no numpy type")
-    return np.dtype(member.value)
+    return _HELD[member]
 
 
 class LocationAsKeyError(ValueError, RuntimeError):
@@ -221,7 +230,7 @@ class ImageDescriptor:
 
     @property
     def image_count(self) -> int:
-        """How many images or volumes the file holds."""
+        """How many images or volumes the file holds: 1 if it holds a single one."""
         return math.prod(self.stack_extents)
 
     @property
@@ -642,15 +651,13 @@ class IndexTable:
             TypeError: If `array` exposes no memory, or does not hold integers.
             ValueError: If it is not 2-D, has no column, or holds a negative index.
         """
-        values = _exposed(array)
-        if values.dtype.kind not in "iu" and not (values.size == 0 and values.dtype.kind == "f"):
-            raise TypeError(f"an index table holds integers, not {values.dtype}")
+        values = integer_array(_exposed(array), "an index table holds integers")
         if values.ndim != 2 or values.shape[1] < 1:
             raise ValueError(f"an index table is made of a 2-D array, not of shape {values.shape}")
         if values.size and values.min() < 0:
             raise ValueError("an index table holds no negative index")
         table = cls(values.shape[1])
-        table._rows = values.astype(np.int64, copy=True)
+        table._rows = values.copy()
         table._count = len(values)
         return table
 
@@ -675,8 +682,7 @@ class IndexTable:
         values = np.asarray(entry)
         if values.shape != (self.rank,):
             raise ValueError(f"an entry of this table has {self.rank} values, not {values.shape}")
-        if values.size and values.dtype.kind not in "iu":
-            raise TypeError(f"an index table holds integers, not {values.dtype}")
+        values = integer_array(values, "an index table holds integers")
         if values.size and values.min() < 0:
             raise ValueError(f"an index table holds no negative index: {entry}")
         if self._count == len(self._rows):
@@ -703,6 +709,18 @@ class IndexTable:
 
     def __repr__(self) -> str:
         return f"IndexTable(rank={self.rank}, entries={self._count})"
+
+
+def integer_array(values: Any, refusal: str) -> np.ndarray:
+    """`values` as an int64 array, if they are integers; an empty array of any type is taken as one.
+
+    Raises:
+        TypeError: `"{refusal}, not {dtype}"` if `values` hold other values (booleans among them).
+    """
+    array = np.asarray(values)
+    if array.size and array.dtype.kind not in "iu":
+        raise TypeError(f"{refusal}, not {array.dtype}")
+    return array.astype(np.int64, copy=False)
 
 
 def _exposed(array: Any) -> np.ndarray:

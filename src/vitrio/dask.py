@@ -42,7 +42,6 @@ import itertools
 import math
 import os
 import queue
-import re
 import secrets
 import warnings
 from collections import deque
@@ -54,10 +53,12 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ._concurrency import SynchronousExecutor
-from ._functions import loader, query_descriptor, saver, write, writer_provider
+from ._fs import partial_of
+from ._functions import loader, query_descriptor, reader_provider, saver, write, writer_provider
 from ._loading import plan_locations, read_indexed_async, read_patches_indexed_async
 from ._saving import write_batch_async
 from ._types import ImageDescriptor, ImageLocation, as_key
+from .data._images import plan_files
 
 if TYPE_CHECKING:
     import dask.array
@@ -176,30 +177,6 @@ def _locations(locations: Sequence[Any]) -> list[Any]:
     return parsed
 
 
-def _shape_and_type(keys: list[str], whole: bool, counts: np.ndarray, data_type: Any):
-    """The shape of a slot and the type of the array, from the files' headers; their stacks' lengths checked.
-
-    Raises:
-        ValueError: If the files' images differ in shape.
-        IndexError: If an index is past the end of its file's stack.
-    """
-    shape, types = None, []
-    for key, needed in zip(keys, counts.tolist()):
-        descriptor = query_descriptor(key)
-        found = descriptor.extents if whole else descriptor.core_extents
-        if shape is None:
-            shape, first = tuple(found), key
-        elif tuple(found) != shape:
-            raise ValueError(
-                f"{key}: holds images of {tuple(found)}, {first} of {shape}; a chunk is one shape"
-            )
-        if not whole and needed > descriptor.image_count:
-            raise IndexError(f"{key}: holds {descriptor.image_count} images; image {needed - 1} is named")
-        types.append(np.dtype(descriptor.data_type.value))
-    dtype = np.dtype(data_type) if data_type is not None else np.result_type(*types)
-    return shape, dtype
-
-
 def from_locations(
     locations: Sequence[Any], data_type: Any = None, chunk: int | None = None
 ) -> dask.array.Array:
@@ -212,7 +189,8 @@ def from_locations(
     Args:
         locations: `ImageLocation` objects or "n@key" texts (n counting from
             one, as RELION writes them), or keys of whole files; not both kinds.
-            Any formats and files, all of one image shape.
+            Any formats and files, all of one image shape. An index into a
+            file that holds one volume names one of its 2-D sections, as in `ImageSource`.
         data_type: The type of the array; defaults to one that holds every file's values.
         chunk: Images per chunk. Defaults to about `CHUNK_BYTES` of them.
 
@@ -221,7 +199,8 @@ def from_locations(
 
     Raises:
         ValueError: If locations is empty, mixes whole files and images of
-            stacks, or names files of different image shapes; or `chunk` is not positive.
+            stacks, names files of different image shapes or an index into a
+            file that holds one 2-D image; or `chunk` is not positive.
         IndexError: If an index is past the end of its stack.
         ImageFileNotFoundError, FormatError: If a file is missing or unreadable.
     """
@@ -231,10 +210,9 @@ def from_locations(
     if not locations:
         raise ValueError("locations name no image")
     keys, key_ids, indices = plan_locations(locations)
-    whole = bool(indices[0] < 0)
-    counts = np.zeros(len(keys), np.int64)
-    np.maximum.at(counts, key_ids, indices + 1)
-    shape, dtype = _shape_and_type(keys, whole, counts, data_type)
+    shape, served = plan_files(reader_provider(), keys, key_ids, indices)
+    types = [descriptor.data_type.dtype for descriptor in served]
+    dtype = np.dtype(data_type) if data_type is not None else np.result_type(*types)
     name = "vitrio-locations-" + dask.base.tokenize(keys, key_ids, indices, dtype.str, chunk)
     tasks, sizes = [], []
     for first, last in _chunk_bounds(key_ids, _per_chunk(shape, dtype, chunk)):
@@ -296,7 +274,7 @@ def from_patches(
     number = {image: i for i, image in enumerate(images)}
     image_ids = np.array([number[pair] for pair in pairs], dtype=np.int64)
     keys = list(dict.fromkeys(key for key, _ in images))
-    types = [np.dtype(query_descriptor(key).data_type.value) for key in keys]
+    types = [query_descriptor(key).data_type.dtype for key in keys]
     dtype = np.dtype(data_type) if data_type is not None else np.result_type(*types)
     name = "vitrio-patches-" + dask.base.tokenize(pairs, centres, shape, dtype.str, chunk, fill)
     tasks, sizes = [], []
@@ -328,7 +306,7 @@ def from_file(key: Any, data_type: Any = None, chunk: int | None = None) -> dask
     """
     key = as_key(key)
     descriptor = query_descriptor(key)
-    dtype = np.dtype(data_type or descriptor.data_type.value)
+    dtype = np.dtype(data_type) if data_type is not None else descriptor.data_type.dtype
     if descriptor.is_stack:
         locations = [ImageLocation(key, i) for i in range(descriptor.image_count)]
         return from_locations(locations, dtype, chunk)
@@ -629,7 +607,7 @@ def remove_leftovers(paths: Sequence[str | os.PathLike[str]]) -> None:
     for folder, names in by_folder.items():
         with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
             for entry in entries:
-                match = re.fullmatch(r"\.(.+)\.[0-9a-f]{16}\.partial", entry.name)
-                if match and match.group(1) in names and entry.is_file(follow_symlinks=False):
+                partial = partial_of(entry.name)
+                if partial and partial[0] in names and entry.is_file(follow_symlinks=False):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)

@@ -1,6 +1,6 @@
-"""The layers of DESIGN.md, kept: every module of `src/` imports alone in a fresh interpreter, no module
-imports one of a higher floor, no module imports inside a function (but an optional heavy dependency),
-and cryovit uses vitrio's public modules only.
+"""The layers of docs/architecture.md, kept: every module of `src/` imports alone in a fresh interpreter,
+no module imports one of a higher floor, no module imports inside a function (but an optional heavy
+dependency), and cryovit uses vitrio's public modules only.
 
 The floors are written once, in `FLOORS`; a module belongs to the floor of
 the longest name there that is it or a package holding it (`vitrio`, the

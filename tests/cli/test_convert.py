@@ -12,6 +12,7 @@ import tifffile
 import vitrio as vio
 from vitrio.cli import _convert
 
+from ..half_complex import write_half_complex
 from .helpers import assert_fails, leftovers
 
 
@@ -114,3 +115,12 @@ def test_an_interrupted_conversion_leaves_nothing(vitrio, stack, tmp_path, monke
     result = vitrio("convert", stack[0], tmp_path / "out.mrc")
     assert result.status == (130 if failure is KeyboardInterrupt else 1)
     assert len(calls) == 3 and leftovers(tmp_path) == ["stack.mrcs"]
+
+
+def test_complex_float16_values_are_converted_as_complex64(vitrio, half_complex, tmp_path):
+    values = (np.arange(2 * 4 * 5) - 1j * np.arange(2 * 4 * 5)).reshape(2, 4, 5).astype(np.complex64)
+    write_half_complex(tmp_path / "h.c32", values)
+    assert vitrio("convert", tmp_path / "h.c32", tmp_path / "h.mrcs").status == 0
+    with mrcfile.open(tmp_path / "h.mrcs", permissive=False) as mrc:
+        assert mrc.data.dtype == np.complex64
+        np.testing.assert_array_equal(mrc.data, values)

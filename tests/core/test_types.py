@@ -346,3 +346,20 @@ def test_index_table_from_array():
 def test_index_table_from_bad_array(array, error):
     with pytest.raises(error):
         vio.IndexTable.from_array(array)
+
+
+def test_every_type_is_held_by_one_numpy_dtype():
+    held = {member: member.dtype for member in NT}
+    assert held[NT.complex_float16] == np.complex64 and held[NT.float16] == np.float16
+    assert all(
+        dtype.itemsize == member.itemsize
+        for member, dtype in held.items()
+        if member.name != "complex_float16"
+    )
+    assert all(NT(dtype) is member for member, dtype in held.items() if member is not NT.complex_float16)
+
+
+def test_a_single_image_counts_one_and_an_empty_stack_none():
+    assert vio.ImageDescriptor((5, 6), 2, "float32").image_count == 1
+    assert vio.ImageDescriptor((0, 5, 6), 2, "float32").image_count == 0
+    assert vio.ImageDescriptor((2, 3, 5, 6), 2, "float32").image_count == 6

@@ -14,6 +14,8 @@ import pytest
 import vitrio as vio
 import vitrio.dask as vd
 
+from ..half_complex import write_half_complex
+
 
 @pytest.fixture
 def stacks(tmp_path: Path) -> list[Path]:
@@ -163,3 +165,32 @@ def test_bad_locations(stacks, tmp_path):
         vd.from_locations([])
     with pytest.raises(ValueError, match="centres"):
         vd.from_patches([stacks[0]], [[-1, 2]], (4, 4))
+
+
+def test_an_index_into_a_single_volume_names_its_section_as_in_image_source(tmp_path):
+    volume = np.arange(5 * 6 * 7, dtype=np.float32).reshape(5, 6, 7)
+    vio.write_single(volume, tmp_path / "particles.mrc")
+    locations = [vio.ImageLocation(tmp_path / "particles.mrc", i) for i in (3, 0)]
+    images = vd.from_locations(locations)
+    assert images.shape == (2, *vio.data.ImageSource(locations).shape) == (2, 6, 7)
+    np.testing.assert_array_equal(images.compute(scheduler="sync"), volume[[3, 0]])
+    with pytest.raises(IndexError, match="particles.mrc"):
+        vd.from_locations([vio.ImageLocation(tmp_path / "particles.mrc", 5)])
+    vio.write_single(np.zeros((6, 7), np.float32), tmp_path / "single.mrc")
+    with pytest.raises(ValueError, match="single.mrc: holds a single image"):
+        vd.from_locations([vio.ImageLocation(tmp_path / "single.mrc", 0)])
+
+
+def test_complex_float16_files_are_read_as_complex64(half_complex, tmp_path):
+    values = (np.arange(3 * 4 * 5) + 1j * np.arange(3 * 4 * 5)[::-1]).reshape(3, 4, 5).astype(np.complex64)
+    write_half_complex(tmp_path / "h.c32", values)
+    for images, expected in (
+        (vd.from_file(tmp_path / "h.c32"), values),
+        (vd.from_locations([f"3@{tmp_path / 'h.c32'}"]), values[[2]]),
+        (
+            vd.from_patches([vio.ImageLocation(tmp_path / "h.c32", 1)], [[2, 2]], (2, 2)),
+            values[None, 1, 1:3, 1:3],
+        ),
+    ):
+        assert images.dtype == np.complex64
+        np.testing.assert_array_equal(images.compute(scheduler="sync"), expected)

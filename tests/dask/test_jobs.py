@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import distributed
@@ -217,3 +219,17 @@ def test_when_a_job_fails_run_jobs_returns_only_once_the_running_ones_ended(clie
     assert late.read_text() == "written"  # the job running beside the failed one finished before the raise
     assert not never.exists()  # the jobs after the failure were never handed out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["late.txt"]
+
+
+def test_remove_leftovers_removes_what_a_killed_writer_left(tmp_path):
+    target, other = tmp_path / "particles.mrcs", tmp_path / "other.mrcs"
+    script = (
+        "import os, sys\nfrom vitrio._fs import PartialFile\n"
+        "for path in sys.argv[1:]:\n    PartialFile(path)\nos._exit(0)\n"
+    )
+    vio.write_single(np.zeros((4, 4), np.float32), target)
+    subprocess.run([sys.executable, "-c", script, str(target), str(target), str(other)], check=True)
+    assert len([p for p in tmp_path.iterdir() if p.name.endswith(".partial")]) == 3
+    vd.remove_leftovers([target])
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left[0].startswith(".other.mrcs.") and left[1:] == ["particles.mrcs"], left

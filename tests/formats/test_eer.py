@@ -515,33 +515,37 @@ def test_decoder_survives_any_bytes(data, rows, width, code, superres):
     level = min(hbits, vbits) if superres else 0
     out = np.zeros((rows << level, width << level), np.uint16)
     shifts = (vbits - level, hbits - level)
+    geometry = (rows, width, *code)
     status = decoder.render(
-        data, strips, out, 1, True, rows, width, *code, *shifts, *out.shape, None, 0, 0, 0, 0
+        data, strips, out, decoder.RENDER_U16, True, geometry, shifts, out.shape, None, (0, 0), (0, 0)
     )
     positions = np.zeros((len(data) * 8 + 1, 2), np.uint32)
     counts = np.zeros(1, np.int64)
-    assert decoder.events(data, strips, positions, counts, rows, width, *code) == status
+    assert decoder.events(data, strips, positions, counts, geometry) == status
     if status is None:
         assert out.sum() == counts[0]
         assert (positions[: counts[0], 0] >> vbits < rows).all()
         assert (positions[: counts[0], 1] >> hbits < width).all()
     else:
-        assert status[0] == 0 and status[1] in (1, 2)
+        assert status[0] == 0 and status[1] in (decoder.EER_TRUNCATED, decoder.EER_PAST_END)
 
 
 def test_decoder_checks_its_arguments():
     strips = np.array([[0, 4, 0, 2]], np.int64)
     out = np.zeros((2, 2), np.uint16)
+    code, u16, f32 = (2, 2, 7, 2, 2), decoder.RENDER_U16, decoder.RENDER_F32
     with pytest.raises(ValueError, match="strip 0"):
-        decoder.render(b"\0\0", strips, out, 1, True, 2, 2, 7, 2, 2, 2, 2, 2, 2, None, 0, 0, 0, 0)
+        decoder.render(b"\0\0", strips, out, u16, True, code, (2, 2), (2, 2), None, (0, 0), (0, 0))
     with pytest.raises(ValueError, match="out"):
-        decoder.render(b"\0" * 4, strips, out, 1, True, 2, 2, 7, 2, 2, 1, 1, 2, 2, None, 0, 0, 0, 0)
+        decoder.render(b"\0" * 4, strips, out, u16, True, code, (1, 1), (2, 2), None, (0, 0), (0, 0))
     with pytest.raises(ValueError, match="gain"):
         decoder.render(
-            b"\0" * 4, strips, out.astype(np.float32), 3, True, 2, 2, 7, 2, 2, 2, 2, 2, 2, b"", 1, 1, 2, 2
+            b"\0" * 4, strips, out.astype(np.float32), f32, True, code, (2, 2), (2, 2), b"", (1, 1), (2, 2)
         )
+    with pytest.raises(ValueError, match="kind"):
+        decoder.render(b"\0" * 4, strips, out, f32 + 1, True, code, (2, 2), (2, 2), None, (0, 0), (0, 0))
     with pytest.raises(ValueError, match="positions"):
-        decoder.events(b"\0" * 4, strips, np.zeros(4, np.uint32), np.zeros(0, np.int64), 2, 2, 7, 2, 2)
+        decoder.events(b"\0" * 4, strips, np.zeros(4, np.uint32), np.zeros(0, np.int64), code)
 
 
 # --- the provider -------------------------------------------------------------------------------------

@@ -268,7 +268,7 @@ def check_file(key: str, file_format: str, loader: Any, variant: int = 0) -> tup
     results.append(attempt("read image 0", lambda: vio.read(vio.ImageLocation(key, 0)), key, problems)[0])
     if descriptor is not None:
         core = descriptor.core_extents
-        count = descriptor.image_count if descriptor.is_stack else 1
+        count = descriptor.image_count
         dtype = numpy_dtype(descriptor.data_type)
         if variant % 2 and dtype.kind != "c":
             dtype = np.dtype(np.float32)

@@ -4,6 +4,8 @@ type of file maps, made from a spec as the stable ABI has it."""
 
 from __future__ import annotations
 
+import ast
+import errno
 import os
 import struct
 import threading
@@ -20,9 +22,16 @@ from vitrio.formats import _raw
 from vitrio.formats._raw import value_kind
 
 SOURCES = ("uint8", "int8", "uint16", "int16", "float16", "float32")
-KINDS = {np.dtype(name): kind for kind, name in enumerate(SOURCES)}
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-KINDS[BFLOAT16] = 7
+KINDS = {
+    np.dtype(np.uint8): _native.KIND_U8,
+    np.dtype(np.int8): _native.KIND_I8,
+    np.dtype(np.uint16): _native.KIND_U16,
+    np.dtype(np.int16): _native.KIND_I16,
+    np.dtype(np.float16): _native.KIND_F16,
+    np.dtype(np.float32): _native.KIND_F32,
+    BFLOAT16: _native.KIND_BF16,
+}
 
 
 def _values(dtype: np.dtype, count: int, seed: int = 0) -> np.ndarray:
@@ -112,7 +121,12 @@ def _file(tmp_path: Path, data: bytes) -> tuple[bytes, np.ndarray]:
     path = tmp_path / "data.bin"
     path.write_bytes(data)
     status = os.stat(path)
-    check = np.array([[status.st_size, status.st_mtime_ns, status.st_ino, status.st_dev, 5]], np.int64)
+    check = np.zeros((1, _native.CHECK_FIELDS), np.int64)
+    check[0, _native.CHECK_SIZE] = status.st_size
+    check[0, _native.CHECK_MTIME] = status.st_mtime_ns
+    check[0, _native.CHECK_INODE] = status.st_ino
+    check[0, _native.CHECK_DEVICE] = status.st_dev
+    check[0, _native.CHECK_KIND] = _native.KIND_F32
     return os.fsencode(path), check
 
 
@@ -137,7 +151,7 @@ def test_runs_into_a_large_destination_stream_exactly_at_any_alignment(
     stored = np.dtype(source).newbyteorder(order)
     values = _values(np.dtype(source), 70_001, seed=3).astype(stored)
     path, check = _file(tmp_path, values.tobytes())
-    check[0, 4] = value_kind(stored)
+    check[0, _native.CHECK_KIND] = value_kind(stored)
     wanted = np.dtype(source if target == "same" else target)
     out = np.zeros((5 << 20) // wanted.itemsize, wanted)  # past the size that streams
     size = wanted.itemsize
@@ -212,11 +226,11 @@ def test_read_runs_reports_files_missing_or_changed(tmp_path: Path):
     runs = np.array([[0, 0, 4, 0]], np.int64)
     kind = KINDS[np.dtype(np.float32)]
     changed = check.copy()
-    changed[0, 1] += 1  # another mtime
-    assert _native.read_runs((path,), changed, runs, out, kind)[2] == 2
+    changed[0, _native.CHECK_MTIME] += 1
+    assert _native.read_runs((path,), changed, runs, out, kind)[2] == _native.READ_CHANGED
     missing = path + b".missing"
     run, file, status, code = _native.read_runs((missing,), check, runs, out, kind)
-    assert (run, file, status) == (0, 0, 1) and code == 2  # ENOENT
+    assert (run, file, status) == (0, 0, _native.READ_OPEN) and code == errno.ENOENT
     assert not out.any()
 
 
@@ -572,3 +586,17 @@ def test_a_file_map_is_a_read_only_buffer_that_only_map_file_makes_and_that_dies
     assert reference() is not None  # the view holds it
     view.release()
     assert reference() is None
+
+
+# ---------------------------------------------------------------- the interface
+
+
+def test_the_stub_names_what_the_module_has():
+    stub = ast.parse(Path(_native.__file__).with_name("_native.pyi").read_text())
+    typed = {node.target.id for node in stub.body if isinstance(node, ast.AnnAssign)}
+    typed |= {node.name for node in stub.body if isinstance(node, ast.FunctionDef)}
+    assert typed == {name for name in dir(_native) if not name.startswith("_")}
+    kinds = [getattr(_native, name) for name in typed if name.startswith("KIND_")]
+    assert len(set(kinds)) == len(kinds) == 8 and _native.SWAP not in kinds
+    assert [_native.RUN_FILE, _native.RUN_OFFSET, _native.RUN_COUNT, _native.RUN_DESTINATION] == [0, 1, 2, 3]
+    assert _native.RUN_FIELDS == 4 and _native.CHECK_FIELDS == 5 and _native.CHECK_KIND == 4

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import vitrio as vio
+from vitrio._types import numpy_dtype
 from vitrio.formats import load_plugin_formats
 
 from ._common import CliError
@@ -61,7 +62,7 @@ _READING = ("info", "convert", "montage")
 def _data_type(text: str) -> np.dtype:
     """The numpy type a `--data-type` argument names, as `vitrio.NumericalType` reads it."""
     try:
-        return np.dtype(vio.NumericalType(text).value)
+        return numpy_dtype(text)
     except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"not a data type numpy has: {text!r}") from None
 

@@ -206,7 +206,7 @@ def copy_images(
     check_output(output, force)
     if isinstance(source, Path) and output.exists() and output.resolve() == source.resolve():
         raise CliError(f"{output}: is the input file; write to another path")
-    source_type = np.dtype(descriptor.data_type.value)
+    source_type = descriptor.data_type.dtype
     dtype = data_type or source_type
     _check_stored(output, dtype, data_type is not None)
     core = descriptor.core_extents

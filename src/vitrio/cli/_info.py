@@ -46,7 +46,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
         "format": format_name,
         "holds": describe_briefly(descriptor),
         "kind": f"{noun} stack" if descriptor.is_stack else noun,
-        "count": descriptor.image_count if descriptor.is_stack else 1,
+        "count": descriptor.image_count,
         "shape": list(descriptor.extents),
         "data_type": descriptor.data_type.name,
         "voxel_size": None if voxel_size is None else list(voxel_size),

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._arrays import as_destination
 from .._loading import ImageLoader
+from .._types import integer_array
 from ._shared import shared_loader
 from ._source import ArraySource, Source, Waitable, waitables
 
@@ -47,11 +48,10 @@ def resolve_rows(rows: Any, count: int) -> np.ndarray:
         return np.flatnonzero(values)
     if values.size == 0:
         return np.zeros(0, dtype=np.int64)
-    if values.dtype.kind not in "iu":
-        raise TypeError(f"rows are integers or a mask of booleans, not {values.dtype}")
+    values = integer_array(values, "rows are integers or a mask of booleans")
     if values.ndim > 1:
         raise IndexError(f"rows are a sequence of integers, not an array of shape {values.shape}")
-    values = values.reshape(-1).astype(np.int64, copy=False)
+    values = values.reshape(-1)
     low, high = int(values.min()), int(values.max())
     if low < -count or high >= count:
         raise IndexError(f"row {low if low < -count else high} is past the end of {count} rows")

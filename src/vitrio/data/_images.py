@@ -8,6 +8,7 @@ the core's planned batch read: no Python object per row on the way.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -89,13 +90,7 @@ class ImageSource(Source):
     ):
         flat, width, multiple = _location_rows(locations)
         keys, key_ids, indices = plan_locations(flat)
-        readers = readers or reader_provider()
-        whole = bool(indices[0] < 0)
-        first = readers.query_descriptor(keys[0])
-        _check_stack(keys[0], first, whole)
-        image_shape = _image_shape(first, whole)
-        if check:
-            _check_files(readers, first, keys, key_ids, indices, whole)
+        image_shape, (first, *_) = plan_files(readers or reader_provider(), keys, key_ids, indices, check)
         self._keys = keys
         self._key_ids = key_ids.reshape(-1, width)
         self._indices = indices.reshape(-1, width)
@@ -103,21 +98,6 @@ class ImageSource(Source):
         check_destination_type(keys[0], first.data_type, self._dtype)
         self._shape = (width, *image_shape) if multiple else image_shape
         self._multiple = multiple
-
-    @classmethod
-    def _planned(
-        cls,
-        keys: list[str],
-        key_ids: np.ndarray,
-        indices: np.ndarray,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        multiple: bool,
-    ) -> ImageSource:
-        source = cls.__new__(cls)
-        source._keys, source._key_ids, source._indices = keys, key_ids, indices
-        source._shape, source._dtype, source._multiple = shape, dtype, multiple
-        return source
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -175,57 +155,52 @@ class ImageSource(Source):
 
     def subset(self, rows: np.ndarray) -> ImageSource:
         """Get the source of only these rows, in this order."""
+        source = copy.copy(self)
         rows = np.asarray(rows, dtype=np.int64)
-        return ImageSource._planned(
-            self._keys, self._key_ids[rows], self._indices[rows], self._shape, self._dtype, self._multiple
-        )
+        source._key_ids, source._indices = self._key_ids[rows], self._indices[rows]
+        return source
 
     def __repr__(self) -> str:
         files = len(self._keys)
         return f"ImageSource({len(self)} rows, {files} files, shape={self._shape}, dtype={self._dtype})"
 
 
-def _indexed(descriptor: ImageDescriptor, whole: bool) -> ImageDescriptor:
-    """What the file holds as its locations name it: a single volume named by index is its sections."""
-    return descriptor if whole else section_view(descriptor) or descriptor
-
-
-def _image_shape(descriptor: ImageDescriptor, whole: bool) -> tuple[int, ...]:
-    return descriptor.extents if whole else _indexed(descriptor, whole).core_extents
-
-
-def _check_stack(key: str, descriptor: ImageDescriptor, whole: bool) -> None:
-    """Raise `ValueError` if images of the file at `key` are asked for by index and it holds one 2-D image.
-
-    An index into a single volume names one of its sections.
-    """
-    if not whole and not _indexed(descriptor, whole).is_stack:
-        raise ValueError(f"{key}: holds a single image, not a stack: name the file, not an index in it")
-
-
-def _check_files(
+def plan_files(
     readers: ImageReaderProvider,
-    first: ImageDescriptor,
     keys: list[str],
     key_ids: np.ndarray,
     indices: np.ndarray,
-    whole: bool,
-) -> None:
-    """Ask every file for its shape, and every stack whether it holds the largest index asked of it.
+    check: bool = True,
+) -> tuple[tuple[int, ...], list[ImageDescriptor]]:
+    """The shape of the image a location names, and what each file holds as its locations name it.
 
-    `first` is what the first file holds, asked already.
+    The locations are planned (`plan_locations`). An index into a single
+    volume names one of its sections. Every file is asked for its shape, and
+    every stack whether it holds the largest index asked of it; with `check`
+    false, only the first file is asked, for its shape.
+
+    Raises:
+        ValueError: If two files hold images of different shapes, or a
+            location has an index into a file that holds one 2-D image.
+        IndexError: If an index is past the end of its stack.
     """
-    shape = _image_shape(first, whole)
+    whole = bool(indices[0] < 0)
     largest = np.full(len(keys), -1, dtype=np.int64)
     np.maximum.at(largest, key_ids, indices)
-    for number, (key, index) in enumerate(zip(keys, largest.tolist())):
-        descriptor = readers.query_descriptor(key) if number else first
-        _check_stack(key, descriptor, whole)
-        found = _image_shape(descriptor, whole)
-        if found != shape:
+    shape: tuple[int, ...] = ()
+    served = []
+    for number, (key, index) in enumerate(zip(keys if check else keys[:1], largest.tolist())):
+        descriptor = readers.query_descriptor(key)
+        indexed = descriptor if whole else section_view(descriptor) or descriptor
+        if not whole and not indexed.is_stack:
+            raise ValueError(f"{key}: holds a single image, not a stack: name the file, not an index in it")
+        found = indexed.extents if whole else indexed.core_extents
+        if number == 0:
+            shape = found
+        elif found != shape:
             what = "holds" if whole else "holds images of"
             raise ValueError(f"{key}: {what} shape {found}, while {keys[0]} {what} shape {shape}")
-        served = _indexed(descriptor, whole)
-        count = served.image_count if served.is_stack else 1
-        if index >= count:
-            raise past_the_end(key, index, count, sections=served is not descriptor)
+        if check and index >= indexed.image_count:
+            raise past_the_end(key, index, indexed.image_count, sections=indexed is not descriptor)
+        served.append(indexed)
+    return shape, served

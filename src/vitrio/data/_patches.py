@@ -9,6 +9,7 @@ through one reader.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -18,7 +19,15 @@ from .._arrays import check_destination_type
 from .._functions import reader_provider
 from .._loading import ImageLoader, read_patches_indexed_async
 from .._providers import ImageReaderProvider
-from .._types import ImageDescriptor, ImageLocation, index_locations, numpy_dtype, past_the_end, section_view
+from .._types import (
+    ImageDescriptor,
+    ImageLocation,
+    index_locations,
+    integer_array,
+    numpy_dtype,
+    past_the_end,
+    section_view,
+)
 from ._source import Explained, Pendings, Source, describe_failure
 
 __all__ = ["PatchSource"]
@@ -41,14 +50,10 @@ def _gather_images(images: Iterable[Any]) -> tuple[list[tuple[str, int]], np.nda
 
 
 def _centre_rows(centres: Any) -> np.ndarray:
-    values = np.asarray(centres)
-    if values.size == 0 and values.dtype.kind == "f":
-        values = values.astype(np.int64)
-    if values.dtype.kind not in "iu":
-        raise TypeError(f"centres are integers (round them first), not {values.dtype}")
+    values = integer_array(centres, "centres are integers (round them first)")
     if values.ndim != 2:
         raise ValueError(f"centres are a row of integers for each row, not an array of shape {values.shape}")
-    return values.astype(np.int64, copy=False)
+    return values
 
 
 class PatchSource(Source):
@@ -139,21 +144,6 @@ class PatchSource(Source):
         check_destination_type(distinct[0][0], first.data_type, self._dtype)
         self._fill = np.asarray(fill).astype(self._dtype).item()
 
-    @classmethod
-    def _planned(
-        cls,
-        images: list[tuple[str, int]],
-        image_ids: np.ndarray,
-        centres: np.ndarray,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        fill: Any,
-    ) -> PatchSource:
-        source = cls.__new__(cls)
-        source._images, source._image_ids, source._centres = images, image_ids, centres
-        source._shape, source._dtype, source._fill = shape, dtype, fill
-        return source
-
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape of one patch."""
@@ -202,15 +192,11 @@ class PatchSource(Source):
         """Get the source of only these rows, in this order."""
         rows = np.asarray(rows, dtype=np.int64)
         used, image_ids = np.unique(self._image_ids[rows], return_inverse=True)
-        images = [self._images[i] for i in used.tolist()]
-        return PatchSource._planned(
-            images,
-            image_ids.astype(np.int64).reshape(-1),
-            self._centres[rows],
-            self._shape,
-            self._dtype,
-            self._fill,
-        )
+        source = copy.copy(self)
+        source._images = [self._images[i] for i in used.tolist()]
+        source._image_ids = image_ids.astype(np.int64).reshape(-1)
+        source._centres = self._centres[rows]
+        return source
 
     def __repr__(self) -> str:
         images = len(self._images)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._types import ImageLocation
+from .._types import ImageLocation, integer_array
 
 __all__ = ["as_columns", "make_locations", "parse_locations"]
 
@@ -93,14 +93,13 @@ def make_locations(
 
     Raises:
         ValueError: If keys and indices are not as long, or an index is negative.
+        TypeError: If an index is not an integer.
     """
     make = _key_maker(root, strip_project=True)
     keys = [make(key) for key in keys]
     if indices is None:
         return [ImageLocation(key) for key in keys]
-    numbers = np.asarray(indices).reshape(-1)
-    if numbers.size and numbers.dtype.kind not in "iu":
-        raise ValueError(f"indices in stacks are integers, not {numbers.dtype}")
+    numbers = integer_array(indices, "indices in stacks are integers").reshape(-1)
     if len(numbers) != len(keys):
         raise ValueError(f"there are {len(numbers)} indices for {len(keys)} keys")
     if numbers.size and numbers.min() < 0:

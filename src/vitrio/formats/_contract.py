@@ -30,7 +30,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from .._types import ImageDescriptor, numpy_dtype, past_the_end, section_view
+from .._types import ImageDescriptor, past_the_end, section_view
 
 __all__ = ["Format", "FormatError", "FormatWarning", "HeaderStatistics", "ImageReader", "ImageWriter"]
 
@@ -174,7 +174,7 @@ class ImageReader(ABC):
     def __init__(self, key: str, descriptor: ImageDescriptor):
         self.key = key
         self.descriptor = descriptor
-        self.image_count = descriptor.image_count if descriptor.is_stack else 1
+        self.image_count = descriptor.image_count
         self.core_extents = descriptor.core_extents
 
     def check_run(self, start: int, count: int) -> None:
@@ -213,7 +213,7 @@ class ImageReader(ABC):
 
         The default decodes the whole image first; formats with random access override it.
         """
-        image = np.empty(self.core_extents, dtype=numpy_dtype(self.descriptor.data_type))
+        image = np.empty(self.core_extents, dtype=self.descriptor.data_type.dtype)
         self.read_run(index, [image])
         np.copyto(out, image[region], casting="unsafe")
 
@@ -317,7 +317,7 @@ class ImageWriter(ABC):
     def __init__(self, key: str, descriptor: ImageDescriptor):
         self.key = key
         self.descriptor = descriptor
-        self.image_count = descriptor.image_count if descriptor.is_stack else 1
+        self.image_count = descriptor.image_count
         self.core_extents = descriptor.core_extents
 
     @abstractmethod

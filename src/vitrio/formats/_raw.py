@@ -35,13 +35,31 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
 from .._arrays import gather
 from .._fs import PartialFile
-from .._native import convert, crop, map_file
+from .._native import (
+    CHECK_FIELDS,
+    CHECK_KIND,
+    KIND_BF16,
+    KIND_BYTES,
+    KIND_F16,
+    KIND_F32,
+    KIND_I8,
+    KIND_I16,
+    KIND_U8,
+    KIND_U16,
+    READ_CHANGED,
+    READ_OPEN,
+    READ_SHORT,
+    SWAP,
+    convert,
+    crop,
+    map_file,
+)
 from .._native import read_runs as _read_runs
 from .._types import ImageDescriptor, past_the_end
 from ._contract import FormatError, HeaderStatistics, ImageReader, ImageWriter
@@ -49,6 +67,7 @@ from ._contract import FormatError, HeaderStatistics, ImageReader, ImageWriter
 __all__ = [
     "Decoder",
     "KnownFiles",
+    "Plan",
     "RawArrayReader",
     "RawArrayWriter",
     "RawLayout",
@@ -72,17 +91,20 @@ def _thread_buffer(nbytes: int) -> np.ndarray:
 
 
 _KINDS = {
-    np.dtype(t): k for k, t in enumerate((np.uint8, np.int8, np.uint16, np.int16, np.float16, np.float32))
+    np.dtype(np.uint8): KIND_U8,
+    np.dtype(np.int8): KIND_I8,
+    np.dtype(np.uint16): KIND_U16,
+    np.dtype(np.int16): KIND_I16,
+    np.dtype(np.float16): KIND_F16,
+    np.dtype(np.float32): KIND_F32,
 }
-_BYTES, _BFLOAT16, _SWAP = 6, 7, 256
 try:  # numpy has no bfloat16; JAX's ml_dtypes gives one
     from ml_dtypes import bfloat16
 except ImportError:  # pragma: no cover - ml_dtypes comes with JAX
     pass
 else:
-    _KINDS[np.dtype(bfloat16)] = _BFLOAT16
-_FLOATS = {_KINDS[np.dtype(np.float32)], _KINDS[np.dtype(np.float16)], _BFLOAT16}
-_READ_CHANGED, _READ_OPEN, _READ_SHORT = 2, 1, 4
+    _KINDS[np.dtype(bfloat16)] = KIND_BF16
+_FLOATS = {KIND_F32, KIND_F16, KIND_BF16}
 SPLIT_BYTES, MAX_SPLIT = 64 << 20, 8
 """A run of at least SPLIT_BYTES read into one block is copied on up to MAX_SPLIT threads."""
 
@@ -96,13 +118,24 @@ _new_split_helpers()  # the threads such copies start, the process over: reads a
 os.register_at_fork(after_in_child=_new_split_helpers)
 
 
+class Plan(NamedTuple):
+    """How `read_runs` reads an image of a file into a type of destination."""
+
+    stored: int
+    """The kind of the values in the file, with `SWAP` if of the other byte order."""
+    wanted: int
+    """The kind of the destination's values."""
+    values: int
+    """Values per image (bytes, if both kinds are `KIND_BYTES`)."""
+
+
 def value_kind(dtype: np.dtype) -> int | None:
     """The kind `vitrio._native` gives values of `dtype` (other byte order included), or None."""
     dtype = np.dtype(dtype)
     kind = _KINDS.get(dtype.newbyteorder("=")) if dtype.fields is None else None
     if kind is None:
         return None
-    return kind if dtype.isnative or dtype.itemsize == 1 else kind | _SWAP
+    return kind if dtype.isnative or dtype.itemsize == 1 else kind | SWAP
 
 
 class RawLayout:
@@ -136,11 +169,11 @@ class RawLayout:
     ):
         self.key, self.path, self.descriptor = key, os.fsencode(key), descriptor
         self.core_extents = descriptor.core_extents
-        self.image_count = descriptor.image_count if descriptor.is_stack else 1
+        self.image_count = descriptor.image_count
         self.offset, self.dtype = offset, dtype
         self.image_bytes = math.prod(self.core_extents) * dtype.itemsize
         self.check = (status.st_size, status.st_mtime_ns, status.st_ino, status.st_dev)
-        self._plans: dict[np.dtype, tuple[int, int, int] | None] = {}
+        self._plans: dict[np.dtype, Plan | None] = {}
         self._map = weakref.ref(mapped) if mapped is not None else None
 
     def mapped(self) -> Any:
@@ -149,24 +182,24 @@ class RawLayout:
         mapped = self._map() if self._map is not None else None
         return mapped if mapped is not None and not mapped.faults else None
 
-    def plan(self, out_dtype: np.dtype) -> tuple[int, int, int] | None:
-        """How `read_runs` reads an image into `out_dtype`: (stored kind, destination kind, values per
-        image), or None when it cannot convert to that type (numpy must)."""
+    def plan(self, out_dtype: np.dtype) -> Plan | None:
+        """How `read_runs` reads an image into `out_dtype`, or None when it cannot convert to that type
+        (numpy must)."""
         plan = self._plans.get(out_dtype, False)
         if plan is False:
             plan = self._plan(np.dtype(out_dtype))
             self._plans[out_dtype] = plan
         return plan
 
-    def _plan(self, out_dtype: np.dtype) -> tuple[int, int, int] | None:
+    def _plan(self, out_dtype: np.dtype) -> Plan | None:
         values = math.prod(self.core_extents)
         stored, wanted = value_kind(self.dtype), _KINDS.get(out_dtype) if out_dtype.isnative else None
         if stored is not None and wanted is not None:
-            kind = stored & ~_SWAP
+            kind = stored & ~SWAP
             if kind == wanted or wanted in _FLOATS:
-                return stored, wanted, values
+                return Plan(stored, wanted, values)
         if out_dtype == self.dtype and self.dtype.isnative and not self.dtype.hasobject:
-            return _BYTES, _BYTES, self.image_bytes
+            return Plan(KIND_BYTES, KIND_BYTES, self.image_bytes)
         return None
 
 
@@ -187,9 +220,9 @@ class KnownFiles:
         self.paths = tuple(layout.path for layout in layouts)
         self.maps = tuple(layout.mapped() for layout in layouts)
         self._mapped = [i for i, m in enumerate(self.maps) if m is not None]
-        self.checks = np.empty((len(layouts), 5), dtype=np.int64)
-        self.checks[:, :4] = [layout.check for layout in layouts]
-        self.checks[:, 4] = kinds
+        self.checks = np.empty((len(layouts), CHECK_FIELDS), dtype=np.int64)
+        self.checks[:, :CHECK_KIND] = [layout.check for layout in layouts]
+        self.checks[:, CHECK_KIND] = kinds
 
 
 def read_runs(files: KnownFiles, runs: np.ndarray, out: np.ndarray, dst_kind: int) -> tuple[int, int] | None:
@@ -221,10 +254,10 @@ def read_runs(files: KnownFiles, runs: np.ndarray, out: np.ndarray, dst_kind: in
     if failure is None:
         return None
     run, file, status, code = failure
-    if status in (_READ_CHANGED, _READ_OPEN):
+    if status in (READ_CHANGED, READ_OPEN):
         return run, file
     key = files.layouts[file].key
-    if status == _READ_SHORT:
+    if status == READ_SHORT:
         raise OSError(errno.EIO, f"{key}: the file ended before its images did: it was truncated while read")
     raise OSError(code, f"{key}: {os.strerror(code)}")
 
@@ -329,13 +362,13 @@ class RawArrayReader(ImageReader):
         """
         layout = self.layout()
         plan = layout.plan(out.dtype) if layout is not None else None
-        if plan is None or plan[1] == _BYTES or not out.flags.c_contiguous:
+        if plan is None or plan.wanted == KIND_BYTES or not out.flags.c_contiguous:
             return False
         self.check_run(index, 1)
         self.check_unchanged()
         value = None if fill is None else np.asarray(fill).astype(out.dtype).tobytes()
         image = self._offset + index * layout.image_bytes
-        crop(self._map, image, plan[0], self.core_extents, origins, slots, out, plan[1], patch, value)
+        crop(self._map, image, plan.stored, self.core_extents, origins, slots, out, plan.wanted, patch, value)
         self._check_copied()
         return True
 
@@ -374,15 +407,15 @@ class RawArrayReader(ImageReader):
         ):
             return False
         flat = np.lib.stride_tricks.as_strided(first.reshape(-1).view(np.uint8), (len(outs) * size,), (1,))
-        src_size, dst_size = (1, 1) if plan[1] == _BYTES else (self._dtype.itemsize, first.itemsize)
+        src_size, dst_size = (1, 1) if plan.wanted == KIND_BYTES else (self._dtype.itemsize, first.itemsize)
         source = memoryview(self._map)[self._offset + start * layout.image_bytes :]
-        values = len(outs) * plan[2]
+        values = len(outs) * plan.values
         wanted = min(os.cpu_count() or 1, MAX_SPLIT, values * dst_size // max(1, SPLIT_BYTES // 2))
         helpers = 0
         while helpers < wanted - 1 and _split_helpers.acquire(blocking=False):
             helpers += 1
         try:
-            _convert_in_parts(source, plan[0], src_size, flat, plan[1], dst_size, values, helpers)
+            _convert_in_parts(source, plan.stored, src_size, flat, plan.wanted, dst_size, values, helpers)
         finally:
             for _ in range(helpers):
                 _split_helpers.release()

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._providers import ImageReaderProvider
-from .._types import ImageDescriptor, ImageLocationGrouping, numpy_dtype, past_the_end
+from .._types import ImageDescriptor, ImageLocationGrouping, past_the_end
 
 __all__ = ["HeldFile", "align", "check_arguments", "descriptors", "digest", "group", "layout", "place"]
 
@@ -40,7 +40,7 @@ class HeldFile:
     def __init__(self, key: str, descriptor: ImageDescriptor, indices: np.ndarray, run_length: int):
         self.key = key
         self.descriptor = descriptor
-        self.dtype = numpy_dtype(descriptor.data_type)
+        self.dtype = descriptor.data_type.dtype
         self.indices = indices
         self.core = descriptor.core_extents
         self.image_bytes = math.prod(self.core) * self.dtype.itemsize
@@ -93,7 +93,7 @@ def layout(
     total = 0
     for key, indices in grouped.items():
         descriptor = descriptors[key]
-        count = descriptor.image_count if descriptor.is_stack else 1
+        count = descriptor.image_count
         if indices[0] < 0:
             if len(indices) > 1:
                 raise ValueError(f"{key}: is named both whole and by index")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
-from .._native import advise
+from .._native import RUN_COUNT, RUN_FIELDS, RUN_OFFSET, advise
 from .._providers import FileImageReaderProvider, ImageReaderProvider
 from .._types import as_key
 from ..formats import ImageReader
@@ -157,8 +157,8 @@ def hint(files: ImageReaderProvider, key: str, indices: np.ndarray) -> None:
         if layout is None:
             return
     indices = indices[indices < layout.image_count]
-    runs = np.zeros((len(indices), 4), np.int64)
-    runs[:, 1] = layout.offset + indices * layout.image_bytes
-    runs[:, 2] = layout.image_bytes
+    runs = np.zeros((len(indices), RUN_FIELDS), np.int64)
+    runs[:, RUN_OFFSET] = layout.offset + indices * layout.image_bytes
+    runs[:, RUN_COUNT] = layout.image_bytes
     known = KnownFiles([layout], [0])  # counted in bytes
     advise(known.paths, known.checks, runs)

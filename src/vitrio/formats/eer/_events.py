@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ... import _native
+from ..._types import integer_array
 from ._layout import Layout
 
 __all__ = ["DetectorEventTimeline", "decode_frames"]
@@ -124,8 +125,7 @@ class DetectorEventTimeline:
             rows = rows.reshape(0, rank)
         if rows.ndim != 2 or rows.shape[1] != rank:
             raise ValueError(f"positions are rows of {rank} coordinates, not of shape {rows.shape}")
-        if rows.size and rows.dtype.kind not in "iu":
-            raise TypeError(f"positions are integers, not {rows.dtype}")
+        rows = integer_array(rows, "positions are integers")
         if rows.size and (rows.min() < 0 or rows.max() > 0xFFFFFFFF):
             raise ValueError("positions must be within 0 and 2**32 - 1")
         with self._in_use():
@@ -248,11 +248,7 @@ def decode_frames(layout: Layout, fd: int, timeline: DetectorEventTimeline, begi
                 strips,
                 timeline._positions[timeline.event_count :],
                 strip_counts,
-                layout.height,
-                layout.width,
-                layout.rlebits,
-                layout.hbits,
-                layout.vbits,
+                layout.code,
             )
             if status is not None:
                 raise layout.failure(frame, status)

@@ -11,6 +11,7 @@ from xml.etree import ElementTree
 import numpy as np
 import tifffile
 
+from ..._native import EER_FULL, EER_PAST_END, EER_TRUNCATED
 from ..._types import ANGSTROMS_PER_UNIT
 from .._contract import FormatError
 from ._sniff import EER_COMPRESSIONS
@@ -25,9 +26,9 @@ _METADATA_TAG = 65001  # also the number of a compression, in the compression ta
 _METADATA_START = b"<metadata>"
 _MAX_METADATA = 1 << 20
 _ERRORS = {
-    1: "its event stream ends before the end of the frame (the strip is truncated or corrupt)",
-    2: "its event stream runs past the end of the image (corrupt codes)",
-    3: "it holds more events than its size allows",
+    EER_TRUNCATED: "its event stream ends before the end of the frame (the strip is truncated or corrupt)",
+    EER_PAST_END: "its event stream runs past the end of the image (corrupt codes)",
+    EER_FULL: "it holds more events than its size allows",
 }
 
 
@@ -38,6 +39,7 @@ class Layout:
         key: The file's key.
         height, width: The detector's size in pixels.
         rlebits, hbits, vbits: The bits of a run and of the horizontal and vertical sub-pixel position.
+        code: (height, width, rlebits, hbits, vbits), as `vitrio._native`'s decoders take them.
         frame_count: How many frames the file holds.
         strips: int64 rows (file offset, byte count, first row, rows), the strips of frame 0, 1, ...
         frame_starts: Where the strips of each frame start in `strips`, and their end.
@@ -72,7 +74,8 @@ class Layout:
             raise
         except (ValueError, struct.error, IndexError, KeyError, TypeError, OverflowError) as error:
             raise FormatError(f"{key}: not a readable TIFF file: {error}") from error
-        self.height, self.width, self.rlebits, self.hbits, self.vbits = frames[0][0]
+        self.code: tuple[int, int, int, int, int] = frames[0][0]
+        self.height, self.width, self.rlebits, self.hbits, self.vbits = self.code
         for frame, (geometry, _) in enumerate(frames):
             if geometry != frames[0][0]:
                 raise FormatError(

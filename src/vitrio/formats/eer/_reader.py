@@ -21,7 +21,12 @@ from ._timeline import EerTimelineReader
 
 __all__ = ["EerFormat", "EerReader"]
 
-_KINDS = {np.dtype(np.uint8): 0, np.dtype(np.uint16): 1, np.dtype(np.uint32): 2, np.dtype(np.float32): 3}
+_KINDS = {
+    np.dtype(np.uint8): _native.RENDER_U8,
+    np.dtype(np.uint16): _native.RENDER_U16,
+    np.dtype(np.uint32): _native.RENDER_U32,
+    np.dtype(np.float32): _native.RENDER_F32,
+}
 _scratch = threading.local()
 
 
@@ -173,16 +178,12 @@ class EerReader(ImageReader):
             target,
             _KINDS[target.dtype],
             True,
-            layout.height,
-            layout.width,
-            layout.rlebits,
-            layout.hbits,
-            layout.vbits,
-            *self._shifts,
-            *shape,
+            layout.code,
+            self._shifts,
+            shape,
             gain,
-            *(gain.shape if gain is not None else (0, 0)),
-            *self._gain_shifts,
+            gain.shape if gain is not None else (0, 0),
+            self._gain_shifts,
         )
         if status is not None:
             raise layout.failure(begin, status)
