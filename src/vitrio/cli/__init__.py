@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 
 import vitrio as vio
-from vitrio.formats import load_plugin_formats
 
 from ._common import CliError
 
@@ -54,8 +53,6 @@ _OPTIONAL = (
     "dask",
     "distributed",
 )
-# The commands that read files of any format, which load the formats of plug-ins first.
-_READING = ("info", "convert", "montage")
 
 
 def _data_type(text: str) -> np.dtype:
@@ -340,8 +337,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
-            if args.command in _READING:
-                load_plugin_formats()
             status = importlib.import_module(f"{__name__}._{args.command}").run(args)
     except ModuleNotFoundError as error:
         module = (error.name or "").partition(".")[0]
