@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterable
 
 from .._fs import open_readonly
-from .._types import ImageDescriptor, ImageFileNotFoundError, as_key, as_voxel_size
+from .._types import ImageDescriptor, as_key, as_voxel_size, no_such_file
 from ._contract import Format, FormatError, ImageReader, ImageWriter
 
 __all__ = [
@@ -168,7 +168,7 @@ def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageRead
         plugins = _plugins_added(candidates) if formats is None else ()
         if plugins and (reader := _claiming(key, plugins)) is not None:
             return reader
-        raise ImageFileNotFoundError(error.errno, f"{key}: no such file") from None
+        raise no_such_file(key, error.errno) from None
     except IsADirectoryError:
         raise IsADirectoryError(f"{key}: is a directory, not an image file") from None
     try:
