@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ._fs import guard_sigterm
 from ._types import DeclaredTwiceError, ImageDescriptor, IncompleteFileError, as_key, as_voxel_size
 from ._writers import ImageWriterProvider, TrackedWriter
 from .formats import (
@@ -289,6 +290,7 @@ class FileImageWriterProvider(ImageWriterProvider):
     """
 
     def __init__(self, formats: Iterable[type[Format]] | None = None):
+        guard_sigterm()  # the files are made on the threads that write them
         self._formats = None if formats is None else resolve_formats(formats)
         self._declared: dict[str, ImageDescriptor] = {}
         self._voxel_sizes: dict[str, tuple[float, ...] | None] = {}
@@ -392,6 +394,10 @@ class FileImageWriterProvider(ImageWriterProvider):
         """
         key = as_key(key)
         with self._lock:
+            if key not in self._declared:
+                raise IndexError(f"{key}: is not declared")
+            creating = self._creating[key]
+        with creating, self._lock:  # a writer being created meanwhile is made first, then discarded
             if key not in self._declared:
                 raise IndexError(f"{key}: is not declared")
             del self._declared[key], self._creating[key], self._voxel_sizes[key]

@@ -279,6 +279,10 @@ def _crop(
                 write_oldest_read()
             while writes:
                 finish_oldest_write()
+        except BaseException:
+            for stack in stacks[len(finished) :]:
+                writers.discard(stack)  # the writes under way stop at their next image
+            raise
         finally:
             for *_, completion in (*reads, *writes):
                 completion.wait()

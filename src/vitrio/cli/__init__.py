@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import vitrio as vio
+from vitrio._fs import guard_sigterm
 
 from ._common import CliError
 
@@ -334,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     name = f"vitrio {args.command}"
+    guard_sigterm()  # SIGTERM removes the hidden files of a write, whichever thread makes them
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning

@@ -249,6 +249,9 @@ def copy_images(
                     finish_oldest()
             while pending:
                 finish_oldest()
+        except BaseException:
+            writers.discard(output)  # the writes under way stop at their next image
+            raise
         finally:
             for _, completion in pending:
                 completion.wait()
