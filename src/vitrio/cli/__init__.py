@@ -162,6 +162,15 @@ def _add_cluster(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_casting(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup) -> None:
+    parser.add_argument(
+        "--casting",
+        choices=["unsafe"],
+        help="unsafe: convert to --data-type as numpy's casting='unsafe' does, as the published vitrio "
+        "did (fractions cut toward zero, no range check), where the type cannot hold every value",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the `vitrio` command and its subcommands."""
     parser = argparse.ArgumentParser(
@@ -210,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="round and clip values into the range of --data-type (without it, values it cannot hold "
         "stop the conversion)",
     )
+    _add_casting(values)
     _add_force(convert)
     _add_cluster(convert)
 
@@ -246,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument(
         "--data-type", type=_data_type, default=np.dtype("float32"), help="of the stacks (default: float32)"
     )
+    _add_casting(extract)
     extract.add_argument(
         "-j", "--threads", type=_positive, default=os.cpu_count() or 1, help="threads that read and write"
     )
