@@ -17,10 +17,9 @@ an OME-Zarr store's, noted with `track_partial`) of the process, whichever
 thread made them, then kills it as the signal would have (a handler that
 `guard_sigterm` installs where SIGTERM had none: the first `PartialFile`
 the main thread makes, a writer provider, and the `vitrio` command call
-it); and the first
-`PartialFile` a process makes in a folder removes the hidden files there of
-its own naming, user and host whose process is gone (after SIGKILL, or a
-power cut).
+it); and the first `PartialFile` a process makes in a folder removes the
+hidden files there of its own naming, user and host whose process is gone
+(after SIGKILL, or a power cut).
 """
 
 from __future__ import annotations

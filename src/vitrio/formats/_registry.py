@@ -57,7 +57,7 @@ def _registered() -> tuple[type[Format], ...]:
 
 
 _PLUGIN_GROUP = "vitrio.formats"
-_PLUGIN_LOCK = threading.Lock()
+_PLUGIN_LOCK = threading.RLock()
 _plugins_loaded = False
 _plugins_missing: list[str] = []
 """For each plug-in left out because a module it needs is not installed, what to install."""
@@ -74,9 +74,10 @@ def load_plugin_formats() -> None:
     install. One that is no format is left out with a warning.
     """
     global _plugins_loaded
-    with _PLUGIN_LOCK:
+    with _PLUGIN_LOCK:  # other threads wait for the plug-ins; one that imports asks no more
         if _plugins_loaded:
             return
+        _plugins_loaded = True
         for entry in importlib.metadata.entry_points(group=_PLUGIN_GROUP):
             try:
                 register_format(entry.load())
@@ -84,7 +85,6 @@ def load_plugin_formats() -> None:
                 _plugins_missing.append(_what_to_install(entry, error))
             except (AttributeError, TypeError) as error:
                 warnings.warn(f"format plug-in {entry.name} ({entry.value}) left out: {error}", stacklevel=2)
-        _plugins_loaded = True
 
 
 def _what_to_install(entry: importlib.metadata.EntryPoint, error: ImportError) -> str:
