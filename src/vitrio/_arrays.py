@@ -18,6 +18,7 @@ __all__ = [
     "gather",
     "check_numeric_destination",
     "check_destination_type",
+    "as_casting",
     "holds_values",
 ]
 
@@ -85,17 +86,32 @@ def holds_values(data_type: Any, dtype: np.dtype) -> bool:
     return kind == "b" and stored.kind == "b"
 
 
-def check_destination_type(key: str, data_type: Any, dtype: np.dtype) -> None:
-    """Raise `DestinationTypeError` unless a destination of `dtype` can hold the values of the file at
-    `key`, as `holds_values` says, and is numeric."""
+def as_casting(casting: Any) -> str | None:
+    """`casting` checked: None (the destination must hold every value, `holds_values`) or "unsafe"
+    (any numeric destination, converting as numpy's `casting="unsafe"` does).
+
+    Raises:
+        ValueError: For any other value.
+    """
+    if casting is None or casting == "unsafe":
+        return casting
+    raise ValueError(
+        f"casting is None (a destination holds every value) or 'unsafe' (any conversion), not {casting!r}"
+    )
+
+
+def check_destination_type(key: str, data_type: Any, dtype: np.dtype, casting: str | None = None) -> None:
+    """Raise `DestinationTypeError` unless a destination of `dtype` is numeric and, without
+    `casting="unsafe"`, can hold the values of the file at `key`, as `holds_values` says."""
     dtype = np.dtype(dtype)
     check_numeric_destination(dtype)
-    if holds_values(data_type, dtype):
+    if casting == "unsafe" or holds_values(data_type, dtype):
         return
     member = as_numerical_type(data_type)
     raise DestinationTypeError(
         f"{key}: holds {member.name} values, which a destination of type {dtype} cannot hold without loss; "
-        "read into a floating point array and convert"
+        'read into a floating point array and convert, or pass casting="unsafe" to convert as numpy '
+        "does (fractions cut toward zero, no range check)"
     )
 
 

@@ -1,7 +1,7 @@
 """Running tasks on threads, and waiting for them: executors and `Completion`.
 
 This layer knows nothing of files. A `Completion` counts down the tasks of
-one piece of work and keeps the arrays they write alive until they are done.
+one piece of work and keeps the arrays they use alive as long as it lives.
 
 At exit, work still under way is waited for before the interpreter shuts
 down (an `atexit` hook, while the pool's threads still run): a program that
@@ -71,20 +71,24 @@ def _wait_at_exit() -> None:
 class Completion:
     """Work under way on an executor: wait for it, and learn whether it failed.
 
-    It keeps the arrays the work writes alive until the work is done, and
+    It keeps the arrays the work reads and writes alive for as long as it
+    lives, so that they outlast `get()` even when the caller dropped them;
     dropping a completion that is not ready waits for the work. Waiting
     never holds the GIL.
     """
 
-    __slots__ = ("_works", "__weakref__")
+    __slots__ = ("_works", "_keep", "__weakref__")
 
-    def __init__(self, works: Sequence[_Work] = ()):
+    def __init__(self, works: Sequence[_Work] = (), keep: Any = None):
         self._works = tuple(works)
+        self._keep = keep
 
     @classmethod
     def gather(cls, completions: Iterable[Completion]) -> Completion:
         """One completion that is ready when all of `completions` are."""
-        return cls([work for completion in completions for work in completion._works])
+        completions = tuple(completions)
+        works = [work for completion in completions for work in completion._works]
+        return cls(works, tuple(completion._keep for completion in completions))
 
     @property
     def is_ready(self) -> bool:
@@ -136,13 +140,13 @@ def _run(work: _Work, task: Task) -> None:
 
 
 def run_tasks(executor: Executor, tasks: Sequence[Task], keep: Any = None) -> Completion:
-    """Submit `tasks` to `executor`; the completion keeps `keep` alive until they are done."""
+    """Submit `tasks` to `executor`; the completion keeps `keep` alive, and the work until it is done."""
     work = _Work(len(tasks), keep)
     if tasks and not isinstance(executor, SynchronousExecutor):
         _under_way.add(work)
     for task in tasks:
         executor.submit(_run, work, task)
-    return Completion([work])
+    return Completion([work], keep)
 
 
 class Executor(abc.ABC):

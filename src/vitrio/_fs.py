@@ -12,12 +12,14 @@ never a path that could be swapped.
 A file being written is named `.{name}.{pid}-{host}-{random}.partial`: the
 process's id and a hash of its host's name. A process killed before it
 removes its files cannot leave them forever: SIGTERM (what batch
-schedulers send, and `kill`) removes the hidden files of the process, then
-kills it as the signal would have (a handler installed by the first
-`PartialFile` the main thread makes, where SIGTERM had none); and the first
-`PartialFile` a process makes in a folder removes the hidden files there of
-its own naming, user and host whose process is gone (after SIGKILL, or a
-power cut).
+schedulers send, and `kill`) removes the hidden files (and folders, such as
+an OME-Zarr store's, noted with `track_partial`) of the process, whichever
+thread made them, then kills it as the signal would have (a handler that
+`guard_sigterm` installs where SIGTERM had none: the first `PartialFile`
+the main thread makes, a writer provider, and the `vitrio` command call
+it); and the first `PartialFile` a process makes in a folder removes the
+hidden files there of its own naming, user and host whose process is gone
+(after SIGKILL, or a power cut).
 """
 
 from __future__ import annotations
@@ -26,14 +28,25 @@ import contextlib
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
+import stat
 import threading
 import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
-__all__ = ["PartialFile", "new_file", "open_readonly", "created_mode", "remove_quietly"]
+__all__ = [
+    "PartialFile",
+    "new_file",
+    "open_readonly",
+    "created_mode",
+    "remove_quietly",
+    "guard_sigterm",
+    "track_partial",
+    "untrack_partial",
+]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -101,18 +114,22 @@ def _sweep(folder: str) -> None:
 
 
 def _on_sigterm(number: int, frame: Any) -> None:
-    """Remove this process's hidden files, then die of SIGTERM as if no handler were installed."""
+    """Remove this process's hidden files and folders, then die of SIGTERM as if no handler were installed."""
     me = os.getpid()
     for pid, path in list(_live.values()):
         if pid == me:
             with contextlib.suppress(OSError):
-                os.unlink(path)
+                if stat.S_ISDIR(os.lstat(path).st_mode):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(me, signal.SIGTERM)
 
 
-def _guard_sigterm() -> None:
-    """Install `_on_sigterm` where SIGTERM has its default action; only the main thread can."""
+def guard_sigterm() -> None:
+    """Make SIGTERM remove the hidden files of this process before it dies, where SIGTERM has its default
+    action; only the main thread can, so what writes on other threads calls this first on the main one."""
     global _guarded
     if _guarded or threading.current_thread() is not threading.main_thread():
         return
@@ -120,6 +137,19 @@ def _guard_sigterm() -> None:
     with contextlib.suppress(ValueError, OSError):
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def track_partial(owner: object, path: str) -> None:
+    """Note `path`, a hidden file or folder `owner` writes, for SIGTERM to remove (see `guard_sigterm`)."""
+    guard_sigterm()
+    with _state_lock:
+        _live[id(owner)] = (os.getpid(), path)
+
+
+def untrack_partial(owner: object) -> None:
+    """Forget what `track_partial` noted for `owner`: it was moved onto its path, or removed."""
+    with _state_lock:
+        _live.pop(id(owner), None)
 
 
 def partial_path(target: str | os.PathLike[str], token: str) -> str:
@@ -145,7 +175,7 @@ class PartialFile:
         folder, name = os.path.split(os.path.abspath(self.target))
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"{self.target}: no directory {folder} to write the file in")
-        _guard_sigterm()
+        guard_sigterm()
         _sweep(folder)
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
         while True:
@@ -156,8 +186,7 @@ class PartialFile:
                 continue
             break
         self.path = path
-        with _state_lock:
-            _live[id(self)] = (os.getpid(), path)
+        track_partial(self, path)
 
     def file(self, mode: str = "r+b") -> IO[Any]:
         """A file object over the file, at its start, named by its path; closing it leaves `fd` open."""
@@ -186,23 +215,18 @@ class PartialFile:
         os.fchmod(self.fd, created_mode() if mode is None else mode)
         os.replace(self.path, self.target)
         self.path = self.target
-        _forget(self)
+        untrack_partial(self)
 
     def discard(self) -> None:
         """Close and remove the unfinished file."""
         self._close()
         remove_quietly(self.path)
-        _forget(self)
+        untrack_partial(self)
 
     def _close(self) -> None:
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)
-
-
-def _forget(partial: PartialFile) -> None:
-    with _state_lock:
-        _live.pop(id(partial), None)
 
 
 @contextlib.contextmanager

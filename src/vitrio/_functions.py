@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._array import HalfComplexArray, finish_half_complex, new_array
-from ._arrays import as_destination, as_source, check_destination_type
+from ._arrays import as_casting, as_destination, as_source, check_destination_type
 from ._concurrency import Executor, ThreadPoolExecutor
 from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
 from ._providers import (
@@ -168,6 +168,7 @@ def read(
     readers: ImageReaderProvider | None = None,
     data_type: Any = None,
     out: Any = None,
+    casting: str | None = None,
 ) -> Any:
     """Read a whole file, or one image or volume of a stack.
 
@@ -181,6 +182,9 @@ def read(
         readers: Where the file is opened. Defaults to opening it at its path.
         data_type: The type to read as; defaults to the file's. Not with `out`.
         out: An array to read into, of the shape read.
+        casting: None to refuse a type that cannot hold every value of the file's; "unsafe" to
+            convert to any numeric type as numpy's `casting="unsafe"` does (the published vitrio's
+            conversion: fractions cut toward zero, no range check).
 
     Returns:
         A new `vitrio.Array` (a numpy array), or `out`, filled. Read as
@@ -188,7 +192,8 @@ def read(
         that holds the values and hands them to no one.
 
     Raises:
-        ValueError: If `data_type` and `out` are both given, or `out` does not have the shape read.
+        ValueError: If `data_type` and `out` are both given, `out` does not have the shape read, or
+            `casting` is neither None nor "unsafe".
         ReadOnlyDestinationError: If `out` is read only (a `TypeError` and a `ValueError`).
         DestinationTypeError: If `out` or `data_type` cannot hold the file's values (see
             `docs/paths-and-types.md`; a `TypeError` and a `ValueError`).
@@ -198,6 +203,7 @@ def read(
     """
     if out is not None and data_type is not None:
         raise ValueError("give data_type or out, not both")
+    casting = as_casting(casting)
     if isinstance(location, ImageLocation):
         key, index = location.key, location.index_in_stack
     else:
@@ -213,11 +219,11 @@ def read(
         if out is None:
             wanted = descriptor.data_type if data_type is None else as_numerical_type(data_type)
             if wanted is not NumericalType.complex_float16:
-                check_destination_type(key, descriptor.data_type, numpy_dtype(wanted))
+                check_destination_type(key, descriptor.data_type, numpy_dtype(wanted), casting)
             result, target = new_array(shape, wanted)
         else:
             result, target = out, as_destination(out)
-            check_destination_type(key, descriptor.data_type, target.dtype)
+            check_destination_type(key, descriptor.data_type, target.dtype, casting)
             if target.shape != tuple(shape):
                 raise ValueError(f"{key}: reads as shape {shape}, out has shape {target.shape}")
         if index < 0:

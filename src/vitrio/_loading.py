@@ -19,7 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import as_destination, check_destination_type, check_numeric_destination, holds_values
+from ._arrays import (
+    as_casting,
+    as_destination,
+    check_destination_type,
+    check_numeric_destination,
+    holds_values,
+)
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
 from ._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET, advise
 from ._providers import ImageReaderProvider
@@ -149,6 +155,7 @@ def read_indexed_async(
     key_ids: Any,
     indices: Any,
     keep: Any = None,
+    casting: str | None = None,
 ) -> Completion:
     """Read image `indices[i]` of file `keys[key_ids[i]]` into `out[i]`, on the loader's threads.
 
@@ -167,6 +174,8 @@ def read_indexed_async(
         indices: For each slot, the index of its image in the file's stack:
             integers, all -1 (whole files) or all non-negative.
         keep: An object the completion holds on to until the reads end.
+        casting: As `vitrio.read` takes it: "unsafe" lets `out` be of a type that cannot hold
+            every value of a file's.
 
     Returns:
         A `Completion` of the reads. Failures (a missing file, an index past
@@ -181,6 +190,7 @@ def read_indexed_async(
             an index is below -1, or whole files and images of stacks are mixed.
     """
     out = _destination(out)
+    casting = as_casting(casting)
     keys = _sequence(keys, "keys")
     count = out.shape[0]
     key_ids = _integers(key_ids, "key_ids", count)
@@ -212,7 +222,7 @@ def read_indexed_async(
 
     def task(positions: np.ndarray) -> None:
         for key_id, group in group_ids(key_ids[positions]):
-            _read_group(readers, keys[key_id], out, positions[group], indices, whole)
+            _read_group(readers, keys[key_id], out, positions[group], indices, whole, casting)
 
     tasks += [lambda a=a, b=b: task(left[a:b]) for a, b in task_bounds(len(left), loader.worker_count)]
     return run_tasks(loader.executor, tasks, keep=(out, keep))
@@ -225,13 +235,14 @@ def _read_group(
     slots: np.ndarray,
     indices: np.ndarray,
     whole: bool,
+    casting: str | None = None,
 ) -> None:
     """Read the images of one file bound for `slots` of `out` through its reader."""
     reader = readers.acquire(key)
     try:
         served = reader if whole else reader.indexed()  # a single volume's sections
         _check_slot(served, out.shape[1:], whole)
-        check_destination_type(reader.key, reader.descriptor.data_type, out.dtype)
+        check_destination_type(reader.key, reader.descriptor.data_type, out.dtype, casting)
         if whole:
             for slot in slots.tolist():
                 reader.read_run(0, _image_views(out[slot], reader))
@@ -337,7 +348,9 @@ def _check_slot(reader: ImageReader, slot_shape: tuple[int, ...], whole: bool) -
         raise ValueError(f"{reader.key}: {what} has shape {expected}, the destination's slots {slot_shape}")
 
 
-def read_batch_async(loader: ImageLoader, destination: Any, locations: Sequence[Any]) -> Completion:
+def read_batch_async(
+    loader: ImageLoader, destination: Any, locations: Sequence[Any], casting: str | None = None
+) -> Completion:
     """Read `locations[i]` into slot `i` of `destination`, on the loader's threads.
 
     The locations may span any number of files and formats; consecutive
@@ -349,20 +362,23 @@ def read_batch_async(loader: ImageLoader, destination: Any, locations: Sequence[
         destination: An array whose leading extent is `len(locations)`, each
             slot of the shape of the image (or whole file) its location names.
         locations: `ImageLocation` objects, or keys of whole files; not both kinds.
+        casting: As `vitrio.read` takes it: "unsafe" lets `destination` be of a type that cannot
+            hold every value of a file's.
 
     Returns:
         A `Completion` of the reads. Failures (a missing file, an index past
-        the end of its stack, a slot shape that does not fit) surface from its `get()`.
+        the end of its stack, a slot shape that does not fit, a destination
+        type that cannot hold a file's values) surface from its `get()`.
 
     Raises:
-        ValueError: If the leading extent is not `len(locations)`, or whole
-            files and images of stacks are mixed.
+        ValueError: If the leading extent is not `len(locations)`, whole
+            files and images of stacks are mixed, or `casting` is neither None nor "unsafe".
     """
     out = as_destination(destination)
     locations = list(locations)
     check_leading_extent(out, len(locations), "the destination", "locations")
     keys, key_ids, indices = plan_locations(locations)
-    return read_indexed_async(loader, out, keys, key_ids, indices, keep=destination)
+    return read_indexed_async(loader, out, keys, key_ids, indices, keep=destination, casting=casting)
 
 
 def _centre_array(centres: Any) -> np.ndarray:
@@ -388,6 +404,7 @@ def read_patches_indexed_async(
     centres: Any,
     fill: Any = None,
     keep: Any = None,
+    casting: str | None = None,
 ) -> Completion:
     """Crop the patch centred on `centres[i]` out of image `images[image_ids[i]]` into `out[i]`.
 
@@ -405,6 +422,7 @@ def read_patches_indexed_async(
             non-negative integers, a row of the patches' rank per patch.
         fill: The value of what lies beyond the image; None leaves it as `out` held it.
         keep: An object the completion holds on to until the reads end.
+        casting: As `vitrio.read` takes it.
 
     Returns:
         A `Completion` of the reads. Failures (a missing file, an index past
@@ -419,6 +437,7 @@ def read_patches_indexed_async(
             row of the patches' rank per patch, or holds a negative coordinate.
     """
     out = _destination(out)
+    casting = as_casting(casting)
     images = _sequence(images, "images")
     count = out.shape[0]
     image_ids = _integers(image_ids, "image_ids", count)
@@ -469,7 +488,7 @@ def read_patches_indexed_async(
             reader = readers.acquire(key)
             try:
                 served = reader if index < 0 else reader.indexed()  # a single volume's sections
-                check_destination_type(reader.key, reader.descriptor.data_type, out.dtype)
+                check_destination_type(reader.key, reader.descriptor.data_type, out.dtype, casting)
                 crop(served, _patch_index(served, index, len(shape)), positions + first)
             finally:
                 readers.release(reader)
@@ -492,7 +511,9 @@ def _patch_index(reader: ImageReader, index: int, rank: int) -> int:
     return index
 
 
-def read_patches_async(loader: ImageLoader, destination: Any, location: Any, centres: Any) -> Completion:
+def read_patches_async(
+    loader: ImageLoader, destination: Any, location: Any, centres: Any, casting: str | None = None
+) -> Completion:
     """Crop a patch around each centre out of one image or volume, on the loader's threads.
 
     The centre lands at index `extent // 2` of its patch (RELION's
@@ -504,6 +525,8 @@ def read_patches_async(loader: ImageLoader, destination: Any, location: Any, cen
         location: An `ImageLocation`, or the key of a file holding one image or volume.
         centres: An `IndexTable`, an integer array with a row per centre
             (slowest axis first), or a sequence of sequences.
+        casting: As `vitrio.read` takes it: "unsafe" lets `destination` be of a type that cannot
+            hold every value of the image's.
 
     Returns:
         A `Completion` of the reads.
@@ -523,4 +546,6 @@ def read_patches_async(loader: ImageLoader, destination: Any, location: Any, cen
     else:
         image = (as_key(location), -1)
     image_ids = np.zeros(len(values), dtype=np.int64)
-    return read_patches_indexed_async(loader, out, [image], image_ids, values, keep=destination)
+    return read_patches_indexed_async(
+        loader, out, [image], image_ids, values, keep=destination, casting=casting
+    )

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ._fs import guard_sigterm
 from ._types import DeclaredTwiceError, ImageDescriptor, IncompleteFileError, as_key, as_voxel_size
 from ._writers import ImageWriterProvider, TrackedWriter
 from .formats import (
@@ -32,6 +33,7 @@ from .formats import (
     RawArrayReader,
     create_writer,
     open_reader,
+    registered_formats,
     resolve_formats,
 )
 from .formats._raw import RawLayout
@@ -82,18 +84,19 @@ class FileImageReaderProvider(ImageReaderProvider):
     It keeps the layouts of the last 65,536 raw files it opened.
 
     Args:
-        formats: The formats to try, in order. Defaults to every registered one.
+        formats: The formats to try, in order. Defaults to every registered one when a file is
+            opened, and the plug-ins' where none of those claims it (`load_plugin_formats`).
     """
 
     def __init__(self, formats: Iterable[type[Format]] | None = None):
-        self._formats = resolve_formats(formats)
+        self._formats = None if formats is None else resolve_formats(formats)
         self._layouts: dict[str, RawLayout] = {}
         self._layouts_lock = threading.Lock()
 
     @property
     def formats(self) -> tuple[type[Format], ...]:
         """The formats tried, in order."""
-        return self._formats
+        return registered_formats() if self._formats is None else self._formats
 
     def acquire(self, key) -> ImageReader:
         reader = open_reader(key, self._formats)
@@ -117,7 +120,7 @@ class FileImageReaderProvider(ImageReaderProvider):
             self._layouts.pop(key, None)
 
     def __repr__(self) -> str:
-        return f"FileImageReaderProvider(formats={[f.name for f in self._formats]})"
+        return f"FileImageReaderProvider(formats={[f.name for f in self.formats]})"
 
 
 class _Entry:
@@ -287,7 +290,8 @@ class FileImageWriterProvider(ImageWriterProvider):
     """
 
     def __init__(self, formats: Iterable[type[Format]] | None = None):
-        self._formats = resolve_formats(formats)
+        guard_sigterm()  # the files are made on the threads that write them
+        self._formats = None if formats is None else resolve_formats(formats)
         self._declared: dict[str, ImageDescriptor] = {}
         self._voxel_sizes: dict[str, tuple[float, ...] | None] = {}
         self._writers: dict[str, TrackedWriter] = {}
@@ -390,6 +394,10 @@ class FileImageWriterProvider(ImageWriterProvider):
         """
         key = as_key(key)
         with self._lock:
+            if key not in self._declared:
+                raise IndexError(f"{key}: is not declared")
+            creating = self._creating[key]
+        with creating, self._lock:  # a writer being created meanwhile is made first, then discarded
             if key not in self._declared:
                 raise IndexError(f"{key}: is not declared")
             del self._declared[key], self._creating[key], self._voxel_sizes[key]

@@ -27,6 +27,7 @@ __all__ = [
     "PastTheEndError",
     "LocationAsKeyError",
     "ImageFileNotFoundError",
+    "no_such_file",
     "ReadOnlyDestinationError",
     "DeclaredTwiceError",
     "DestinationTypeError",
@@ -151,23 +152,13 @@ def numpy_dtype(data_type: Any) -> np.dtype:
     return _HELD[member]
 
 
-class LocationAsKeyError(ValueError, RuntimeError):
-    """A location written as text ("7@stack.mrcs") given where a file's path is expected: a `ValueError`
-    with a hint, and the `RuntimeError` the published package raises for a file that is not there."""
-
-
 def as_key(key: Any) -> str:
     """A key as a string: a `str` as it is, an `os.PathLike` through `os.fspath`.
 
     Raises:
         TypeError: If `key` is neither.
-        LocationAsKeyError: If `key` is written "index@path", as RELION writes
-            an image of a stack, and no file has that name.
     """
     if isinstance(key, str):
-        if re.match(r"\s*\d+@", key) and not os.path.exists(key):
-            hint = "for an image of a stack, pass ImageLocation.from_string(text), or parse_locations(texts)"
-            raise LocationAsKeyError(f"{key!r}: a key is a file's path, and there is no such file; {hint}")
         return key
     if isinstance(key, os.PathLike):
         path = os.fspath(key)
@@ -388,6 +379,19 @@ class PastTheEndError(IndexError, ValueError):
 
 class ImageFileNotFoundError(FileNotFoundError, RuntimeError):
     """No file at a key: a `FileNotFoundError` (errno kept), and the published package's `RuntimeError`."""
+
+
+class LocationAsKeyError(ImageFileNotFoundError, ValueError):
+    """No file at a key written as a location ("7@stack.mrcs"), as RELION writes an image of a stack: an
+    `ImageFileNotFoundError` whose message points to the parsers, and a `ValueError`."""
+
+
+def no_such_file(key: str, errno: int | None) -> ImageFileNotFoundError:
+    """The error for a file missing at `key`, pointing to the parsers where `key` is written "index@path"."""
+    if re.match(r"\s*\d+@", key):
+        hint = "for an image of a stack, pass ImageLocation.from_string(text), or parse_locations(texts)"
+        return LocationAsKeyError(errno, f"{key}: no such file; a key is a file's path: {hint}")
+    return ImageFileNotFoundError(errno, f"{key}: no such file")
 
 
 class ReadOnlyDestinationError(TypeError, ValueError):

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._arrays import as_casting
 from ._concurrency import Completion, ThreadPoolExecutor
 from ._functions import loader, query_descriptor, saver, writer_provider
 from ._loading import read_patches_indexed_async
@@ -224,10 +225,12 @@ def _crop(
     finished: list[Path],
     progress: Callable[[int], object],
     pixel_sizes: Sequence[float | None],
+    casting: str | None = None,
 ) -> None:
     """Crop the particles into their stacks, a few batches under way; each stack done joins `finished`.
 
-    Each stack's header says its pixel size, `pixel_sizes[i]` Å (None for none).
+    Each stack's header says its pixel size, `pixel_sizes[i]` Å (None for none); `casting` is
+    as `vitrio.read` takes it.
 
     A failure or an interruption discards the stacks not finished; those
     finished are for the caller to remove.
@@ -269,7 +272,9 @@ def _crop(
                 last = min(first + per_batch, len(order))
                 values = np.empty((last - first, box, box), dtype=dtype)
                 ids, where = images[first:last], centres[first:last]
-                completion = read_patches_indexed_async(reading, values, sources, ids, where, fill=0)
+                completion = read_patches_indexed_async(
+                    reading, values, sources, ids, where, fill=0, casting=casting
+                )
                 reads.append((first, last, values, completion))
                 if len(reads) > IN_FLIGHT:
                     write_oldest_read()
@@ -279,6 +284,10 @@ def _crop(
                 write_oldest_read()
             while writes:
                 finish_oldest_write()
+        except BaseException:
+            for stack in stacks[len(finished) :]:
+                writers.discard(stack)  # the writes under way stop at their next image
+            raise
         finally:
             for *_, completion in (*reads, *writes):
                 completion.wait()
@@ -295,6 +304,8 @@ class _StackJob:
         box: The side of a particle's box.
         data_type: The type of the stack.
         threads: How many threads read and write.
+        pixel_size: The pixel size its header says, in Å.
+        casting: As `vitrio.read` takes it.
     """
 
     micrograph: str
@@ -304,6 +315,7 @@ class _StackJob:
     data_type: str
     threads: int
     pixel_size: float | None
+    casting: str | None = None
 
 
 def _crop_stack(job: _StackJob) -> int:
@@ -314,7 +326,7 @@ def _crop_stack(job: _StackJob) -> int:
         np.array([job.micrograph]), [Path(job.micrograph)], zeros, zeros, job.centres, order, order
     )
     stack, data_type = [Path(job.stack)], np.dtype(job.data_type)
-    _crop(found, stack, job.box, data_type, job.threads, [], lambda _: None, [job.pixel_size])
+    _crop(found, stack, job.box, data_type, job.threads, [], lambda _: None, [job.pixel_size], job.casting)
     return count
 
 
@@ -328,6 +340,7 @@ def _crop_on(
     finished: list[Path],
     progress: Callable[[int], object],
     pixel_sizes: Sequence[float | None],
+    casting: str | None = None,
 ) -> None:
     """Crop the particles into their stacks on the cluster of `client`, one task per micrograph.
 
@@ -344,6 +357,7 @@ def _crop_on(
             dtype.str,
             threads,
             size,
+            casting,
         )
         for path, stack, end, count, size in zip(
             found.paths, stacks, ends, np.diff([0, *ends]).tolist(), pixel_sizes
@@ -385,6 +399,7 @@ def extract_particles(
     force: bool = False,
     progress: Callable[[int], object] | None = None,
     client: distributed.Client | None = None,
+    casting: str | None = None,
 ) -> Extraction:
     """Crop the particles of `coordinates` out of the micrographs of `micrographs` into MRC stacks.
 
@@ -419,6 +434,9 @@ def extract_particles(
             batch (each stack, on a cluster).
         client: A `distributed.Client` whose cluster crops the stacks, a task
             per micrograph; None to crop them here. The stacks are the same.
+        casting: None to refuse a `data_type` that cannot hold every value of the
+            micrographs' type; "unsafe" to convert as numpy's `casting="unsafe"` does
+            (as `vitrio.read`; the published vitrio's conversion).
 
     Returns:
         What was written.
@@ -472,12 +490,15 @@ def extract_particles(
             folder.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         dtype = np.dtype(data_type)
+        casting = as_casting(casting)
         report = progress or (lambda _: None)
         sizes = _stack_pixel_sizes(found, table, optics)
         if client is None:
-            _crop(found, stacks, box, dtype, threads or os.cpu_count() or 1, finished, report, sizes)
+            workers = threads or os.cpu_count() or 1
+            _crop(found, stacks, box, dtype, workers, finished, report, sizes, casting)
         else:
-            _crop_on(client, found, stacks, box, dtype, threads or CLUSTER_THREADS, finished, report, sizes)
+            workers = threads or CLUSTER_THREADS
+            _crop_on(client, found, stacks, box, dtype, workers, finished, report, sizes, casting)
         seconds = time.perf_counter() - start
         write_star({"optics": optics, "particles": table}, output)
     except BaseException:

@@ -131,6 +131,17 @@ def test_root_data_type_and_batches_across_micrographs(vitrio, picked: Picked, t
     assert all(values.dtype == np.float16 for values in stacks.values())
 
 
+def test_an_integer_type_of_float_micrographs_takes_casting_unsafe(vitrio, picked: Picked):
+    for name in picked.images:  # values of int16's range, with fractions
+        picked.images[name] = np.ascontiguousarray(picked.images[name] * 300)
+        vio.write_single(picked.images[name], name, voxel_size=1.5)
+    assert_fails(extract(vitrio, picked, "--data-type", "int16"), "float32", "int16", 'casting="unsafe"')
+    assert not Path("particles.star").exists()
+    assert extract(vitrio, picked, "--data-type", "int16", "--casting", "unsafe").status == 0
+    stacks = check_particles(particles_of(Path("particles.star"))[1], picked, 16)  # crops cast by numpy
+    assert all(values.dtype == np.int16 for values in stacks.values())
+
+
 def test_micrographs_of_one_name_get_stacks_of_their_own(vitrio, picked: Picked):
     Path("Other").mkdir()
     vio.write_single(np.ones((40, 40), np.float32), "Other/a.mrc")

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import h5py
@@ -128,47 +129,91 @@ def test_info_reports_every_readable_file_and_fails_at_the_end(vitrio, stack, tm
 
 
 def _plugin(folder: Path) -> Path:
-    """A folder on the path holding an installed package's metadata declaring cryovit's HDF5 format."""
-    info = folder / "site" / "hdf5_plugin-1.0.dist-info"
+    """A folder to put first on the path, holding vitrio's installed metadata with the format plug-ins
+    its pyproject.toml declares (cryovit's HDF5), as an install of these sources has."""
+    declared = tomllib.loads((SOURCES.parent / "pyproject.toml").read_text())
+    plugins = declared["project"]["entry-points"]["vitrio.formats"]
+    info = folder / "site" / "vitrio-1.0.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hdf5-plugin\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[vitrio.formats]\nhdf5 = cryovit.hdf5:Hdf5Format\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vitrio\nVersion: 1.0\n")
+    lines = "".join(f"{name} = {value}\n" for name, value in plugins.items())
+    (info / "entry_points.txt").write_text(f"[vitrio.formats]\n{lines}")
     return folder / "site"
 
 
-def test_hdf5_is_read_through_the_entry_point_of_its_plugin(tmp_path: Path):
+@pytest.fixture
+def tomogram(tmp_path: Path) -> tuple[Path, np.ndarray]:
     volume = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
     with h5py.File(tmp_path / "tomogram.h5", "w") as file:
         file["data"] = volume
-    result = _command("info", "--json", tmp_path / "tomogram.h5", path=(_plugin(tmp_path),))
+    return tmp_path / "tomogram.h5", volume
+
+
+def test_hdf5_is_read_through_the_entry_point_of_its_plugin(tomogram, stack, tmp_path: Path):
+    path, _ = tomogram
+    result = _command("info", "--json", path, path=(_plugin(tmp_path),))
     assert result.returncode == 0, result.stderr
     (info,) = json.loads(result.stdout)
     assert info["format"] == "hdf5" and info["shape"] == [4, 5, 6] and info["kind"] == "volume"
-    # where the plug-in cannot be loaded, it is left out with a warning, and the error says what to install
-    result = _command("info", tmp_path / "tomogram.h5", blocked=("h5py",), path=(_plugin(tmp_path / "b"),))
+    # without h5py, a core install: the commands say nothing of the plug-in, until an HDF5 file is read
+    site = _plugin(tmp_path / "b")
+    for arguments in (("info", stack[0]), ("convert", stack[0], tmp_path / "out.tif")):
+        result = _command(*arguments, blocked=("h5py",), path=(site,))
+        assert (result.returncode, result.stderr) == (0, "")
+    result = _command("info", path, blocked=("h5py",), path=(site,))
     assert result.returncode == 1
-    warning, error = result.stderr.strip().splitlines()
-    assert warning.startswith("vitrio: warning: format plug-in hdf5 (cryovit.hdf5:Hdf5Format) left out")
-    assert "tomogram.h5" in error and error.endswith("pip install 'vitrio[cryovit]'")
+    (error,) = result.stderr.strip().splitlines()
+    assert "tomogram.h5" in error and "needs h5py" in error
+    assert error.endswith("pip install 'vitrio[cryovit]'")
 
 
-def test_a_program_registers_the_plugins_with_load_plugin_formats(tmp_path: Path):
-    volume = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
-    with h5py.File(tmp_path / "tomogram.h5", "w") as file:
-        file["data"] = volume
-    script = (
+def _program(script: str, site: Path, blocked: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Run `script` in a fresh interpreter with the plug-ins of `site`, warnings shown, `blocked` missing."""
+    blocking = f"import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None\n"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (site, SOURCES)))}
+    return subprocess.run(
+        [sys.executable, "-W", "always", "-c", blocking + script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def test_a_program_reads_a_plugins_format_without_loading_it(tomogram, stack, tmp_path: Path):
+    path, volume = tomogram
+    site = _plugin(tmp_path)
+    read = (
         "import sys, numpy as np, vitrio as vio\n"
-        "assert 'cryovit.hdf5' not in sys.modules\n"
-        "vio.formats.load_plugin_formats()\n"
-        f"values = np.asarray(vio.read({str(tmp_path / 'tomogram.h5')!r}))\n"
-        "print(vio.formats.registered_formats()[0].name, values.shape, float(values.sum()))\n"
+        f"np.asarray(vio.read({str(stack[0])!r}))\n"
+        "assert 'cryovit.hdf5' not in sys.modules  # a file a registered format claims loads no plug-in\n"
+        f"values = np.asarray(vio.read({str(path)!r}))\n"
+        "again = np.zeros((1, 4, 5, 6), np.float32)\n"
+        f"vio.read_batch_async(vio.loader(workers=1), again, [vio.ImageLocation({str(path)!r})]).get()\n"
+        "first = vio.formats.registered_formats()[0].name\n"
+        "print(first, values.shape, float(values.sum()), float(again.sum()))\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (_plugin(tmp_path), SOURCES)))}
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    result = _program(read, site)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    total = str(float(volume.sum()))
+    assert result.stdout.split() == ["hdf5", "(4,", "5,", "6)", total, total]
+    listed = "import vitrio as vio\nprint([f.name for f in vio.formats.registered_formats()])\n"
+    result = _program(listed, site)
+    assert result.returncode == 0 and "'hdf5'" in result.stdout, result.stderr
+    # h5py missing: no warning importing or listing, and reading an HDF5 file names the extra
+    result = _program(listed, site, blocked=("h5py",))
+    assert (result.returncode, result.stderr) == (0, "") and "'hdf5'" not in result.stdout
+    refused = (
+        "import vitrio as vio\n"
+        "try:\n"
+        f"    vio.read({str(path)!r})\n"
+        "except vio.FormatError as error:\n"
+        "    print(error)\n"
     )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["hdf5", "(4,", "5,", "6)", str(float(volume.sum()))]
+    result = _program(refused, site, blocked=("h5py",))
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert str(path) in result.stdout and "the format plug-in hdf5 needs h5py" in result.stdout
+    assert result.stdout.strip().endswith("pip install 'vitrio[cryovit]'")
 
 
 # ---------------------------------------------------------------- convert: types that cannot hold the values

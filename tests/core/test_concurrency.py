@@ -226,6 +226,41 @@ def test_completion_keeps_the_destination_alive():
     assert alive() is not None
     gate.set()
     completion.get()
+    assert alive() is not None
+    del completion
+    gc.collect()
+    assert alive() is None
+
+
+def test_a_completion_keeps_its_arrays_until_get_returns_even_when_done_first(tmp_path, rng):
+    path = str(tmp_path / "s.mrcs")
+    vio.write_stack(rng.standard_normal((3, 4, 4)).astype(np.float32), path)
+    loader = vio.loader(workers=2)
+    destination = np.zeros((3, 4, 4), np.float32)
+    patches = np.zeros((2, 2, 2), np.float32)
+    read = weakref.ref(destination), weakref.ref(patches)
+    completions = [
+        vio.read_batch_async(loader, destination, [vio.ImageLocation(path, i) for i in range(3)]),
+        vio.read_patches_async(loader, patches, vio.ImageLocation(path, 0), [[1, 1], [2, 2]]),
+    ]
+    writers = vio.writer_provider()
+    writers.declare(str(tmp_path / "o.mrcs"), vio.ImageDescriptor((3, 4, 4), 2, "float32"))
+    source = np.ones((3, 4, 4), np.float32)
+    written = weakref.ref(source)
+    locations = [vio.ImageLocation(str(tmp_path / "o.mrcs"), i) for i in range(3)]
+    completions.append(vio.write_batch_async(vio.saver(writers, workers=2), source, locations))
+    for completion in completions:
+        completion.wait()  # the work is done before its arrays are dropped
+    del destination, patches, source
+    gc.collect()
+    for completion in completions:
+        completion.get()
+    assert all(alive() is not None for alive in (*read, written))
+    np.testing.assert_array_equal(read[0]()[0], vio.read(vio.ImageLocation(path, 0)))
+    del completions, completion
+    gc.collect()
+    assert all(alive() is None for alive in (*read, written))
+    writers.close(str(tmp_path / "o.mrcs"))
 
 
 # ---------------------------------------------------------------- providers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import pickle
 import re
 from pathlib import Path, PurePosixPath
@@ -181,6 +182,21 @@ def test_location_rejects_negative_index_and_bad_keys():
         vio.ImageLocation("a.mrc", -2)
     with pytest.raises(TypeError, match="a key is a str or os.PathLike, not int"):
         vio.ImageLocation(3, 0)
+
+
+def test_a_location_is_built_from_any_key_and_the_hint_comes_where_its_file_is_missing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    location = vio.ImageLocation("3@stack.mrc")  # a constructor never parses
+    assert location.key == "3@stack.mrc" and not location.has_index_in_stack
+    assert vio.ImageLocation("3@stack.mrc", 1).index_in_stack == 1
+    for opening in (lambda: vio.read(location), lambda: vio.query_descriptor(location.key)):
+        with pytest.raises(vio.ImageFileNotFoundError, match="ImageLocation.from_string") as raised:
+            opening()
+        assert isinstance(raised.value, ValueError) and isinstance(raised.value, RuntimeError)
+        assert raised.value.errno == errno.ENOENT and "3@stack.mrc: no such file" in str(raised.value)
+    with pytest.raises(vio.ImageFileNotFoundError) as raised:
+        vio.read("stack.mrc")
+    assert "from_string" not in str(raised.value)
 
 
 def test_location_ordering_is_by_key_then_index():

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 
+import mrcfile
 import numpy as np
 import pytest
 import zarr
@@ -177,6 +178,47 @@ def test_writer_options(tmp_path):
     assert kinds == ["time", "channel", "space", "space"]
     assert vio.query_descriptor(tmp_path / "tc.zarr") == vio.ImageDescriptor(movies.shape, 2, "float32")
     np.testing.assert_array_equal(vio.read(vio.ImageLocation(tmp_path / "tc.zarr", 4)), movies[1, 1])
+
+
+def _scales(store) -> list[list[float]]:
+    """The scale of each level of `store` as ome-zarr reads it, after ome-zarr-models validated it."""
+    image = Image.from_zarr(zarr.open_group(str(store), mode="r"))
+    axes = image.attributes.multiscales[0].axes
+    assert {axis.unit for axis in axes if axis.type == "space"} == {"angstrom"}
+    node = next(iter(Reader(parse_url(str(store)))()))
+    return [level[0]["scale"] for level in node.metadata["coordinateTransformations"]]
+
+
+def test_the_voxel_size_a_write_is_given_wins_over_the_formats(tmp_path):
+    volume = np.random.default_rng(4).random((8, 12, 16)).astype(np.float32)
+    three = OmeZarrFormat.configured(levels=3)
+    vio.write_single(volume, tmp_path / "t.zarr", voxel_size=(10, 11, 12), formats=[three])
+    assert _scales(tmp_path / "t.zarr") == [[10, 11, 12], [20, 22, 24], [40, 44, 48]]
+    assert [zarr.open_array(str(tmp_path / "t.zarr" / str(k)), mode="r").shape for k in range(3)] == [
+        (8, 12, 16),
+        (4, 6, 8),
+        (2, 3, 4),
+    ]
+    defaulted = OmeZarrFormat.configured(levels=2, voxel_size=5.0)
+    vio.write_single(volume, tmp_path / "d.zarr", formats=[defaulted])
+    vio.write_single(volume, tmp_path / "w.zarr", voxel_size=2.5, formats=[defaulted])
+    assert _scales(tmp_path / "d.zarr") == [[5.0] * 3, [10.0] * 3]
+    assert _scales(tmp_path / "w.zarr") == [[2.5] * 3, [5.0] * 3]
+    # and through the registered format, the batch writer and the command
+    with vio.writer_provider() as writers:
+        stack = vio.ImageDescriptor((2, 12, 16), 2, "float32")
+        writers.declare(tmp_path / "b.zarr", stack, voxel_size=(3, 4))
+        locations = [vio.ImageLocation(tmp_path / "b.zarr", i) for i in range(2)]
+        vio.write_batch_async(vio.saver(writers, workers=1), volume[:2], locations).get()
+    assert _scales(tmp_path / "b.zarr")[0] == [1.0, 3.0, 4.0]
+    with mrcfile.new(tmp_path / "t.mrc") as mrc:
+        mrc.set_data(volume)
+        mrc.voxel_size = (1.5, 2.5, 3.5)  # x, y, z
+    from vitrio.cli import main
+
+    assert main(["convert", str(tmp_path / "t.mrc"), str(tmp_path / "c.zarr")]) == 0
+    assert _scales(tmp_path / "c.zarr") == [[3.5, 2.5, 1.5], [7.0, 5.0, 3.0], [14.0, 10.0, 6.0]]
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "c.zarr" / "0"), mode="r")[:], volume)
 
 
 def test_a_failed_write_leaves_nothing(tmp_path):

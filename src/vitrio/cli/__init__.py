@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 import vitrio as vio
+from vitrio._fs import guard_sigterm
 from vitrio._types import numpy_dtype
-from vitrio.formats import load_plugin_formats
 
 from ._common import CliError
 
@@ -55,8 +55,6 @@ _OPTIONAL = (
     "dask",
     "distributed",
 )
-# The commands that read files of any format, which load the formats of plug-ins first.
-_READING = ("info", "convert", "montage")
 
 
 def _data_type(text: str) -> np.dtype:
@@ -172,6 +170,15 @@ def _add_cluster(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_casting(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup) -> None:
+    parser.add_argument(
+        "--casting",
+        choices=["unsafe"],
+        help="unsafe: convert to --data-type as numpy's casting='unsafe' does, as the published vitrio "
+        "did (fractions cut toward zero, no range check), where the type cannot hold every value",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the `vitrio` command and its subcommands."""
     parser = argparse.ArgumentParser(
@@ -220,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="round and clip values into the range of --data-type (without it, values it cannot hold "
         "stop the conversion)",
     )
+    _add_casting(values)
     _add_force(convert)
     _add_cluster(convert)
 
@@ -256,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument(
         "--data-type", type=_data_type, default=np.dtype("float32"), help="of the stacks (default: float32)"
     )
+    _add_casting(extract)
     extract.add_argument(
         "-j", "--threads", type=_positive, default=os.cpu_count() or 1, help="threads that read and write"
     )
@@ -345,11 +354,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     name = f"vitrio {args.command}"
+    guard_sigterm()  # SIGTERM removes the hidden files of a write, whichever thread makes them
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
-            if args.command in _READING:
-                load_plugin_formats()
             status = importlib.import_module(f"{__name__}._{args.command}").run(args)
     except ModuleNotFoundError as error:
         module = (error.name or "").partition(".")[0]

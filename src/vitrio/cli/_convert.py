@@ -88,7 +88,8 @@ class _Conversion:
         source_type: The type it holds.
         target: The type to write.
         mode: None to refuse values the target cannot hold, "scale" to map
-            `span` onto its range, "clip" to round and clip them into it.
+            `span` onto its range, "clip" to round and clip them into it,
+            "unsafe" to convert as numpy's `casting="unsafe"` does.
         span: The least and greatest finite values of the file, for "scale".
     """
 
@@ -102,9 +103,10 @@ class _Conversion:
     ):
         self.source, self.target, self.mode, self.span = source, target, mode, span
         self.bounds = _bounds(target)
-        self.checked = not (
+        self.checked = mode != "unsafe" and not (
             np.can_cast(source_type, target, "safe") or self.bounds is None or source_type.kind == "c"
         )
+        self.casting = "unsafe" if mode == "unsafe" else None
         if mode == "scale" and target.kind not in "iu":
             raise CliError(f"--scale maps values onto the range of an integer type, not of {target.name}")
 
@@ -144,8 +146,9 @@ class _Conversion:
         why = "not finite" if not finite else "beyond its range" if not inside else "fractions"
         raise CliError(
             f"{self.source}: values from {lo:.6g} to {hi:.6g} ({why}) cannot be held by {self.target.name} "
-            f"({low:.6g} to {high:.6g}); give --scale to map them onto its range, or --clip to "
-            f"{'round and ' if integer else ''}clip them into it"
+            f"({low:.6g} to {high:.6g}); give --scale to map them onto its range, --clip to "
+            f"{'round and ' if integer else ''}clip them into it, or --casting unsafe to convert them as "
+            "numpy's casting='unsafe' does"
         )
 
 
@@ -243,12 +246,15 @@ def copy_images(
                     vio.read_batch_async(loader, read, sources[first:last]).get()
                     convert(read, values)
                 else:
-                    vio.read_batch_async(loader, values, sources[first:last]).get()
+                    vio.read_batch_async(loader, values, sources[first:last], convert.casting).get()
                 pending.append((last - first, vio.write_batch_async(saver, values, targets[first:last])))
                 if len(pending) > 1:
                     finish_oldest()
             while pending:
                 finish_oldest()
+        except BaseException:
+            writers.discard(output)  # the writes under way stop at their next image
+            raise
         finally:
             for _, completion in pending:
                 completion.wait()
@@ -316,7 +322,7 @@ def _convert_file(job: tuple[Path, Path, np.dtype | None, str | None]) -> vio.Im
 
 def run(args: argparse.Namespace) -> None:
     """Convert `args.input` into `args.output`, as `args.data_type` if given, scaled or clipped if asked."""
-    mode = "scale" if args.scale else "clip" if args.clip else None
+    mode = "scale" if args.scale else "clip" if args.clip else "unsafe" if args.casting else None
     outputs = outputs_of(args.input, args.output, args.suffix)
     if len(outputs) > 1:
         for output in outputs:

@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> None:
                 root=args.root,
                 pixel_size=args.pixel_size,
                 data_type=args.data_type,
+                casting=args.casting,
                 threads=args.threads,
                 force=args.force,
                 progress=bar.update,

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             infos.append(describe(path))
         except (OSError, ValueError) as error:
             failed += 1
-            message = " ".join(str(error).splitlines()) + _hint(path, error)
+            message = " ".join(str(error).splitlines())
             print(f"vitrio info: error: {message}", file=sys.stderr)
             infos.append({"file": path, "error": message})
     if args.json:
@@ -98,12 +98,3 @@ def run(args: argparse.Namespace) -> int:
         if described:
             print("\n".join(described))
     return 1 if failed else 0
-
-
-def _hint(key: str, error: Exception) -> str:
-    """What to install when an HDF5 file is read without the plug-in that reads it."""
-    extension = os.path.splitext(key)[1].lower()
-    hdf5 = isinstance(error, vio.FormatError) and extension in (".h5", ".hdf5", ".hdf")
-    if hdf5 and not any(f.name == "hdf5" for f in vio.formats.registered_formats()):
-        return "; HDF5 files are read by the plug-in of cryovit: pip install 'vitrio[cryovit]'"
-    return ""

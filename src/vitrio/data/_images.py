@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import check_destination_type
+from .._arrays import as_casting, check_destination_type
 from .._concurrency import Completion
 from .._functions import reader_provider
 from .._loading import ImageLoader, plan_locations, read_indexed_async
@@ -70,6 +70,8 @@ class ImageSource(Source):
         check: Whether to ask every file for its shape, and every stack
             whether it holds the indices asked of it. Otherwise only the
             first file is asked.
+        casting: None to refuse a `data_type` that cannot hold every value of the first file's;
+            "unsafe" to convert to it as numpy's `casting="unsafe"` does (as `vitrio.read`).
 
     Raises:
         ValueError: If two locations name images of different shapes, a
@@ -78,7 +80,8 @@ class ImageSource(Source):
             volume names one of its 2-D sections, as RELION and cryoSPARC
             name particles.)
         IndexError: If an index is past the end of its stack.
-        DestinationTypeError: If `data_type` cannot hold the first file's values.
+        DestinationTypeError: If `data_type` cannot hold the first file's values, without
+            `casting="unsafe"`.
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class ImageSource(Source):
         data_type: Any = None,
         readers: ImageReaderProvider | None = None,
         check: bool = True,
+        casting: str | None = None,
     ):
         flat, width, multiple = _location_rows(locations)
         keys, key_ids, indices = plan_locations(flat)
@@ -95,7 +99,8 @@ class ImageSource(Source):
         self._key_ids = key_ids.reshape(-1, width)
         self._indices = indices.reshape(-1, width)
         self._dtype = numpy_dtype(data_type if data_type is not None else first.data_type)
-        check_destination_type(keys[0], first.data_type, self._dtype)
+        self._casting = as_casting(casting)
+        check_destination_type(keys[0], first.data_type, self._dtype, self._casting)
         self._shape = (width, *image_shape) if multiple else image_shape
         self._multiple = multiple
 
@@ -133,11 +138,13 @@ class ImageSource(Source):
         if out.flags.c_contiguous:
             flat = out.reshape(-1, *image_shape)
             completion = read_indexed_async(
-                loader, flat, self._keys, key_ids.ravel(), indices.ravel(), keep=out
+                loader, flat, self._keys, key_ids.ravel(), indices.ravel(), keep=out, casting=self._casting
             )
         else:
             completion = Completion.gather(
-                read_indexed_async(loader, out[:, j], self._keys, key_ids[:, j], indices[:, j], keep=out)
+                read_indexed_async(
+                    loader, out[:, j], self._keys, key_ids[:, j], indices[:, j], out, self._casting
+                )
                 for j in range(key_ids.shape[1])
             )
 

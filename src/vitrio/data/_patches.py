@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import check_destination_type
+from .._arrays import as_casting, check_destination_type
 from .._functions import reader_provider
 from .._loading import ImageLoader, read_patches_indexed_async
 from .._providers import ImageReaderProvider
@@ -79,6 +79,8 @@ class PatchSource(Source):
         readers: Where files are asked for their shape. Defaults to a
             provider that opens the file at the path a key is.
         check: Whether to ask every image for its shape. Otherwise only the first is asked.
+        casting: None to refuse a `data_type` that cannot hold every value of the first image's;
+            "unsafe" to convert to it as numpy's `casting="unsafe"` does (as `vitrio.read`).
 
     Raises:
         ValueError: If the images, centres and patches are not of one rank,
@@ -88,6 +90,8 @@ class PatchSource(Source):
             (an index into a file that holds one volume names its 2-D section).
         IndexError: If an index is past the end of its stack.
         TypeError: If the centres are not integers.
+        DestinationTypeError: If `data_type` cannot hold the first image's values, without
+            `casting="unsafe"`.
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class PatchSource(Source):
         fill: Any = 0,
         readers: ImageReaderProvider | None = None,
         check: bool = True,
+        casting: str | None = None,
     ):
         distinct, image_ids = _gather_images(images)
         values = _centre_rows(centres)
@@ -141,7 +146,8 @@ class PatchSource(Source):
         self._shape = patch
         first = descriptors[distinct[0][0]]
         self._dtype = numpy_dtype(data_type if data_type is not None else first.data_type)
-        check_destination_type(distinct[0][0], first.data_type, self._dtype)
+        self._casting = as_casting(casting)
+        check_destination_type(distinct[0][0], first.data_type, self._dtype, self._casting)
         self._fill = np.asarray(fill).astype(self._dtype).item()
 
     @property
@@ -174,7 +180,7 @@ class PatchSource(Source):
         rows = np.asarray(rows, dtype=np.int64)
         image_ids, centres = self._image_ids[rows], self._centres[rows]
         completion = read_patches_indexed_async(
-            loader, out, self._images, image_ids, centres, fill=self._fill
+            loader, out, self._images, image_ids, centres, fill=self._fill, casting=self._casting
         )
         keys = [key for key, _ in self._images]
 

@@ -9,8 +9,9 @@ first), and OME-Zarr (`OmeZarrFormat`, of `vitrio.formats.zarr`) where the
 opened. `PartialFile` and `new_file` are how a format's writer creates its
 file: privately beside its path, moved there when complete.
 `load_plugin_formats()` registers the formats installed packages declare
-under the entry point group `vitrio.formats` (the `vitrio` command calls it;
-a program calls it, or imports the plug-in's module).
+under the entry point group `vitrio.formats`, once per process; it runs by
+itself the first time no registered format claims a file, and from
+`registered_formats()`.
 """
 
 from . import dm, mrc, tiff  # noqa: F401, I001

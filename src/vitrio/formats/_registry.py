@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterable
 
 from .._fs import open_readonly
-from .._types import ImageDescriptor, ImageFileNotFoundError, as_key, as_voxel_size
+from .._types import ImageDescriptor, as_key, as_voxel_size, no_such_file
 from ._contract import Format, FormatError, ImageReader, ImageWriter
 
 __all__ = [
@@ -46,47 +46,72 @@ def register_format(cls: type[Format]) -> type[Format]:
 
 
 def registered_formats() -> tuple[type[Format], ...]:
-    """The registered formats, in the order they are tried."""
+    """The registered formats, in the order they are tried, the plug-ins' included (`load_plugin_formats`)."""
+    load_plugin_formats()
+    return _registered()
+
+
+def _registered() -> tuple[type[Format], ...]:
     with _REGISTRY_LOCK:
         return tuple(_REGISTRY)
 
 
 _PLUGIN_GROUP = "vitrio.formats"
+_PLUGIN_LOCK = threading.RLock()
 _plugins_loaded = False
+_plugins_missing: list[str] = []
+"""For each plug-in left out because a module it needs is not installed, what to install."""
 
 
 def load_plugin_formats() -> None:
     """Register the formats that installed packages declare under the entry point group `vitrio.formats`.
 
-    Each entry point names a `Format` subclass (`hdf5 = "cryovit.hdf5:Hdf5Format"`); it is imported and
-    registered the first time this is called, and never again. One that cannot be imported (its own
-    dependency missing, say) or is no format is left out with a warning.
+    Each entry point names a `Format` subclass (`hdf5 = "cryovit.hdf5:Hdf5Format [cryovit]"`, the
+    extra naming what it needs); it is imported and registered once per process, by the first call.
+    The library calls this itself the first time a file is claimed by no registered format, and
+    from `registered_formats()`. A plug-in whose module cannot be imported (a dependency of an
+    extra not installed) is left out silently: a file that no format claims then says what to
+    install. One that is no format is left out with a warning.
     """
     global _plugins_loaded
-    with _REGISTRY_LOCK:
+    with _PLUGIN_LOCK:  # other threads wait for the plug-ins; one that imports asks no more
         if _plugins_loaded:
             return
         _plugins_loaded = True
-    for entry in importlib.metadata.entry_points(group=_PLUGIN_GROUP):
-        try:
-            loaded = entry.load()
-            register_format(loaded)
-        except (ImportError, AttributeError, TypeError) as error:
-            warnings.warn(f"format plug-in {entry.name} ({entry.value}) left out: {error}", stacklevel=2)
+        for entry in importlib.metadata.entry_points(group=_PLUGIN_GROUP):
+            try:
+                register_format(entry.load())
+            except ImportError as error:
+                _plugins_missing.append(_what_to_install(entry, error))
+            except (AttributeError, TypeError) as error:
+                warnings.warn(f"format plug-in {entry.name} ({entry.value}) left out: {error}", stacklevel=2)
+
+
+def _what_to_install(entry: importlib.metadata.EntryPoint, error: ImportError) -> str:
+    """What a plug-in left out for a missing module needs: its extra, where its entry point names one."""
+    left_out = f"the format plug-in {entry.name} needs {error.name or error}, which is not installed"
+    if entry.extras and entry.dist is not None:
+        return f"{left_out}: pip install '{entry.dist.name}[{','.join(entry.extras)}]'"
+    return left_out
+
+
+def _plugins_added(tried: tuple[type[Format], ...]) -> tuple[type[Format], ...]:
+    """The formats that loading the plug-ins registers besides those `tried` (none after the first time)."""
+    return tuple(f for f in registered_formats() if f not in tried)
 
 
 _HEAD_BYTES = 4096
 
 
 def resolve_formats(formats: Iterable[type[Format]] | None) -> tuple[type[Format], ...]:
-    """The formats to try: those given, in order, or every registered one.
+    """The formats to try: those given, in order, or every registered one (the plug-ins' not loaded).
 
     Raises:
         TypeError: If an element is not a `Format` subclass.
         ValueError: If `formats` is empty.
     """
     if formats is None:
-        return registered_formats()
+        return _registered()
     resolved = tuple(formats)
     for candidate in resolved:
         if not (isinstance(candidate, type) and issubclass(candidate, Format)):
@@ -100,10 +125,33 @@ def _extension(key: str) -> str:
     return os.path.splitext(key)[1].lower()
 
 
+def _claiming(key: str, candidates: tuple[type[Format], ...]) -> ImageReader | None:
+    """A reader of the store at `key` from the first of `candidates` that claims it by key alone."""
+    for candidate in candidates:
+        if candidate.claims_key(key):
+            reader = candidate.open_key(key)
+            reader.format_name = candidate.name
+            return reader
+    return None
+
+
+def _recognizing(key: str, fd: int, head: bytes, candidates: tuple[type[Format], ...]) -> ImageReader | None:
+    """A reader of the open file `fd` from the first of `candidates` that recognizes its `head`."""
+    extension = _extension(key)
+    for candidate in candidates:
+        if candidate.recognizes(head, extension):
+            reader = candidate.open(key, fd, head)
+            reader.format_name = candidate.name
+            return reader
+    return None
+
+
 def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageReader:
     """Open the file at `key` with the first of `formats` that claims it.
 
-    The reader's `format_name` is that format's `name`.
+    Without `formats`, every registered format is tried, and where none claims the file the
+    plug-ins are loaded (`load_plugin_formats`) and tried. The reader's `format_name` is that
+    format's `name`.
 
     Raises:
         ImageFileNotFoundError: If there is no file at `key` (a `FileNotFoundError` and a `RuntimeError`).
@@ -111,29 +159,32 @@ def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageRead
     """
     key = as_key(key)
     candidates = resolve_formats(formats)
-    for candidate in candidates:
-        if candidate.claims_key(key):
-            reader = candidate.open_key(key)
-            reader.format_name = candidate.name
-            return reader
+    reader = _claiming(key, candidates)
+    if reader is not None:
+        return reader
     try:
         fd = open_readonly(key)
     except FileNotFoundError as error:
-        raise ImageFileNotFoundError(error.errno, f"{key}: no such file") from None
+        plugins = _plugins_added(candidates) if formats is None else ()
+        if plugins and (reader := _claiming(key, plugins)) is not None:
+            return reader
+        raise no_such_file(key, error.errno) from None
     except IsADirectoryError:
         raise IsADirectoryError(f"{key}: is a directory, not an image file") from None
     try:
         if os.path.isdir(key):
             raise IsADirectoryError(f"{key}: is a directory, not an image file")
         head = os.pread(fd, _HEAD_BYTES, 0)
-        extension = _extension(key)
-        for candidate in candidates:
-            if candidate.recognizes(head, extension):
-                reader = candidate.open(key, fd, head)
-                reader.format_name = candidate.name
-                return reader
+        reader = _recognizing(key, fd, head, candidates)
+        if reader is None and formats is None:
+            plugins = _plugins_added(candidates)
+            candidates += plugins
+            reader = _recognizing(key, fd, head, plugins)
+        if reader is not None:
+            return reader
         names = ", ".join(c.name for c in candidates)
-        raise FormatError(f"{key}: not a file of any known format ({names})")
+        missing = "".join(f"; {needs}" for needs in _plugins_missing if formats is None)
+        raise FormatError(f"{key}: not a file of any known format ({names}){missing}")
     except BaseException:
         os.close(fd)
         raise
@@ -145,7 +196,7 @@ def create_writer(
     formats: Iterable[type[Format]] | None = None,
     voxel_size: tuple[float, ...] | None = None,
 ) -> ImageWriter:
-    """Start writing a new file at `key` in the format its extension names.
+    """Start writing a new file at `key` in the format its extension names (a plug-in's, as `open_reader`).
 
     Args:
         voxel_size: The size of a pixel in Å, one number or one per axis of an
@@ -158,7 +209,10 @@ def create_writer(
     key = as_key(key)
     extension = _extension(key)
     sizes = as_voxel_size(voxel_size, descriptor.core_rank, key)
-    for candidate in resolve_formats(formats):
+    candidates = resolve_formats(formats)
+    if formats is None and not any(extension in c.write_extensions for c in candidates):
+        candidates += _plugins_added(candidates)
+    for candidate in candidates:
         if extension in candidate.write_extensions:
             if sizes is not None and candidate.stores_voxel_size:
                 return candidate.create(key, descriptor, voxel_size=sizes)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..._fs import open_readonly
-from ..._types import ImageFileNotFoundError, as_key
+from ..._types import as_key, no_such_file
 from .._contract import Format, FormatError
 from .._registry import resolve_formats
 from .._selectors import DetectorEventTimelineFileReadFormatSelector
@@ -279,7 +279,7 @@ class FileDetectorEventTimelineReaderProvider(DetectorEventTimelineReaderProvide
         try:
             fd = open_readonly(key)
         except FileNotFoundError as error:
-            raise ImageFileNotFoundError(error.errno, f"{key}: no such file") from None
+            raise no_such_file(key, error.errno) from None
         try:
             head = os.pread(fd, _HEAD_BYTES, 0)
             extension = os.path.splitext(key)[1].lower()
@@ -370,7 +370,7 @@ def _append_events(
     try:
         fd = open_readonly(key)
     except FileNotFoundError as error:
-        raise ImageFileNotFoundError(error.errno, f"{key}: no such file") from None
+        raise no_such_file(key, error.errno) from None
     try:
         layout = Layout(key, fd)
         begin = 0 if begin is None else operator.index(begin)

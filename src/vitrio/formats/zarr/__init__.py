@@ -68,6 +68,7 @@ class OmeZarrFormat(Format):
     name = "ome-zarr"
     read_extensions = (".zarr",)
     write_extensions = (".zarr",)
+    stores_voxel_size = True
     level: ClassVar[int] = 0
     storage_options: ClassVar[Mapping[str, Any]] = {}
     chunk_cache: ClassVar[ChunkCache] = ChunkCache(_DEFAULT_CACHE)
@@ -100,7 +101,8 @@ class OmeZarrFormat(Format):
             levels: How many scale levels to write (1 writes no pyramid); 3 by default.
             chunks: The chunk extent along each space axis when writing (64 for volumes, 256 for images).
             codec: The compression written: "zstd", "blosc", "gzip", or None.
-            voxel_size: Å per voxel of level 0 when writing, one value or one per space axis.
+            voxel_size: Å per voxel of level 0 when writing, one value or one per space axis, where
+                the write is given none.
 
         Raises:
             ValueError: If an option is out of range.
@@ -171,8 +173,13 @@ class OmeZarrFormat(Format):
         return OmeZarrReader(key, level, cls.chunk_cache)
 
     @classmethod
-    def create(cls, key: str, descriptor: ImageDescriptor) -> ImageWriter:
+    def create(
+        cls, key: str, descriptor: ImageDescriptor, voxel_size: Sequence[float] | None = None
+    ) -> ImageWriter:
         """Start writing a local OME-Zarr store at `key` with this format's writing options.
+
+        The `voxel_size` a write is given (Å, one per space axis) wins over the format's, which is
+        only a default.
 
         Raises:
             ValueError: If `key` is a URL or names a level, or the descriptor or an option does not fit.
@@ -180,7 +187,8 @@ class OmeZarrFormat(Format):
         parsed = parse_key(key)
         if parsed.remote or parsed.level is not None:
             raise ValueError(f"{key}: OME-Zarr stores are written to local paths, without a level")
-        return OmeZarrWriter(key, descriptor, cls.levels, cls.chunks, cls.codec, cls.voxel_size)
+        size = cls.voxel_size if voxel_size is None else voxel_size
+        return OmeZarrWriter(key, descriptor, cls.levels, cls.chunks, cls.codec, size)
 
     @classmethod
     def clear_cache(cls) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._fs import created_mode
+from ..._fs import created_mode, track_partial, untrack_partial
 from ..._types import ImageDescriptor, numpy_dtype
 from .._contract import ImageWriter
 from ._ngff import write_multiscales
@@ -101,6 +101,7 @@ class OmeZarrWriter(ImageWriter):
         import zarr.storage
 
         self._partial = tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=folder)
+        track_partial(self, self._partial)
         try:
             self._group = zarr.open_group(zarr.storage.LocalStore(self._partial), mode="w", zarr_format=2)
             self._arrays = [self._create(0, descriptor.extents)]
@@ -155,6 +156,7 @@ class OmeZarrWriter(ImageWriter):
             mode = created_mode()
             os.chmod(self._partial, mode | (mode & 0o444) >> 2)  # searchable where readable
             os.rename(self._partial, self.key)
+            untrack_partial(self)
         except BaseException:
             self.discard()
             raise
@@ -162,3 +164,4 @@ class OmeZarrWriter(ImageWriter):
     def discard(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self._partial)
+        untrack_partial(self)
