@@ -124,7 +124,7 @@ def test_a_tomogram_shows_its_three_central_sections_with_a_scale_bar(vitrio: Ru
     volume = tomogram((20, 24, 32), 2.5)
     assert vitrio("montage", "tomogram.mrc", "-o", "m.png", "--tile", "32").status == 0
     pixels, labels = picture("m.png")
-    assert pixels.shape == grid_size(3, 2, 32, lines=2)
+    assert pixels.shape == grid_size(3, 3, 32, lines=2)  # side by side, in one row
     assert [label.split(",")[0] for label in labels] == [
         "tomogram.mrc XY 2.5 Å",
         "tomogram.mrc XZ",
@@ -135,7 +135,7 @@ def test_a_tomogram_shows_its_three_central_sections_with_a_scale_bar(vitrio: Ru
     assert [label.split(", ")[1] for label in labels] == ["bar 2 nm", "bar 2 nm", "bar 1 nm"]
     sections = [volume[10], volume[:, 12, :], volume[:, :, 16]]
     for slot, (section, length) in enumerate(zip(sections, (8, 8, 4))):
-        shown = cell(pixels, slot, 2, 32, section.shape, lines=2)
+        shown = cell(pixels, slot, 3, 32, section.shape, lines=2)
         bar = np.zeros(section.shape, bool)
         rows, thick = section.shape[0], 2
         bar[rows - 2 * thick : rows - thick, thick : thick + length] = True
@@ -223,6 +223,30 @@ def test_a_missing_or_unreadable_file_is_one_line_and_nothing_written(vitrio: Ru
     assert leftovers(tmp_path) == ["junk.mrc", "stack.mrcs", "truncated.mrcs"]
     assert vitrio("montage", "stack.mrcs", "-o", "m.png").status == 0
     assert_fails(vitrio("montage", "stack.mrcs", "-o", "m.png"), "m.png", "--force")
+
+
+def test_the_sections_of_volumes_sit_side_by_side_beside_a_square_grid_of_others(vitrio: Run) -> None:
+    tomogram((8, 16, 16), None)
+    vio.write_stack(np.zeros((9, 16, 16), np.float32), "stack.mrcs")
+    assert vitrio("montage", "tomogram.mrc", "-o", "one.png", "--tile", "16").status == 0
+    assert picture("one.png")[0].shape == grid_size(3, 3, 16, lines=2)
+    assert vitrio("montage", "tomogram.mrc", "--sections", "4", "-o", "xy.png", "--tile", "16").status == 0
+    assert picture("xy.png")[0].shape == grid_size(4, 2, 16, lines=2)  # XY sections alone: a square grid
+    assert vitrio("montage", "stack.mrcs", "-n", "4", "-o", "four.png", "--tile", "16").status == 0
+    assert picture("four.png")[0].shape == grid_size(4, 2, 16)
+    assert vitrio("montage", "tomogram.mrc", "tomogram.mrc", "-o", "two.png", "--tile", "16").status == 0
+    assert picture("two.png")[0].shape == grid_size(6, 3, 16, lines=2)  # a volume a row
+
+
+def test_a_star_file_of_no_particles_is_named(vitrio: Run) -> None:
+    write_star({"particles": pd.DataFrame({"rlnImageName": [], "rlnClassNumber": []})}, "empty.star")
+    assert_fails(vitrio("montage", "--star", "empty.star", "-o", "m.png"), "empty.star", "no particles")
+
+
+def test_the_folders_of_the_picture_are_made(vitrio: Run, tmp_path: Path) -> None:
+    vio.write_stack(np.zeros((2, 8, 8), np.float32), "stack.mrcs")
+    assert vitrio("montage", "stack.mrcs", "-o", "new/sub/m.png").status == 0
+    assert picture("new/sub/m.png")[1] == ["1@stack.mrcs", "2@stack.mrcs"]
 
 
 def test_a_wrong_label_column_names_the_columns(vitrio: Run) -> None:

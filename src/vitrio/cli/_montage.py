@@ -32,10 +32,11 @@ from PIL.PngImagePlugin import PngInfo
 import vitrio as vio
 from vitrio.formats import new_file, open_reader
 
-from ._common import CliError, check_output
+from ._common import CliError, check_output, folders_for
 
 __all__ = [
     "Tile",
+    "default_columns",
     "fit_image",
     "origin",
     "plan",
@@ -162,6 +163,8 @@ def _file_tiles(path: Path, args: argparse.Namespace) -> list[Tile]:
 def _star_tiles(args: argparse.Namespace) -> list[Tile]:
     """The tiles of the particles a STAR file names, labelled with `--label`'s column or `n@file`."""
     particles = vio.data.read_star_particles(args.star)
+    if particles.empty:
+        raise CliError(f"{args.star}: lists no particles")
     if args.label is not None and args.label not in particles.columns:
         raise CliError(
             f"{args.star}: no column {args.label}; it has {', '.join(map(str, particles.columns))}"
@@ -312,16 +315,29 @@ def origin(slot: int, columns: int, size: int, lines: int) -> tuple[int, int]:
     return GAP + row * (size + lines * LINE_HEIGHT + LABEL_MARGIN + GAP), GAP + column * (size + GAP)
 
 
+def default_columns(tiles: list[Tile]) -> int:
+    """The columns of a square grid of `tiles`, three at least where they hold a volume's three
+    orthogonal sections (XZ and YZ span its depth), which then sit side by side."""
+    square = math.ceil(math.sqrt(len(tiles)))
+    orthogonal = any(t.kind == "section" and t.patch[0] > 1 for t in tiles)
+    return max(square, 3) if orthogonal else square
+
+
 def render(
     tiles: list[Tile], clip: tuple[float, float], columns: int | None
 ) -> tuple[np.ndarray, list[tuple[float, float, str]], int]:
     """Lay the tiles out in a grid of square cells as large as the largest tile, each centred in its cell.
 
+    Args:
+        tiles: The tiles, read.
+        clip: The percentiles of each tile's values that map onto black and white.
+        columns: Tiles in a row; None for `default_columns`.
+
     Returns:
         The canvas (uint8, height x width), each label's centre (x, y in pixels from the top left) and
         text, and the size of a cell.
     """
-    columns = columns or math.ceil(math.sqrt(len(tiles)))
+    columns = columns or default_columns(tiles)
     rows = math.ceil(len(tiles) / columns)
     size = max(max(t.pixels.shape) for t in tiles)
     lines = max(t.label.count("\n") + 1 for t in tiles)
@@ -356,7 +372,7 @@ def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], size: int,
     info = PngInfo()
     info.add_text("Software", f"vitrio {vio.__version__}")
     info.add_text("Description", "\n".join(t.replace("\n", " ") for _, _, t in labels))
-    with new_file(path) as partial, partial.file() as file:
+    with folders_for(path), new_file(path) as partial, partial.file() as file:
         image.save(file, format="PNG", pnginfo=info)
 
 
