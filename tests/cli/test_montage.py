@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from PIL import Image
 
 import vitrio as vio
-from vitrio.cli import _montage
+from vitrio.cli import _demo, _montage
 from vitrio.cli._montage import BACKGROUND, GAP, LABEL_MARGIN, LINE_HEIGHT, tile_values
 from vitrio.data import write_star
 from vitrio.testing.eer import random_movie
@@ -269,20 +270,44 @@ def test_fit_image_factor() -> None:
     assert fitted.shape == (80, 120) and step == 0.25
 
 
-def test_the_demo_draws_its_particles_with_montage(vitrio: Run, tmp_path: Path) -> None:
+def test_the_demo_draws_held_out_particles_labelled_true_predicted_and_cut_at_an_edge(
+    vitrio: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn = []
+    save = _demo.save_figure
+    monkeypatch.setattr(
+        _demo, "save_figure", lambda figure, *a: drawn.append(figure.axes) or save(figure, *a)
+    )
     out = tmp_path / "demo"
-    result = vitrio("demo", "--out", out, "--micrographs", 1, "--size", 384, "--epochs", 1)
+    result = vitrio("demo", "--out", out, "--micrographs", 2, "--size", 384, "--epochs", 1)
     assert result.status == 0, result.err
+    # training.png: one legend, of every curve of both axes
+    (axes,) = drawn
+    curves = sorted(line.get_label() for axis in axes for line in axis.get_lines())
+    (legend,) = [axis.get_legend() for axis in axes if axis.get_legend() is not None]
+    assert sorted(text.get_text() for text in legend.get_texts()) == curves
+    assert sorted(curves) == ["chance", "held-out accuracy", "training loss"]
     pixels, labels = picture(out / "particles.png")
     kinds = ("monomer", "dimer", "trimer")
     particles = vio.data.read_particles(out / "particles.star")
     classes = particles["rlnClassNumber"].to_numpy() - 1
-    rows = np.concatenate([np.flatnonzero(classes == k)[:8] for k in range(3)])
-    assert [label.split(" → ")[0] for label in labels] == [kinds[k] for k in classes[rows]]
-    assert all(label.split(" → ")[1] in kinds for label in labels)
-    first = vio.read(vio.data.particle_locations(particles, out / "particles.star", root=out)[rows[0]])
-    enlarged = np.repeat(np.repeat(first, 2, axis=0), 2, axis=1)  # 64 x 64 in tiles of 128
-    np.testing.assert_array_equal(cell(pixels, 0, 8, 128, (128, 128)), tile_values(enlarged, (1, 99)))
+    names = particles["rlnImageName"].tolist()
+    shown = vio.data.read_star_particles(out / "shown.star")
+    rows = [names.index(name) for name in shown["rlnImageName"]]
+    training, held_out = _demo.split(len(particles))
+    assert set(rows) <= set(held_out) and not set(rows) & set(training)
+    images = [
+        vio.read(location) for location in vio.data.particle_locations(particles, out / "particles.star")
+    ]
+    # what lies beyond a micrograph's edge is zero: noise is never exactly zero
+    edge = np.array([(image == 0).any() for image in images])
+    assert edge[rows].any() == edge[held_out].any()
+    for label, row in zip(labels, rows):
+        told = re.fullmatch(r"true: (\w+)(, at edge)? predicted: (\w+)", label)
+        assert told is not None, label
+        assert told[1] == kinds[classes[row]] and bool(told[2]) == edge[row] and told[3] in kinds
+    enlarged = np.repeat(np.repeat(images[rows[0]], 2, axis=0), 2, axis=1)  # 64 x 64 in tiles of 128
+    np.testing.assert_array_equal(cell(pixels, 0, 8, 128, (128, 128), 2), tile_values(enlarged, (1, 99)))
 
 
 def test_a_stack_of_volumes_shows_the_sections_of_the_volumes_chosen(vitrio: Run) -> None:

@@ -3,10 +3,11 @@
 Stacks, micrographs and movies give an image a tile (the first `--count`,
 every `--every`-th, or the `--indices` named), labelled as RELION names
 images (`n@file`, counting from one); a STAR file of particles gives the
-particles it names, labelled with a column's values. A volume gives its
-three central sections (XY, XZ, YZ) or `--sections N` evenly spaced XY
-sections, its voxel size in the label and a scale bar where the header
-knows it; an EER movie the sum of its first fraction and of all its frames.
+particles it names, labelled with the values of some columns, one a line.
+A volume gives its three central sections (XY, XZ, YZ) side by side or
+`--sections N` evenly spaced XY sections, its voxel size in the label and a
+scale bar where the header knows it; an EER movie the sum of its first
+fraction and of all its frames.
 
 The images are read through the batched core: all the 2-D images of one
 shape in one `read_batch_async` (in chunks of bounded memory), a volume's
@@ -160,22 +161,28 @@ def _file_tiles(path: Path, args: argparse.Namespace) -> list[Tile]:
     return tiles
 
 
+def _text(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _star_tiles(args: argparse.Namespace) -> list[Tile]:
-    """The tiles of the particles a STAR file names, labelled with `--label`'s column or `n@file`."""
+    """The tiles of the particles a STAR file names, labelled with `--label`'s columns (one a line) or
+    `n@file`."""
     particles = vio.data.read_star_particles(args.star)
     if particles.empty:
         raise CliError(f"{args.star}: lists no particles")
-    if args.label is not None and args.label not in particles.columns:
-        raise CliError(
-            f"{args.star}: no column {args.label}; it has {', '.join(map(str, particles.columns))}"
-        )
+    for column in args.label or ():
+        if column not in particles.columns:
+            raise CliError(
+                f"{args.star}: no column {column}; it has {', '.join(map(str, particles.columns))}"
+            )
     rows = _selected(len(particles), args, str(args.star))[: args.count]
     chosen = particles.iloc[rows]
     locations = vio.data.particle_locations(chosen, args.star, root=args.root)
     if args.label is None:
         labels = [f"{loc.index_in_stack + 1}@{Path(loc.key).name}" for loc in locations]
     else:
-        labels = [f"{value:g}" if isinstance(value, float) else str(value) for value in chosen[args.label]]
+        labels = ["\n".join(map(_text, values)) for values in zip(*(chosen[c] for c in args.label))]
     return [Tile(label, loc.key, loc.index_in_stack) for label, loc in zip(labels, locations)]
 
 
