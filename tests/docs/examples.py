@@ -37,6 +37,7 @@ import mrcfile
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 from pytest_markdown_docs._runners import DefaultRunner, register_runner
 
 import vitrio as vio
@@ -110,6 +111,16 @@ def _a_batch_of_the_demo_particles(names: dict[str, Any]) -> None:
 @check("README.md", 'star = "demo-output/particles.star"')
 def _the_readme_reads_the_demo_particles(names: dict[str, Any]) -> None:
     assert set(names["batch"]) == {"image", "defocus", "pixel_size", "index"}
+
+
+@check("cli.md", 'star = "demo-output/particles.star"')
+def _montages(names: dict[str, Any]) -> None:
+    assert names["done"] == 0 and names["failed"] == 1
+    with Image.open("classes.png") as picture:
+        assert len(picture.text["Description"].split("\n")) == 12
+    with Image.open("more.png") as picture:  # the three sections of the tomogram, and two of the movie
+        assert len(picture.text["Description"].split("\n")) == 5
+    assert not Path("nothing.png").exists()
 
 
 @check("formats.md", "box = (slice(8, 24), slice(16, 48), slice(0, 32))")
