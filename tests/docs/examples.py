@@ -123,6 +123,31 @@ def _montages(names: dict[str, Any]) -> None:
     assert not Path("nothing.png").exists()
 
 
+@check(
+    "data.md",
+    "batches = vio.data.DataLoader(dataset, 32, shuffle=True, seed=0, loader=loader, pad_last=True)",
+)
+def _the_last_batch_padded(names: dict[str, Any]) -> None:
+    assert [len(batch["image"]) for batch in names["epoch"]] == [32, 32, 32, 32]  # stack.mrcs: 100 images
+    assert names["real"] == 4
+
+
+@check("scratch.md", 'second = np.concatenate([batch["image"] for batch in batches])')
+def _both_epochs(names: dict[str, Any]) -> None:
+    np.testing.assert_array_equal(np.sort(names["first"], axis=0), np.sort(names["second"], axis=0))
+    assert names["first"].shape == (100, 64, 64)  # stack.mrcs
+
+
+@check("formats.md", 'fractions = vio.read("movie.eer", readers=readers)')
+def _fractions(names: dict[str, Any]) -> None:
+    assert names["frames"] == (40, 64, 64) and names["fractions"].shape == (4, 32, 32)  # movie.eer
+
+
+@check("formats.md", 'with vio.formats.open_reader("tomogram.mrc") as reader:')
+def _the_voxel_size(names: dict[str, Any]) -> None:
+    assert (names["format_name"], names["voxel_size"], names["rank"]) == ("mrc", (2.5, 2.5, 2.5), 3)
+
+
 @check("formats.md", "box = (slice(8, 24), slice(16, 48), slice(0, 32))")
 def _the_box(names: dict[str, Any]) -> None:
     np.testing.assert_array_equal(names["values"], vio.read("tomogram.mrc")[names["box"]])
