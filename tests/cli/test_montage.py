@@ -239,9 +239,12 @@ def test_the_sections_of_volumes_sit_side_by_side_beside_a_square_grid_of_others
     assert picture("two.png")[0].shape == grid_size(6, 3, 16, lines=2)  # a volume a row
 
 
-def test_a_star_file_of_no_particles_is_named(vitrio: Run) -> None:
+def test_a_star_file_of_no_particles_or_a_file_of_no_image_is_named(vitrio: Run) -> None:
     write_star({"particles": pd.DataFrame({"rlnImageName": [], "rlnClassNumber": []})}, "empty.star")
     assert_fails(vitrio("montage", "--star", "empty.star", "-o", "m.png"), "empty.star", "no particles")
+    vio.write_stack(np.zeros((0, 8, 8), np.float32), "empty.mrcs")
+    assert_fails(vitrio("montage", "empty.mrcs", "-o", "m.png"), "empty.mrcs", "no image")
+    assert not Path("m.png").exists()
 
 
 def test_the_folders_of_the_picture_are_made(vitrio: Run, tmp_path: Path) -> None:

@@ -190,7 +190,8 @@ def plan(args: argparse.Namespace) -> list[Tile]:
     """The tiles `args` ask for, at most `args.count`, from the headers of the files.
 
     Raises:
-        CliError: If nothing is named, an index is past the end, or the label column is missing.
+        CliError: If nothing is named, a STAR file lists no particles or the files hold no image, an
+            index is past the end, or the label column is missing.
         FileNotFoundError, FormatError: If a file is missing or of no known format.
     """
     if not args.files and args.star is None:
@@ -199,7 +200,7 @@ def plan(args: argparse.Namespace) -> list[Tile]:
     for path in args.files:
         tiles += _file_tiles(path, args)
     if not tiles:
-        raise CliError("no image chosen")
+        raise CliError(f"{', '.join(map(str, args.files))}: hold no image to show")
     return tiles[: args.count]
 
 
