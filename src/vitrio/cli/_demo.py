@@ -244,18 +244,8 @@ def _montage(
     shown["vitrioPredicted"] = [f"predicted: {KINDS[g]}" for g in guesses]
     write_star({"particles": shown}, out / "shown.star")
     arguments = ["montage", "--star", str(out / "shown.star"), "--label", "vitrioTrue,vitrioPredicted"]
-    arguments += [
-        "--root",
-        str(out),
-        "--columns",
-        str(columns),
-        "--tile",
-        "128",
-        "-n",
-        str(len(rows)),
-        "--force",
-    ]
-    draw_montage(build_parser().parse_args([*arguments, "-o", str(out / "particles.png")]))
+    arguments += ["--root", str(out), "--columns", str(columns), "--tile", "128", "-n", str(len(rows))]
+    draw_montage(build_parser().parse_args([*arguments, "--force", "-o", str(out / "particles.png")]))
 
 
 def _curve(losses: list[float], accuracies: list[float], path: Path) -> None:
