@@ -3,9 +3,11 @@
     python examples/train_2d_classifier.py [--star particles.star] [--steps 200] [--batch-size 64]
 
 The STAR file's particles block needs rlnImageName ("index@stack.mrcs", the
-index counting from one, the path relative to --root, which defaults to the
-STAR file's directory) and rlnClassNumber (counting from one); rlnDefocusU
-and rlnDefocusV, when present, go along as metadata. Without --star, it
+index counting from one) and rlnClassNumber (counting from one); rlnDefocusU
+and rlnDefocusV, when present, go along as metadata. The stacks are found
+as vitrio.data.particle_locations finds them: beside the STAR file or in the
+folders above it, as RELION leaves them (Project/Refine3D/job010/run_data.star
+naming Extract/job007/...), or under --root, a project or data directory. Without --star, it
 writes synthetic particles of a few classes (a disc, a ring, a cross, a bar,
 each shifted a little and drowned in noise) and their STAR file to a
 temporary directory first.
@@ -22,12 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import starfile
 import torch
 from torch import nn
 
 import vitrio as vio
-from vitrio.data import DataLoader, Dataset, ImageSource, parse_locations
+from vitrio.data import DataLoader, Dataset, ImageSource, particle_locations, read_particles, write_star
 
 SHAPES = ("disc", "ring", "cross", "bar")
 
@@ -63,15 +64,15 @@ def write_synthetic(
             rows.append((f"{index + 1:06d}@{name}", int(label) + 1, defocus[index], defocus[index] + 150.0))
     table = pd.DataFrame(rows, columns=["rlnImageName", "rlnClassNumber", "rlnDefocusU", "rlnDefocusV"])
     path = root / "particles.star"
-    starfile.write({"particles": table}, path)
+    write_star({"particles": table}, path)
     return path
 
 
-def make_dataset(star: Path, root: Path) -> tuple[Dataset, int]:
+def make_dataset(star: Path, root: Path | None) -> tuple[Dataset, int]:
     """The dataset of the particles a STAR file lists, and how many classes there are."""
-    particles = starfile.read(star, always_dict=True)["particles"]
+    particles = read_particles(star)
     fields = {
-        "image": ImageSource(parse_locations(particles["rlnImageName"], root=root), data_type="float32"),
+        "image": ImageSource(particle_locations(particles, star, root=root), data_type="float32"),
         "label": particles["rlnClassNumber"].to_numpy(dtype=np.int64) - 1,
     }
     if {"rlnDefocusU", "rlnDefocusV"} <= set(particles.columns):
@@ -108,7 +109,7 @@ def main() -> None:
         "--star", type=Path, help="a RELION STAR file of particles; synthetic ones without it"
     )
     parser.add_argument(
-        "--root", type=Path, help="what image paths are relative to; the STAR file's directory"
+        "--root", type=Path, help="the project or data directory; the folders of the STAR file without it"
     )
     parser.add_argument("--steps", type=int, default=200, help="how many batches to train on")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -119,7 +120,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as scratch:
         star = arguments.star or write_synthetic(Path(scratch))
-        dataset, classes = make_dataset(star, arguments.root or star.parent)
+        dataset, classes = make_dataset(star, arguments.root)
         print(f"{len(dataset)} particles of {classes} classes from {star}")
         loader = vio.loader(workers=arguments.workers, cache=64)
         batches = DataLoader(

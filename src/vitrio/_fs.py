@@ -184,6 +184,8 @@ class PartialFile:
                 self.fd = os.open(path, flags, 0o600)
             except FileExistsError:
                 continue
+            except OSError as error:  # named by the target: the hidden name means nothing to the user
+                raise type(error)(error.errno, error.strerror, self.target) from None
             break
         self.path = path
         track_partial(self, path)

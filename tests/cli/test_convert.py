@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import mrcfile
@@ -10,10 +15,12 @@ import pytest
 import tifffile
 
 import vitrio as vio
-from vitrio.cli import _convert
+from vitrio.cli import _convert, main
 
 from ..half_complex import write_half_complex
-from .helpers import assert_fails, leftovers
+from .helpers import Result, assert_fails, leftovers
+
+OTHER = 12345  # the uid and gid of another user, who may not write in root's folders
 
 
 @pytest.fixture
@@ -90,8 +97,15 @@ def test_an_output_that_exists_or_cannot_be_written(vitrio, stack, tmp_path):
     np.testing.assert_array_equal(tifffile.imread(tmp_path / "out.tif"), values)
     assert_fails(vitrio("convert", path, path, "--force"), "stack.mrcs", "input")
     assert_fails(vitrio("convert", path, tmp_path / "out.png"), "out.png")
-    assert_fails(vitrio("convert", path, tmp_path / "no" / "out.mrc"), "out.mrc")
     assert leftovers(tmp_path) == ["out.tif", "stack.mrcs"]
+
+
+def test_the_folders_of_an_output_are_made_and_removed_if_it_fails(vitrio, stack, tmp_path):
+    path, values = stack
+    assert vitrio("convert", path, tmp_path / "no" / "sub" / "out.mrcs").status == 0
+    np.testing.assert_array_equal(mrcfile.read(tmp_path / "no" / "sub" / "out.mrcs"), values)
+    assert_fails(vitrio("convert", path, tmp_path / "new" / "sub" / "out.png"), "out.png")
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_bad_data_type_is_a_usage_error(vitrio, stack, tmp_path, capsys):
@@ -124,3 +138,44 @@ def test_complex_float16_values_are_converted_as_complex64(vitrio, half_complex,
     with mrcfile.open(tmp_path / "h.mrcs", permissive=False) as mrc:
         assert mrc.data.dtype == np.complex64
         np.testing.assert_array_equal(mrc.data, values)
+
+
+def as_other_user(*args: object) -> Result:
+    """Run `vitrio ARGS...` in a child process that took uid and gid 12345, capturing what it prints."""
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 100
+        try:
+            os.close(reading)
+            os.setgroups([])
+            os.setgid(OTHER)
+            os.setuid(OTHER)
+            sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
+            status = main([str(arg) for arg in args])
+            os.write(writing, sys.stderr.getvalue().encode())
+        finally:
+            os._exit(status)
+    os.close(writing)
+    with os.fdopen(reading, "rb") as pipe:
+        err = pipe.read().decode()
+    return Result(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), "", err)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's process is made by root")
+def test_a_folder_that_cannot_be_written_is_reported_by_the_output_path():
+    folder = Path(tempfile.mkdtemp(prefix="vitrio-unwritable-"))
+    try:
+        folder.chmod(0o755)
+        vio.write_stack(np.zeros((2, 8, 8), np.float32), folder / "stack.mrcs")
+        (folder / "stack.mrcs").chmod(0o644)
+        for command in (
+            ("convert", folder / "stack.mrcs", folder / "out.tif"),
+            ("montage", folder / "stack.mrcs", "-o", folder / "m.png"),
+        ):
+            result = as_other_user(*command)
+            assert_fails(result, f"{command[-1]}'", "Permission denied")
+            assert ".partial" not in result.err
+        assert leftovers(folder) == ["stack.mrcs"]
+    finally:
+        shutil.rmtree(folder)

@@ -241,6 +241,20 @@ def test_a_type_the_format_cannot_store_is_refused_naming_those_it_can(vitrio, s
     assert leftovers(tmp_path) == ["counts.tif", "double.tif", "out.mrc", "stack.mrcs"]
 
 
+def test_a_type_the_format_lacks_is_widened_as_write_stack_widens_it(vitrio, tmp_path: Path):
+    movie = np.random.default_rng(5).integers(0, 256, (3, 8, 8), dtype=np.uint8)
+    vio.write_stack(movie, tmp_path / "movie.tif")
+    assert vitrio("convert", tmp_path / "movie.tif", tmp_path / "movie.mrcs").status == 0
+    vio.write_stack(movie, tmp_path / "written.mrcs")
+    for name in ("movie.mrcs", "written.mrcs"):
+        with mrcfile.open(tmp_path / name) as mrc:
+            assert mrc.data.dtype == np.uint16
+            np.testing.assert_array_equal(mrc.data, movie)
+    vio.write_stack(movie > 127, tmp_path / "mask.tif")
+    assert vitrio("convert", tmp_path / "mask.tif", tmp_path / "mask.mrcs").status == 0
+    np.testing.assert_array_equal(mrcfile.read(tmp_path / "mask.mrcs"), (movie > 127).astype(np.uint16))
+
+
 def test_values_a_type_cannot_hold_stop_the_conversion_unless_scaled_or_clipped(
     vitrio, stack, tmp_path: Path
 ):

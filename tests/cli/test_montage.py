@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import tifffile
 from PIL import Image
 
 import vitrio as vio
-from vitrio.cli import _montage
+from vitrio.cli import _demo, _montage
 from vitrio.cli._montage import BACKGROUND, GAP, LABEL_MARGIN, LINE_HEIGHT, tile_values
 from vitrio.data import write_star
 from vitrio.testing.eer import random_movie
@@ -125,7 +126,7 @@ def test_a_tomogram_shows_its_three_central_sections_with_a_scale_bar(vitrio: Ru
     volume = tomogram((20, 24, 32), 2.5)
     assert vitrio("montage", "tomogram.mrc", "-o", "m.png", "--tile", "32").status == 0
     pixels, labels = picture("m.png")
-    assert pixels.shape == grid_size(3, 2, 32, lines=2)
+    assert pixels.shape == grid_size(3, 3, 32, lines=2)  # side by side, in one row
     assert [label.split(",")[0] for label in labels] == [
         "tomogram.mrc XY 2.5 Å",
         "tomogram.mrc XZ",
@@ -136,7 +137,7 @@ def test_a_tomogram_shows_its_three_central_sections_with_a_scale_bar(vitrio: Ru
     assert [label.split(", ")[1] for label in labels] == ["bar 2 nm", "bar 2 nm", "bar 1 nm"]
     sections = [volume[10], volume[:, 12, :], volume[:, :, 16]]
     for slot, (section, length) in enumerate(zip(sections, (8, 8, 4))):
-        shown = cell(pixels, slot, 2, 32, section.shape, lines=2)
+        shown = cell(pixels, slot, 3, 32, section.shape, lines=2)
         bar = np.zeros(section.shape, bool)
         rows, thick = section.shape[0], 2
         bar[rows - 2 * thick : rows - thick, thick : thick + length] = True
@@ -251,6 +252,33 @@ def test_a_missing_or_unreadable_file_is_one_line_and_nothing_written(vitrio: Ru
     assert_fails(vitrio("montage", "stack.mrcs", "-o", "m.png"), "m.png", "--force")
 
 
+def test_the_sections_of_volumes_sit_side_by_side_beside_a_square_grid_of_others(vitrio: Run) -> None:
+    tomogram((8, 16, 16), None)
+    vio.write_stack(np.zeros((9, 16, 16), np.float32), "stack.mrcs")
+    assert vitrio("montage", "tomogram.mrc", "-o", "one.png", "--tile", "16").status == 0
+    assert picture("one.png")[0].shape == grid_size(3, 3, 16, lines=2)
+    assert vitrio("montage", "tomogram.mrc", "--sections", "4", "-o", "xy.png", "--tile", "16").status == 0
+    assert picture("xy.png")[0].shape == grid_size(4, 2, 16, lines=2)  # XY sections alone: a square grid
+    assert vitrio("montage", "stack.mrcs", "-n", "4", "-o", "four.png", "--tile", "16").status == 0
+    assert picture("four.png")[0].shape == grid_size(4, 2, 16)
+    assert vitrio("montage", "tomogram.mrc", "tomogram.mrc", "-o", "two.png", "--tile", "16").status == 0
+    assert picture("two.png")[0].shape == grid_size(6, 3, 16, lines=2)  # a volume a row
+
+
+def test_a_star_file_of_no_particles_or_a_file_of_no_image_is_named(vitrio: Run) -> None:
+    write_star({"particles": pd.DataFrame({"rlnImageName": [], "rlnClassNumber": []})}, "empty.star")
+    assert_fails(vitrio("montage", "--star", "empty.star", "-o", "m.png"), "empty.star", "no particles")
+    vio.write_stack(np.zeros((0, 8, 8), np.float32), "empty.mrcs")
+    assert_fails(vitrio("montage", "empty.mrcs", "-o", "m.png"), "empty.mrcs", "no image")
+    assert not Path("m.png").exists()
+
+
+def test_the_folders_of_the_picture_are_made(vitrio: Run, tmp_path: Path) -> None:
+    vio.write_stack(np.zeros((2, 8, 8), np.float32), "stack.mrcs")
+    assert vitrio("montage", "stack.mrcs", "-o", "new/sub/m.png").status == 0
+    assert picture("new/sub/m.png")[1] == ["1@stack.mrcs", "2@stack.mrcs"]
+
+
 def test_a_wrong_label_column_names_the_columns(vitrio: Run) -> None:
     particles_star(1, 2, 8)
     result = vitrio("montage", "--star", "particles.star", "--label", "rlnNope", "-o", "m.png")
@@ -271,20 +299,44 @@ def test_fit_image_factor() -> None:
     assert fitted.shape == (80, 120) and step == 0.25
 
 
-def test_the_demo_draws_its_particles_with_montage(vitrio: Run, tmp_path: Path) -> None:
+def test_the_demo_draws_held_out_particles_labelled_true_predicted_and_cut_at_an_edge(
+    vitrio: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn = []
+    save = _demo.save_figure
+    monkeypatch.setattr(
+        _demo, "save_figure", lambda figure, *a: drawn.append(figure.axes) or save(figure, *a)
+    )
     out = tmp_path / "demo"
-    result = vitrio("demo", "--out", out, "--micrographs", 1, "--size", 384, "--epochs", 1)
+    result = vitrio("demo", "--out", out, "--micrographs", 2, "--size", 384, "--epochs", 1)
     assert result.status == 0, result.err
+    # training.png: one legend, of every curve of both axes
+    (axes,) = drawn
+    curves = sorted(line.get_label() for axis in axes for line in axis.get_lines())
+    (legend,) = [axis.get_legend() for axis in axes if axis.get_legend() is not None]
+    assert sorted(text.get_text() for text in legend.get_texts()) == curves
+    assert sorted(curves) == ["chance", "held-out accuracy", "training loss"]
     pixels, labels = picture(out / "particles.png")
     kinds = ("monomer", "dimer", "trimer")
     particles = vio.data.read_particles(out / "particles.star")
     classes = particles["rlnClassNumber"].to_numpy() - 1
-    rows = np.concatenate([np.flatnonzero(classes == k)[:8] for k in range(3)])
-    assert [label.split(" → ")[0] for label in labels] == [kinds[k] for k in classes[rows]]
-    assert all(label.split(" → ")[1] in kinds for label in labels)
-    first = vio.read(vio.data.particle_locations(particles, out / "particles.star", root=out)[rows[0]])
-    enlarged = np.repeat(np.repeat(first, 2, axis=0), 2, axis=1)  # 64 x 64 in tiles of 128
-    np.testing.assert_array_equal(cell(pixels, 0, 8, 128, (128, 128)), tile_values(enlarged, (1, 99)))
+    names = particles["rlnImageName"].tolist()
+    shown = vio.data.read_star_particles(out / "shown.star")
+    rows = [names.index(name) for name in shown["rlnImageName"]]
+    training, held_out = _demo.split(len(particles))
+    assert set(rows) <= set(held_out) and not set(rows) & set(training)
+    images = [
+        vio.read(location) for location in vio.data.particle_locations(particles, out / "particles.star")
+    ]
+    # what lies beyond a micrograph's edge is zero: noise is never exactly zero
+    edge = np.array([(image == 0).any() for image in images])
+    assert edge[rows].any() == edge[held_out].any()
+    for label, row in zip(labels, rows):
+        told = re.fullmatch(r"true: (\w+)(, at edge)? predicted: (\w+)", label)
+        assert told is not None, label
+        assert told[1] == kinds[classes[row]] and bool(told[2]) == edge[row] and told[3] in kinds
+    enlarged = np.repeat(np.repeat(images[rows[0]], 2, axis=0), 2, axis=1)  # 64 x 64 in tiles of 128
+    np.testing.assert_array_equal(cell(pixels, 0, 8, 128, (128, 128), 2), tile_values(enlarged, (1, 99)))
 
 
 def test_a_stack_of_volumes_shows_the_sections_of_the_volumes_chosen(vitrio: Run) -> None:

@@ -11,7 +11,14 @@ disk (a RELION project, an EER movie and its gain, tomograms), and these stand i
 - `stack.mrcs`, `image.mrc`, `micrograph.mrc`, `tomogram.mrc` (2.5 Å voxels): a stack of 100 images
   of 64 x 64, a 64 x 64 image, a micrograph of 256 x 256, a volume of 32 x 64 x 64;
 - `movie.eer` (40 frames of 64 x 64) and `gain.mrc` (its gain reference);
-- `tomograms/*.hdf5`: two tomograms of 16 x 64 x 64 with a `labels/mito` dataset.
+- `tomograms/*.hdf5`: two tomograms of 16 x 64 x 64 with a `labels/mito` dataset;
+- `demo-output/`: what `make demo` leaves before it trains, under the same names: `particles.star`
+  (the particles of two micrographs of 256 x 256, of three kinds as `rlnClassNumber`), its stacks
+  under `Particles/`, and the micrographs and their STAR files.
+
+The examples show what a user would type, without checks tied to these files; the checks are here,
+in `CHECKS`: each is run on the names an example left, the example told by one of its lines, and
+every one of them must have run (`pytest_sessionfinish`).
 
 Two names are defined in every example, as an example's reader would have them: `tomogram_paths`,
 the two tomograms, and `model`, a small 3-D network that maps a batch of tomograms `[B, D, C, H, W]`
@@ -20,6 +27,8 @@ to one logit per voxel `[B, D, H, W]`.
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +37,121 @@ import mrcfile
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
+from pytest_markdown_docs._runners import DefaultRunner, register_runner
 
 import vitrio as vio
+from vitrio.cli._demo import BOX, make_micrographs
 from vitrio.data import write_star
+from vitrio.extract import extract_particles
 from vitrio.testing.eer import random_movie
 
 TOMOGRAMS = ["tomograms/cell_01.hdf5", "tomograms/cell_02.hdf5"]
+DEMO = "demo-output"
+
+Check = Callable[[dict[str, Any]], None]
+# The checks of the examples, by the page and a line of the example they check.
+CHECKS: dict[tuple[str, str], Check] = {}
+_RAN: set[tuple[str, str]] = set()
+
+
+def check(page: str, line: str) -> Callable[[Check], Check]:
+    """Register `function(names)` as a check of the example of `page` (a file name) holding `line`."""
+
+    def register(function: Check) -> Check:
+        CHECKS[(page, line)] = function
+        return function
+
+    return register
+
+
+@register_runner(default=True)
+class CheckedRunner(DefaultRunner):
+    """Runs an example as pytest-markdown-docs does, then the checks registered for it on its names."""
+
+    def runtest(self, test: Any, args: dict[str, Any], **options: Any) -> None:
+        super().runtest(test, args, **options)
+        for (page, line), function in CHECKS.items():
+            if Path(test.source_path).name == page and line in test.source:
+                function(args)
+                _RAN.add((page, line))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the run if a check found no example to check (its example was changed or removed)."""
+    missing = sorted(set(CHECKS) - _RAN)
+    if missing:
+        print(f"checks that found no example to check: {missing}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@check("data.md", "locations = vio.data.stack_locations(stacks)")
+def _every_image_of_the_stacks(names: dict[str, Any]) -> None:
+    assert len(names["locations"]) == 24
+    assert names["named"] == names["indexed"]
+    assert set(names["blocks"]) == {"optics", "particles"}
+
+
+@check("data.md", 'star = "demo-output/particles.star"')
+def _the_demo_particles(names: dict[str, Any]) -> None:
+    assert set(names["batch"]) == {"image", "defocus", "pixel_size", "index"}
+    assert tuple(names["images"].shape[1:]) == (BOX, BOX) and len(names["dataset"]) == len(names["particles"])
+
+
+@check("index.md", 'locations = [vio.ImageLocation("particles.mrcs", i) for i in range(0, 100, 2)]')
+def _half_of_the_stack(names: dict[str, Any]) -> None:
+    np.testing.assert_array_equal(names["batch"], vio.read("particles.mrcs")[::2])
+
+
+@check("index.md", 'star = "demo-output/particles.star"')
+def _a_batch_of_the_demo_particles(names: dict[str, Any]) -> None:
+    assert tuple(names["images"].shape[1:]) == (BOX, BOX) and str(names["images"].dtype) == "torch.float32"
+
+
+@check("README.md", 'star = "demo-output/particles.star"')
+def _the_readme_reads_the_demo_particles(names: dict[str, Any]) -> None:
+    assert set(names["batch"]) == {"image", "defocus", "pixel_size", "index"}
+
+
+@check("cli.md", 'star = "demo-output/particles.star"')
+def _montages(names: dict[str, Any]) -> None:
+    assert names["done"] == 0 and names["failed"] == 1
+    with Image.open("classes.png") as picture:
+        assert len(picture.text["Description"].split("\n")) == 12
+    with Image.open("more.png") as picture:  # the three sections of the tomogram, and two of the movie
+        assert len(picture.text["Description"].split("\n")) == 5
+    assert not Path("nothing.png").exists()
+
+
+@check(
+    "data.md",
+    "batches = vio.data.DataLoader(dataset, 32, shuffle=True, seed=0, loader=loader, pad_last=True)",
+)
+def _the_last_batch_padded(names: dict[str, Any]) -> None:
+    assert [len(batch["image"]) for batch in names["epoch"]] == [32, 32, 32, 32]  # stack.mrcs: 100 images
+    assert names["real"] == 4
+
+
+@check("scratch.md", 'second = np.concatenate([batch["image"] for batch in batches])')
+def _both_epochs(names: dict[str, Any]) -> None:
+    np.testing.assert_array_equal(np.sort(names["first"], axis=0), np.sort(names["second"], axis=0))
+    assert names["first"].shape == (100, 64, 64)  # stack.mrcs
+
+
+@check("formats.md", 'fractions = vio.read("movie.eer", readers=readers)')
+def _fractions(names: dict[str, Any]) -> None:
+    assert names["frames"] == (40, 64, 64) and names["fractions"].shape == (4, 32, 32)  # movie.eer
+
+
+@check("formats.md", 'with vio.formats.open_reader("tomogram.mrc") as reader:')
+def _the_voxel_size(names: dict[str, Any]) -> None:
+    found = (names["format_name"], names["voxel_size"], names["source"], names["rank"])
+    assert found == ("mrc", (2.5, 2.5, 2.5), "MRC cell", 3)
+
+
+@check("formats.md", "box = (slice(8, 24), slice(16, 48), slice(0, 32))")
+def _the_box(names: dict[str, Any]) -> None:
+    np.testing.assert_array_equal(names["values"], vio.read("tomogram.mrc")[names["box"]])
 
 
 def _particles(rng: np.random.Generator) -> None:
@@ -79,10 +197,22 @@ def _tomograms(rng: np.random.Generator) -> None:
             file["labels/mito"] = mito
 
 
+@pytest.fixture(scope="session")
+def demo_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What `make demo` leaves in demo-output/ before it trains, made once."""
+    out = tmp_path_factory.mktemp("demo") / DEMO
+    micrographs, coordinates, _ = make_micrographs(out, 2, 256)
+    extract_particles(
+        micrographs, coordinates, BOX, out / "particles.star", stack_dir=out / "Particles", root=out
+    )
+    return out
+
+
 @pytest.fixture(autouse=True)
-def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_output: Path) -> Path:
     """A fresh working directory holding the files the examples read (see the module's docstring)."""
     monkeypatch.chdir(tmp_path)
+    shutil.copytree(demo_output, DEMO)
     rng = np.random.default_rng(0)
     _particles(rng)
     vio.write_stack(rng.normal(0, 1, (100, 64, 64)).astype(np.float32), "stack.mrcs")

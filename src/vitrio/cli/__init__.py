@@ -119,7 +119,12 @@ def _add_montage(commands: argparse._SubParsersAction) -> None:
     montage.add_argument("files", nargs="*", type=Path, metavar="FILE", help="image files of any format")
     montage.add_argument("-o", "--output", type=Path, required=True, help="the PNG to write")
     montage.add_argument("--star", type=Path, help="a STAR file of particles: their images are shown")
-    montage.add_argument("--label", metavar="COLUMN", help="with --star: the column whose values label tiles")
+    montage.add_argument(
+        "--label",
+        metavar="COLUMN[,COLUMN...]",
+        type=lambda text: text.split(","),
+        help="with --star: the columns whose values label tiles, one a line",
+    )
     montage.add_argument("--root", type=Path, help="with --star: the project or data directory")
     montage.add_argument(
         "-n", "--count", type=_positive, default=64, help="the most tiles in all (default: 64)"

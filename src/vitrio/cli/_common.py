@@ -21,6 +21,7 @@ __all__ = [
     "CliError",
     "check_output",
     "describe_briefly",
+    "folders_for",
     "is_store",
     "progress",
     "pyplot",
@@ -48,6 +49,22 @@ def check_output(path: Path, force: bool) -> None:
         raise CliError(f"{path}: is a directory; name the file to write")
     if path.exists() and not force:
         raise CliError(f"{path}: exists already; give --force to replace it")
+
+
+@contextlib.contextmanager
+def folders_for(path: Path) -> Iterator[None]:
+    """While the block writes `path`, the folders above it exist: those missing are made first, and
+    removed again if the block fails."""
+    missing = [folder for folder in path.absolute().parents if not folder.exists()]
+    for folder in reversed(missing):
+        folder.mkdir()
+    try:
+        yield
+    except BaseException:
+        for folder in missing:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
 
 
 @contextlib.contextmanager
@@ -114,10 +131,7 @@ def pyplot() -> ModuleType:
 
 
 def save_figure(figure: Any, path: Path, dpi: int) -> None:
-    """Save a matplotlib figure as a PNG at `path`, created as vitrio creates files (`vitrio._fs.new_file`).
-
-    Raises:
-        FileNotFoundError: If the folder of `path` does not exist.
-    """
-    with new_file(path) as partial, partial.file() as file:
+    """Save a matplotlib figure as a PNG at `path`, created as vitrio creates files (`vitrio._fs.new_file`),
+    in its folder made if missing."""
+    with folders_for(path), new_file(path) as partial, partial.file() as file:
         figure.savefig(file, format="png", dpi=dpi)

@@ -6,10 +6,11 @@ writes its file as a run here would, so that running it twice leaves the
 same file. The commands that run on clusters share `cluster` and
 `run_per_file` from here.
 
-A conversion never changes a value silently: the type written must be one
-the output's format stores as it is (MRC has no uint8, int32 or float64), and
-values that the type cannot hold (beyond its range, or fractions for an
-integer type, or not finite) stop it, naming the file and their range,
+A conversion never changes a value silently: a type the output's format
+lacks is widened to one it stores that holds every value (uint8 to uint16 in
+MRC), and refused where none does (MRC has no int32 or float64); values
+that the type cannot hold (beyond its range, or fractions for an integer
+type, or not finite) stop it, naming the file and their range,
 unless the user asks for them to be scaled onto the type's range
 (`--scale`) or rounded and clipped into it (`--clip`). The voxel size of
 the input is written into the output where its format stores one.
@@ -33,7 +34,7 @@ import numpy as np
 import vitrio as vio
 from vitrio.dask import client_for, remove_leftovers, run_jobs
 
-from ._common import CliError, check_output, describe_briefly, progress, replacing
+from ._common import CliError, check_output, describe_briefly, folders_for, progress, replacing
 
 if TYPE_CHECKING:
     import distributed
@@ -52,21 +53,29 @@ STORED_TYPES = {
 }
 
 
-def _check_stored(output: Path, dtype: np.dtype, given: bool) -> None:
-    """Refuse a type the format of `output` does not store as it is, naming those it does.
+def _stored_type(output: Path, dtype: np.dtype, given: bool) -> np.dtype:
+    """The type `output` is written as: `dtype`, or where its format lacks `dtype` and no type was
+    given, the narrowest it stores that holds every value of `dtype`, of the same kind first (uint8
+    into MRC is written as uint16, as `write_stack` writes it).
 
     Raises:
-        CliError: If the format writes `dtype` as another type.
+        CliError: If the format does not store `dtype` as it is, and it was given or no stored type
+            holds all its values.
     """
     extension = output.suffix.lower()
     format_name = next(
         (f.name for f in vio.formats.registered_formats() if extension in f.write_extensions), None
     )
     stored = STORED_TYPES.get(format_name or "")
-    if stored is not None and dtype not in stored:
-        names = ", ".join(t.name for t in stored)
-        advice = "" if given else "; give --data-type"
-        raise CliError(f"{output}: {format_name} cannot store {dtype.name} values; it stores {names}{advice}")
+    if stored is None or dtype in stored:
+        return dtype
+    kind = "u" if dtype.kind == "b" else dtype.kind
+    wider = [t for t in stored if np.can_cast(dtype, t, "safe")]
+    if wider and not given:
+        return min(wider, key=lambda t: (t.kind != kind, t.itemsize))
+    names = ", ".join(t.name for t in stored)
+    advice = "" if given else "; give --data-type"
+    raise CliError(f"{output}: {format_name} cannot store {dtype.name} values; it stores {names}{advice}")
 
 
 def _bounds(dtype: np.dtype) -> tuple[float, float] | None:
@@ -210,8 +219,7 @@ def copy_images(
     if isinstance(source, Path) and output.exists() and output.resolve() == source.resolve():
         raise CliError(f"{output}: is the input file; write to another path")
     source_type = descriptor.data_type.dtype
-    dtype = data_type or source_type
-    _check_stored(output, dtype, data_type is not None)
+    dtype = _stored_type(output, data_type or source_type, data_type is not None)
     core = descriptor.core_extents
     if descriptor.is_stack:
         count = descriptor.image_count
@@ -227,7 +235,12 @@ def copy_images(
     span = _span(loader, sources, shape, source_type, chunk) if mode == "scale" else None
     convert = _Conversion(source, source_type, dtype, mode, span)
     pending: deque[tuple[int, vio.Completion]] = deque()
-    with replacing(output), vio.writer_provider() as writers, progress(count, output.name, "image") as bar:
+    with (
+        folders_for(output),
+        replacing(output),
+        vio.writer_provider() as writers,
+        progress(count, output.name, "image") as bar,
+    ):
         saver = vio.saver(writers, executor=loader.executor)
         writers.declare(output, written, voxel_size=voxel_size)
 

@@ -12,9 +12,10 @@
    and the class column, read by a `DataLoader(output="torch", shuffle=True)`
    on a thread pool, with no worker process. Its accuracy is measured on
    particles held out of training.
-4. particles.png (`vitrio montage` of particles, labelled with their kinds
-   and the network's guesses) and training.png (the loss and the held-out
-   accuracy).
+4. particles.png (`vitrio montage` of held-out particles, each labelled with
+   its true kind, marked where its box is cut by the micrograph's edge, and
+   the kind the network predicts) and training.png (the loss, the held-out
+   accuracy and chance, all in its legend).
 
 Everything goes under `--out`, replacing the files of an earlier run.
 """
@@ -42,7 +43,7 @@ from . import build_parser
 from ._common import progress, pyplot, save_figure
 from ._montage import run as draw_montage
 
-__all__ = ["KINDS", "make_micrographs", "train", "run"]
+__all__ = ["KINDS", "cut_at_edge", "make_micrographs", "run", "split", "train"]
 
 KINDS = ("monomer", "dimer", "trimer")
 # The blobs of each kind: (y, x) offsets from the centre in pixels, before turning, and their width.
@@ -199,22 +200,52 @@ def train(
     return model, losses, accuracies
 
 
+def split(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of `count` particles trained on (four in five, drawn at random) and those held out."""
+    order = np.random.default_rng(1).permutation(count)
+    cut = count * 4 // 5
+    return order[:cut], np.sort(order[cut:])
+
+
+def cut_at_edge(particles: pd.DataFrame, size: int) -> np.ndarray:
+    """Whether each particle's box reaches past the edge of its micrograph of `size` x `size` (what lies
+    beyond is zero in its image)."""
+    centres = particles[["rlnCoordinateX", "rlnCoordinateY"]].to_numpy(dtype=np.float64)
+    corners = np.rint(centres).astype(np.int64) - BOX // 2
+    return ((corners < 0) | (corners + BOX > size)).any(axis=1)
+
+
 def _montage(
-    particles: pd.DataFrame, dataset: Dataset, labels: np.ndarray, model: nn.Module, out: Path
+    particles: pd.DataFrame,
+    dataset: Dataset,
+    labels: np.ndarray,
+    model: nn.Module,
+    held_out: np.ndarray,
+    size: int,
+    out: Path,
 ) -> None:
-    """particles.png, drawn by `vitrio montage`: eight particles of each kind, each labelled with its kind
-    and the network's guess ("dimer → trimer"), from a STAR file of them (shown.star)."""
+    """particles.png, drawn by `vitrio montage` from a STAR file of them (shown.star): eight held-out
+    particles of each kind (one cut at an edge among them, where there is one), each labelled with its
+    true kind, marked if cut at an edge, over the network's prediction."""
     columns = 8
-    rows = np.concatenate([np.flatnonzero(labels == k)[:columns] for k in range(len(KINDS))])
+    edge = cut_at_edge(particles, size)
+    rows = []
+    for kind in range(len(KINDS)):
+        mine = held_out[labels[held_out] == kind]
+        rows += sorted([*mine[edge[mine]][:1], *mine[~edge[mine]]][:columns])
+    rows = np.array(rows, np.int64)
     model.eval()
     with torch.no_grad():
         guesses = model(_standardize(torch.from_numpy(dataset[rows]["image"]))).argmax(1).numpy()
     shown = particles.iloc[rows][["rlnImageName"]].reset_index(drop=True)
-    shown["vitrioGuess"] = [f"{KINDS[k]} → {KINDS[g]}" for k, g in zip(labels[rows], guesses)]
+    shown["vitrioTrue"] = [
+        f"true: {KINDS[k]}{', at edge' if e else ''}" for k, e in zip(labels[rows], edge[rows])
+    ]
+    shown["vitrioPredicted"] = [f"predicted: {KINDS[g]}" for g in guesses]
     write_star({"particles": shown}, out / "shown.star")
-    arguments = ["montage", "--star", str(out / "shown.star"), "--label", "vitrioGuess", "--root", str(out)]
-    arguments += ["--columns", str(columns), "--tile", "128", "-n", str(len(rows)), "--force"]
-    draw_montage(build_parser().parse_args([*arguments, "-o", str(out / "particles.png")]))
+    arguments = ["montage", "--star", str(out / "shown.star"), "--label", "vitrioTrue,vitrioPredicted"]
+    arguments += ["--root", str(out), "--columns", str(columns), "--tile", "128", "-n", str(len(rows))]
+    draw_montage(build_parser().parse_args([*arguments, "--force", "-o", str(out / "particles.png")]))
 
 
 def _curve(losses: list[float], accuracies: list[float], path: Path) -> None:
@@ -230,7 +261,10 @@ def _curve(losses: list[float], accuracies: list[float], path: Path) -> None:
     accuracy_axis.axhline(1 / len(KINDS), color="gray", linestyle=":", label="chance")
     accuracy_axis.set_ylim(0, 1)
     accuracy_axis.set_ylabel("held-out accuracy", color="tab:orange")
-    accuracy_axis.legend(loc="center right", fontsize=8)
+    curves = loss_axis.get_lines() + accuracy_axis.get_lines()
+    accuracy_axis.legend(
+        curves, [curve.get_label() for curve in curves], loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3
+    )
     figure.tight_layout()
     save_figure(figure, path, 100)
     plt.close(figure)
@@ -266,25 +300,24 @@ def run(args: argparse.Namespace) -> None:
             "label": labels,
         }
     )
-    order = np.random.default_rng(1).permutation(len(dataset))
-    cut = len(order) * 4 // 5
+    training, held_out = split(len(dataset))
     loader = vio.loader(workers=2, cache=16)
     start = time.perf_counter()
     for _ in DataLoader(dataset, BATCH, shuffle=True, loader=loader):
         pass
     reading = len(dataset) / (time.perf_counter() - start)
     print(
-        f"3. training a small network on {cut} particles fed by vitrio.data (threads, no worker "
-        f"process), testing on {len(order) - cut} held out; its DataLoader alone reads shuffled batches "
+        f"3. training a small network on {len(training)} particles fed by vitrio.data (threads, no worker "
+        f"process), testing on {len(held_out)} held out; its DataLoader alone reads shuffled batches "
         f"of {BATCH} at {reading:,.0f} images/s"
     )
     # PyTorch's threads wait for each other by spinning: they are left the cores the loader's threads
     # do not read on, or on a small machine both slow down many times over.
     with _torch_threads(max(1, (os.cpu_count() or 1) - loader.worker_count)):
         model, losses, accuracies = train(
-            dataset.subset(order[:cut]), dataset.subset(order[cut:]), args.epochs, loader
+            dataset.subset(training), dataset.subset(held_out), args.epochs, loader
         )
-        _montage(particles, dataset, labels, model, out)
+        _montage(particles, dataset, labels, model, held_out, args.size, out)
     _curve(losses, accuracies, out / "training.png")
     print(f"4. saved {out / 'particles.png'} and {out / 'training.png'}")
     print(

@@ -3,10 +3,11 @@
 Stacks, micrographs and movies give an image a tile (the first `--count`,
 every `--every`-th, or the `--indices` named), labelled as RELION names
 images (`n@file`, counting from one); a STAR file of particles gives the
-particles it names, labelled with a column's values. A volume gives its
-three central sections (XY, XZ, YZ) or `--sections N` evenly spaced XY
-sections, its voxel size in the label and a scale bar where the header
-knows it; an EER movie the sum of its first fraction and of all its frames.
+particles it names, labelled with the values of some columns, one a line.
+A volume gives its three central sections (XY, XZ, YZ) side by side or
+`--sections N` evenly spaced XY sections, its voxel size in the label and a
+scale bar where the header knows it; an EER movie the sum of its first
+fraction and of all its frames.
 
 The images are read through the batched core: all the 2-D images of one
 shape in one `read_batch_async` (in chunks of bounded memory), a volume's
@@ -32,10 +33,11 @@ from PIL.PngImagePlugin import PngInfo
 import vitrio as vio
 from vitrio.formats import new_file, open_reader
 
-from ._common import CliError, check_output
+from ._common import CliError, check_output, folders_for
 
 __all__ = [
     "Tile",
+    "default_columns",
     "fit_image",
     "origin",
     "plan",
@@ -159,20 +161,28 @@ def _file_tiles(path: Path, args: argparse.Namespace) -> list[Tile]:
     return tiles
 
 
+def _text(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _star_tiles(args: argparse.Namespace) -> list[Tile]:
-    """The tiles of the particles a STAR file names, labelled with `--label`'s column or `n@file`."""
+    """The tiles of the particles a STAR file names, labelled with `--label`'s columns (one a line) or
+    `n@file`."""
     particles = vio.data.read_star_particles(args.star)
-    if args.label is not None and args.label not in particles.columns:
-        raise CliError(
-            f"{args.star}: no column {args.label}; it has {', '.join(map(str, particles.columns))}"
-        )
+    if particles.empty:
+        raise CliError(f"{args.star}: lists no particles")
+    for column in args.label or ():
+        if column not in particles.columns:
+            raise CliError(
+                f"{args.star}: no column {column}; it has {', '.join(map(str, particles.columns))}"
+            )
     rows = _selected(len(particles), args, str(args.star))[: args.count]
     chosen = particles.iloc[rows]
     locations = vio.data.particle_locations(chosen, args.star, root=args.root)
     if args.label is None:
         labels = [f"{loc.index_in_stack + 1}@{Path(loc.key).name}" for loc in locations]
     else:
-        labels = [f"{value:g}" if isinstance(value, float) else str(value) for value in chosen[args.label]]
+        labels = ["\n".join(map(_text, values)) for values in zip(*(chosen[c] for c in args.label))]
     return [Tile(label, loc.key, loc.index_in_stack) for label, loc in zip(labels, locations)]
 
 
@@ -180,7 +190,8 @@ def plan(args: argparse.Namespace) -> list[Tile]:
     """The tiles `args` ask for, at most `args.count`, from the headers of the files.
 
     Raises:
-        CliError: If nothing is named, an index is past the end, or the label column is missing.
+        CliError: If nothing is named, a STAR file lists no particles or the files hold no image, an
+            index is past the end, or the label column is missing.
         FileNotFoundError, FormatError: If a file is missing or of no known format.
     """
     if not args.files and args.star is None:
@@ -189,7 +200,7 @@ def plan(args: argparse.Namespace) -> list[Tile]:
     for path in args.files:
         tiles += _file_tiles(path, args)
     if not tiles:
-        raise CliError("no image chosen")
+        raise CliError(f"{', '.join(map(str, args.files))}: hold no image to show")
     return tiles[: args.count]
 
 
@@ -312,16 +323,29 @@ def origin(slot: int, columns: int, size: int, lines: int) -> tuple[int, int]:
     return GAP + row * (size + lines * LINE_HEIGHT + LABEL_MARGIN + GAP), GAP + column * (size + GAP)
 
 
+def default_columns(tiles: list[Tile]) -> int:
+    """The columns of a square grid of `tiles`, three at least where they hold a volume's three
+    orthogonal sections (XZ and YZ span its depth), which then sit side by side."""
+    square = math.ceil(math.sqrt(len(tiles)))
+    orthogonal = any(t.kind == "section" and t.patch[0] > 1 for t in tiles)
+    return max(square, 3) if orthogonal else square
+
+
 def render(
     tiles: list[Tile], clip: tuple[float, float], columns: int | None
 ) -> tuple[np.ndarray, list[tuple[float, float, str]], int]:
     """Lay the tiles out in a grid of square cells as large as the largest tile, each centred in its cell.
 
+    Args:
+        tiles: The tiles, read.
+        clip: The percentiles of each tile's values that map onto black and white.
+        columns: Tiles in a row; None for `default_columns`.
+
     Returns:
         The canvas (uint8, height x width), each label's centre (x, y in pixels from the top left) and
         text, and the size of a cell.
     """
-    columns = columns or math.ceil(math.sqrt(len(tiles)))
+    columns = columns or default_columns(tiles)
     rows = math.ceil(len(tiles) / columns)
     size = max(max(t.pixels.shape) for t in tiles)
     lines = max(t.label.count("\n") + 1 for t in tiles)
@@ -356,7 +380,7 @@ def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], size: int,
     info = PngInfo()
     info.add_text("Software", f"vitrio {vio.__version__}")
     info.add_text("Description", "\n".join(t.replace("\n", " ") for _, _, t in labels))
-    with new_file(path) as partial, partial.file() as file:
+    with folders_for(path), new_file(path) as partial, partial.file() as file:
         image.save(file, format="PNG", pnginfo=info)
 
 
