@@ -85,9 +85,7 @@ def secret(tmp_path: Path) -> Path:
 def test_a_chunk_linked_to_a_private_file_is_not_read(tmp_path: Path, secret: Path, capsys):
     """The chunk is uncompressed and declared at the secret's size: read through the link, the
     conversion would copy the credentials into the output."""
-    store = image_store(
-        tmp_path / "shared.zarr", np.ones((8, 8), np.float32), chunks=(8, 8), compressor=None
-    )
+    store = image_store(tmp_path / "shared.zarr", np.ones((8, 8), np.float32), chunks=(8, 8), compressor=None)
     chunk = store / "0" / "0.0"
     assert chunk.stat().st_size == secret.stat().st_size
     chunk.unlink()
