@@ -61,7 +61,7 @@ class _Stage(NamedTuple):
     encode to (None where not known), and the most they may encode to."""
 
     name: str
-    decode: Callable[[Any, int], Any]
+    decode: Callable[[Any, int | None], Any]
     encoded: Callable[[int | None], int | None]
     bound: Callable[[int], int]
 
@@ -194,18 +194,19 @@ def _chain(
             raise ValueError(f"a {stage.name} compressor after another or after sharding, not read")
         sizes.append(stage.encoded(sizes[-1]))
         bound = stage.bound(bound)
-    steps = list(zip(stages, sizes[:-1], sizes[1:]))[::-1]
+    steps = list(zip(stages, sizes[:-1]))[::-1]
+    stored = sizes[-1]
 
     def decode(buf: Any) -> Any:
-        for stage, decoded, encoded in steps:
-            if encoded is not None and _length(buf) != encoded:
-                raise ValueError(f"{_length(buf)} bytes for {stage.name}, not {encoded}")
+        if stored is not None and _length(buf) != stored:
+            raise ValueError(f"{_length(buf)} bytes stored, not the {stored} it takes")
+        for stage, decoded in steps:
             buf = stage.decode(buf, decoded)
             if decoded is not None and _length(buf) != decoded:
                 raise ValueError(f"{stage.name} decodes to {_length(buf)} bytes, not {decoded}")
         return buf
 
-    return decode, sizes[-1], bound
+    return decode, stored, bound
 
 
 def _v2(metadata: Any, shape: tuple[int, ...]) -> ChunkCodec:

@@ -138,10 +138,10 @@ def _chunk_shape(metadata: Any, shape: tuple[int, ...], itemsize: int, where: st
     if chunks is None:
         raise FormatError(f"{where}: a chunk grid {grid!r}, not read (only regular grids)")
     chunks = tuple(int(n) for n in chunks)
-    nbytes = int(np.prod(chunks)) * itemsize
+    nbytes = math.prod(chunks) * itemsize
     if len(chunks) != len(shape) or min(chunks, default=1) < 1 or nbytes > MAX_CHUNK_BYTES:
         raise FormatError(f"{where}: chunks of {chunks} values, not read (at most {MAX_CHUNK_BYTES} bytes)")
-    inside = int(np.prod([min(c, max(n, 1)) for c, n in zip(chunks, shape)])) * itemsize
+    inside = math.prod(min(c, max(n, 1)) for c, n in zip(chunks, shape)) * itemsize
     if nbytes > max(1 << 20, MAX_OVERHANG * inside):
         raise FormatError(
             f"{where}: chunks of {chunks} values for an array of {shape}: far larger than the array, "

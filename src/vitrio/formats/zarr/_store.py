@@ -84,16 +84,10 @@ class LocalStore(Store):
             os.close(fd)
 
     def stamp(self, path: str) -> Hashable:
-        try:
-            fd = open_beneath(self.root, path)
+        try:  # a change is all this tells: what is read is opened through no link
+            status = os.lstat(os.path.join(self.root, path))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as error:
-            return str(error)  # refused when read
-        try:
-            status = os.fstat(fd)
-        finally:
-            os.close(fd)
         return (status.st_ino, status.st_mtime_ns, status.st_size)
 
 
