@@ -5,6 +5,10 @@ cache holds, fetches the others (one request each, many at once for a
 remote store) and decodes them on the calling thread, then copies the
 part of each chunk a box covers into its out. The chunks of one call are
 fetched in groups of `GROUP` so that a large read holds few at a time.
+What metadata may declare is bounded: a chunk's size (`MAX_CHUNK_BYTES`,
+and `MAX_OVERHANG` times what of it lies inside the array), and the chunks
+a read may decode for the values it returns (`FREE_CHUNKS`,
+`VALUES_PER_CHUNK`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,16 @@ from ._metadata import array_metadata, group_attributes
 from ._ngff import parse_multiscales
 from ._store import Store
 
-__all__ = ["Level", "open_level", "OmeZarrReader", "GROUP", "MAX_CHUNK_BYTES", "MAX_OVERHANG"]
+__all__ = [
+    "Level",
+    "open_level",
+    "OmeZarrReader",
+    "GROUP",
+    "MAX_CHUNK_BYTES",
+    "MAX_OVERHANG",
+    "FREE_CHUNKS",
+    "VALUES_PER_CHUNK",
+]
 
 GROUP = 64
 """How many chunks one read fetches and holds at a time."""
