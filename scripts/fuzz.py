@@ -1,6 +1,6 @@
-"""Fuzz vitrio's readers for hours: mutated MRC, TIFF, EER and DM files, read in worker processes.
+"""Fuzz vitrio's readers for hours: mutated MRC, TIFF, EER, DM files and OME-Zarr stores, in worker processes.
 
-    python -m scripts.fuzz [--hours H] [--seed S] [--format mrc tiff eer dm] [--workers N] [--out DIR]
+    python -m scripts.fuzz [--hours H] [--seed S] [--format mrc tiff eer dm zarr] [--workers N] [--out DIR]
     python -m scripts.fuzz --replay SEED CASE
 
 Run it from the repository's root, as a module: it imports the fuzzer and
@@ -30,7 +30,7 @@ from pathlib import Path
 
 try:
     from tests.hardening.corpus import FORMATS, make_seeds, regression_seeds
-    from tests.hardening.fuzzing import MEMORY, Fuzzer, Result, Seed, check_file, limit_memory, mutate
+    from tests.hardening.fuzzing import MEMORY, Fuzzer, Result, Seed, check_file, limit_memory, mutate, place
 except ModuleNotFoundError as error:
     if error.name != "tests":
         raise
@@ -61,7 +61,7 @@ def _replay(seeds: list[Seed], name: str, case: int, out: Path, memory: int) -> 
         raise SystemExit(f"no seed {name!r}; the seeds are: {', '.join(s.name for s in seeds)}")
     content, steps = mutate(Path(seed.path).read_bytes(), seed.fields, case)
     path = out / f"{case}-{seed.name}"
-    path.write_bytes(content)
+    place(seed, content, str(path))
     print(f"{path}: {len(content)} bytes, {steps or 'the seed as it is'}")
     import vitrio as vio
 
@@ -76,7 +76,7 @@ def _replay(seeds: list[Seed], name: str, case: int, out: Path, memory: int) -> 
 def _note(result: Result, seeds: dict[str, Seed], out: Path) -> None:
     seed = seeds[result.seed]
     content, steps = mutate(Path(seed.path).read_bytes(), seed.fields, result.case)
-    (out / f"{result.outcome}-{result.case}-{seed.name}").write_bytes(content)
+    place(seed, content, str(out / f"{result.outcome}-{result.case}-{seed.name}"))
     with open(out / "findings.jsonl", "a") as findings:
         record = {"outcome": result.outcome, "seed": result.seed, "case": result.case, "steps": steps}
         findings.write(json.dumps({**record, "problems": result.problems}) + "\n")

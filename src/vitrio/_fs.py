@@ -25,6 +25,7 @@ hidden files there of its own naming, user and host whose process is gone
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -41,6 +42,7 @@ __all__ = [
     "PartialFile",
     "new_file",
     "open_readonly",
+    "open_beneath",
     "created_mode",
     "remove_quietly",
     "guard_sigterm",
@@ -70,6 +72,48 @@ def remove_quietly(path: str) -> None:
     """Remove `path` if it is there."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def open_beneath(root: str, path: str) -> int:
+    """A descriptor of the regular file at `path` under the folder `root`, reached through no link.
+
+    `root` is opened as named; each component of `path` (separated by `/`)
+    is then opened from the folder before it without following a link, and
+    the file without blocking (a FIFO), so that nothing outside `root`, and
+    nothing but a regular file, is ever read.
+
+    Raises:
+        FileNotFoundError: If there is no such file.
+        ValueError: If `path` leaves `root` (`..`), or a component is a link, or the file is not a
+            regular file or a component not a folder.
+        OSError: If a folder or the file cannot be opened.
+    """
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts:
+        raise ValueError(f"{path!r} is not a path of a file under its folder")
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    try:
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            flags = (os.O_NONBLOCK if last else os.O_DIRECTORY) | os.O_RDONLY | _NOFOLLOW | _CLOEXEC
+            try:
+                fd = os.open(part, flags, dir_fd=folder)
+            except OSError as error:
+                if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                linked = stat.S_ISLNK(os.stat(part, dir_fd=folder, follow_symlinks=False).st_mode)
+                kind = "a link" if linked else "not a folder"
+                raise ValueError(
+                    f"{'/'.join(parts[: depth + 1])} is {kind}; nothing is read through it"
+                ) from None
+            os.close(folder)
+            folder = fd
+        if not stat.S_ISREG(os.fstat(folder).st_mode):
+            raise ValueError(f"{path} is not a regular file (a FIFO, a device or a folder)")
+    except BaseException:
+        os.close(folder)
+        raise
+    return folder
 
 
 _HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"

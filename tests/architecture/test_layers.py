@@ -56,6 +56,7 @@ OPTIONAL = (
     "distributed",
     "zarr",
     "numcodecs",
+    "google_crc32c",
     "fsspec",
 )
 """Optional heavy dependencies: the only imports that may stand inside a function, where they are used."""

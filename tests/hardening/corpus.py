@@ -4,6 +4,9 @@ MRC files are made with the hand-made headers of `vitrio.testing.mrc`
 and vitrio's writer, TIFF files with tifffile, EER movies with the encoder
 of `vitrio.testing.eer`, DM files with the tag trees of `vitrio.testing.dm`
 (and the smallest real DM samples, where the shared test data is there).
+OME-Zarr stores are made by vitrio's writer and by zarr (filters, Zarr v3
+transposition, checksums and shards); a seed is one file of a store, its
+metadata or a chunk, mutated in a copy of the store (`fuzzing.place`).
 
 A seed's fields are the offsets of what mutations most likely break: the
 words of an MRC header, the count and value of every TIFF tag, and, in any
@@ -27,7 +30,7 @@ from vitrio.testing.mrc import write_mrc_by_hand
 from .. import DM_SAMPLES
 from .fuzzing import Seed
 
-FORMATS = ("mrc", "tiff", "eer", "dm")
+FORMATS = ("mrc", "tiff", "eer", "dm", "zarr")
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 _EXTENSIONS = {
     ".mrc": "mrc",
@@ -143,7 +146,94 @@ def _dm_seeds(directory: Path) -> list[Path]:
     return paths
 
 
-_MAKERS = {"mrc": _mrc_seeds, "tiff": _tiff_seeds, "eer": _eer_seeds, "dm": _dm_seeds}
+def _ome_zarr(path: Path, values: np.ndarray, zarr_format: int, **array: object) -> Path:
+    """A one-level OME-Zarr image of `values` (a channel axis, then space), its array made by zarr."""
+    import zarr
+
+    group = zarr.open_group(str(path), mode="w", zarr_format=zarr_format)
+    group.create_array("0", data=values, **array)
+    axes = [{"name": "c", "type": "channel"}] * (values.ndim == 3)
+    axes += [{"name": n, "type": "space", "unit": "nanometer"} for n in "yx"]
+    scale = [{"type": "scale", "scale": [1.0] * (values.ndim - 2) + [0.5, 0.5]}]
+    multiscales = [{"axes": axes, "datasets": [{"path": "0", "coordinateTransformations": scale}]}]
+    if zarr_format == 2:
+        group.attrs["multiscales"] = [{"version": "0.4", **multiscales[0]}]
+    else:
+        group.attrs["ome"] = {"version": "0.5", "multiscales": multiscales}
+    return path
+
+
+def _zarr_seeds(directory: Path) -> list[Path]:
+    import numcodecs
+    import zarr
+
+    from vitrio.formats.zarr import OmeZarrFormat
+
+    rng = np.random.default_rng(5)
+    image = directory / "image.zarr"
+    vio.write_single(
+        rng.normal(size=(12, 16)).astype(np.float32),
+        image,
+        formats=[OmeZarrFormat.configured(chunks=8, levels=2)],
+    )
+    volume = directory / "volume-gzip.zarr"
+    written = OmeZarrFormat.configured(chunks=4, levels=1, codec="gzip", voxel_size=3.5)
+    vio.write_single(rng.integers(0, 999, (6, 10, 12)).astype(np.uint16), volume, formats=[written])
+    raw = directory / "raw.zarr"
+    written = OmeZarrFormat.configured(chunks=8, levels=1, codec=None)
+    vio.write_single(rng.integers(-999, 999, (10, 12)).astype(np.int16), raw, formats=[written])
+    filters = _ome_zarr(
+        directory / "filters.zarr",
+        rng.integers(-99, 99, (16, 16)).astype(np.int16),
+        2,
+        chunks=(8, 8),
+        filters=[numcodecs.Shuffle(2), numcodecs.Delta("<i2")],
+        compressor=numcodecs.Blosc(),
+    )
+    sharded = _ome_zarr(
+        directory / "sharded.zarr",
+        rng.normal(size=(2, 16, 16)).astype(np.float32),
+        3,
+        chunks=(1, 8, 8),
+        shards=(1, 16, 16),
+        filters=[zarr.codecs.TransposeCodec(order=(0, 2, 1))],
+        compressors=[zarr.codecs.ZstdCodec()],
+    )
+    checked = _ome_zarr(
+        directory / "checked.zarr",
+        rng.integers(0, 255, (10, 12)).astype(">u2"),
+        3,
+        chunks=(5, 6),
+        compressors=[zarr.codecs.Crc32cCodec(), zarr.codecs.GzipCodec()],
+    )
+    transposed = _ome_zarr(
+        directory / "transposed.zarr",
+        rng.normal(size=(9, 14)).astype(">f4"),
+        3,
+        chunks=(9, 7),
+        filters=[zarr.codecs.TransposeCodec(order=(1, 0))],
+        compressors=None,
+    )
+    return [
+        image / ".zattrs",
+        image / "0" / ".zarray",
+        image / "0" / "0" / "0",
+        volume / "0" / ".zarray",
+        volume / "0" / "0" / "0" / "0",
+        raw / ".zattrs",
+        raw / "0" / "1" / "1",
+        filters / "0" / ".zarray",
+        filters / "0" / "1.0",
+        sharded / "zarr.json",
+        sharded / "0" / "zarr.json",
+        sharded / "0" / "c" / "1" / "0" / "0",
+        checked / "0" / "zarr.json",
+        checked / "0" / "c" / "1" / "1",
+        transposed / "0" / "c" / "0" / "1",
+    ]
+
+
+_MAKERS = {"mrc": _mrc_seeds, "tiff": _tiff_seeds, "eer": _eer_seeds, "dm": _dm_seeds, "zarr": _zarr_seeds}
 
 
 def regression_seeds(formats: tuple[str, ...] = FORMATS) -> list[Seed]:
@@ -171,5 +261,12 @@ def make_seeds(directory: Path, formats: tuple[str, ...] = FORMATS) -> list[Seed
                 fields.update(range(0, 224, 4))
             elif name in ("tiff", "eer"):
                 fields.update(_tiff_fields(path))
-            seeds.append(Seed(f"{name}-{path.name}", name, str(path), tuple(sorted(fields))))
+            seed_name = f"{name}-{path.name}"
+            if name == "zarr":  # a file of a store: named after both; its JSON's numbers are fields
+                store = next(p for p in path.parents if p.suffix == ".zarr")
+                inside = path.relative_to(store).as_posix().replace("/", "_")
+                seed_name = f"zarr-{store.stem}-{inside}.zarr"
+                if path.name in (".zattrs", ".zarray", ".zgroup", "zarr.json"):
+                    fields.update(at for at, byte in enumerate(content) if chr(byte) in "0123456789-[]{}")
+            seeds.append(Seed(seed_name, name, str(path), tuple(sorted(fields))))
     return seeds

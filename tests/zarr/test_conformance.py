@@ -1,6 +1,6 @@
 """The format conformance suite for OME-Zarr stores: vitrio's writer (zstd, blosc, uncompressed, small
 chunks), and stores the `ome-zarr` package writes (NGFF 0.4 on Zarr v2, 0.5 on Zarr v3), read chunk by
-chunk; and a sharded Zarr v3 store, read through zarr's own pipeline."""
+chunk; and a sharded Zarr v3 store, whose shards decode their inner chunks."""
 
 from __future__ import annotations
 
@@ -117,10 +117,10 @@ class TestShardedZarrV3(TestOmeZarr):
         multiscale = {"axes": axes, "datasets": [{"path": "0", "coordinateTransformations": transform}]}
         group.attrs["ome"] = {"version": "0.5", "multiscales": [multiscale]}
 
-    def test_read_through_zarr(self, tmp_path, rng):
+    def test_shards_decode_their_inner_chunks(self, tmp_path, rng):
         path, values = self._file(tmp_path, rng, (6, 13, 17), 3)
         reader = vio.formats.open_reader(path)
-        assert reader.level.decode is None  # shards are read through zarr's pipeline
+        assert reader.level.chunks == (8, 8, 8) and reader.level.codec.pieces == 8  # 2 x 2 x 2 inner chunks
         assert reader.voxel_size == (10.0, 10.0, 10.0)  # nanometres in ångströms
         out = np.zeros((3, 9, 5), values.dtype)
         reader.read_region(0, (slice(2, 5), slice(3, 12), slice(11, 16)), out)

@@ -22,8 +22,12 @@ The format registers where the extra is installed; its modules import
 zarr, numcodecs and fsspec when a store is first opened or written, so
 that `import vitrio` stays quick. Writing makes a local NGFF 0.4 store (Zarr v2) with a pyramid of `levels`
 levels, `chunks` and a compression; see `_writer`. Modules: `_keys` (key
-spelling), `_ngff` (metadata), `_store` (fetching), `_codecs` (decoding),
-`_cache` (the chunk cache), `_reader`, `_writer`.
+spelling), `_ngff` (NGFF metadata), `_store` (fetching), `_metadata` (Zarr
+metadata), `_codecs` (decoding), `_cache` (the chunk cache), `_reader`,
+`_writer`. Hostile stores are bounded: nothing under a local store is read
+through a link, metadata files are capped, every codec stage's output is
+checked against the size the array gives, and a read may not touch far
+more chunks than it returns values (see `_reader`).
 """
 
 from __future__ import annotations

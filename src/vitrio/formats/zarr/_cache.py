@@ -3,7 +3,8 @@
 A chunk asked for by several threads at once is fetched and decoded by the
 first; the others wait for it, and have it as soon as it is decoded. Past its capacity in bytes, the least
 recently used chunks are dropped; a capacity of 0 keeps none (chunks are
-still shared by the threads that asked for them at the same time).
+still shared by the threads that asked for them at the same time). A chunk
+counts as the whole buffer it views, which keeping it keeps alive.
 """
 
 from __future__ import annotations
@@ -15,7 +16,20 @@ from concurrent.futures import Future
 
 import numpy as np
 
-__all__ = ["ChunkCache"]
+__all__ = ["ChunkCache", "held_bytes"]
+
+
+def held_bytes(chunk: np.ndarray) -> int:
+    """What keeping `chunk` costs: its bytes, or those of the whole buffer it views, if more."""
+    owner = chunk
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    if isinstance(owner, np.ndarray):
+        return max(chunk.nbytes, owner.nbytes)
+    try:
+        return max(chunk.nbytes, memoryview(owner).nbytes)
+    except TypeError:  # a buffer not exported as one
+        return chunk.nbytes
 
 
 class ChunkCache:
@@ -87,13 +101,14 @@ class ChunkCache:
         return found
 
     def _keep(self, key: Hashable, chunk: np.ndarray) -> None:
-        if chunk.nbytes > self.capacity:
+        size = held_bytes(chunk)
+        if size > self.capacity:
             return
         self._chunks[key] = chunk
-        self._bytes += chunk.nbytes
+        self._bytes += size
         while self._bytes > self.capacity:
             _, dropped = self._chunks.popitem(last=False)
-            self._bytes -= dropped.nbytes
+            self._bytes -= held_bytes(dropped)
 
     def clear(self) -> None:
         """Drop every kept chunk."""

@@ -1,33 +1,73 @@
-"""Decoding one chunk of a Zarr array into an array of its chunk's shape, its size bounded before decoding.
+"""Decoding a stored chunk of a Zarr array into an array of the chunk's shape, every stage of it bounded.
 
-Chunks compressed with zstd, blosc, lz4, gzip or zlib (or not at all), in
-Zarr v2 or v3 metadata, decode here, on the calling thread, into a buffer
-of exactly the chunk's size: a chunk that says it decodes to another size
-is refused before anything is allocated for it. Arrays with other codecs
-(filters, sharding, transposition) are read through zarr's own pipeline,
-chunk by chunk, among the codecs `SAFE_CODECS` lists; others (pickle,
-variable-length objects) are refused.
+A chunk goes through a chain of codecs: Zarr v2's filters and compressor,
+Zarr v3's array codecs (`transpose`), its array-to-bytes codec (`bytes`, or
+`sharding_indexed`, whose inner chunks have chains of their own) and its
+bytes codecs. The chain is undone here stage by stage, on the calling
+thread, and the size each stage decodes to is known from the metadata
+before the chunk is read: a compressor's output must be exactly that size,
+checked against what its header declares before anything is allocated
+(blosc, lz4, zstd), or decoded into a buffer of that size (zstd declaring
+nothing) or streamed with that cap (gzip, zlib). So no chunk decodes to
+more than its array says. A compressor whose decoded size is not known
+(after another compressor, or after sharding), and codecs other than
+those of `CODECS`, are refused when the array is opened.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["SAFE_CODECS", "codec_names", "chunk_decoder"]
+__all__ = ["CODECS", "ChunkCodec", "codec_names", "chunk_codec"]
 
-SAFE_CODECS = frozenset(
+CODECS = frozenset(
     {"bytes", "transpose", "sharding_indexed", "crc32c", "zstd", "blosc", "lz4", "gzip", "zlib"}
     | {"shuffle", "delta", "crc32", "adler32", "fletcher32"}
 )
 """The codecs an array may use: compressors, checksums and lossless filters of fixed-size values."""
 
+_COMPRESSORS = frozenset({"zstd", "blosc", "lz4", "gzip", "zlib"})
+_CHECKSUMS = frozenset({"crc32", "adler32", "fletcher32", "crc32c"})
 _ZSTD_MAGIC = 0xFD2FB528
 _DICT_ID_BYTES = (0, 1, 2, 4)
+_MISSING = (1 << 64) - 1
+"""The offset and length of an inner chunk a shard does not hold."""
+
+
+class ChunkCodec(NamedTuple):
+    """How the chunks of an array decode.
+
+    Attributes:
+        decode: What turns a stored chunk into an array of the chunk's shape; it raises `ValueError`
+            (or `RuntimeError` from a checksum) for a chunk cut short, corrupt, or of another size.
+        limit: The most bytes a stored chunk may take.
+        stored: How many bytes a stored chunk takes, where that is known (no compression).
+        pieces: How many chunks one chunk decodes: the inner chunks of a shard, else 1.
+    """
+
+    decode: Callable[[Any], np.ndarray]
+    limit: int
+    stored: int | None
+    pieces: int
+
+
+class _Stage(NamedTuple):
+    """A codec of bytes: its name, its decoding `(buffer, decoded size) -> buffer`, the size `n` bytes
+    encode to (None where not known), and the most they may encode to."""
+
+    name: str
+    decode: Callable[[Any, int | None], Any]
+    encoded: Callable[[int | None], int | None]
+    bound: Callable[[int], int]
+
+
+def _name(codec: Any) -> str:
+    return str(codec.to_dict()["name"]).removeprefix("numcodecs.")
 
 
 def codec_names(metadata: Any) -> list[str]:
@@ -35,18 +75,23 @@ def codec_names(metadata: Any) -> list[str]:
     if getattr(metadata, "zarr_format", None) == 2:
         codecs = [*(metadata.filters or ()), *([metadata.compressor] if metadata.compressor else [])]
         return [str(codec.codec_id) for codec in codecs]
+    return _v3_names(metadata.codecs)
+
+
+def _v3_names(codecs: Sequence[Any]) -> list[str]:
     names = []
-    for codec in metadata.codecs:
-        name = str(codec.to_dict()["name"])
-        names.append(name.removeprefix("numcodecs."))
-        inner = getattr(codec, "codecs", None)
-        if inner:  # sharding: the codecs of the inner chunks, and of the index
-            names += [str(c.to_dict()["name"]).removeprefix("numcodecs.") for c in inner]
-            names += [str(c.to_dict()["name"]).removeprefix("numcodecs.") for c in codec.index_codecs]
+    for codec in codecs:
+        names.append(_name(codec))
+        if names[-1] == "sharding_indexed":  # the codecs of the inner chunks, and of the index
+            names += _v3_names(codec.codecs) + _v3_names(codec.index_codecs)
     return names
 
 
-def _zstd_size(buf: bytes) -> int | None:
+def _length(buffer: Any) -> int:
+    return memoryview(buffer).nbytes
+
+
+def _zstd_size(buf: Any) -> int | None:
     """The content size a zstd frame declares, None if it declares none."""
     if len(buf) < 6 or struct.unpack_from("<I", buf)[0] != _ZSTD_MAGIC:
         raise ValueError("not a zstd frame")
@@ -62,7 +107,7 @@ def _zstd_size(buf: bytes) -> int | None:
     return size + 256 if width == 2 else size
 
 
-def _declared_size(codec_id: str, buf: bytes) -> int | None:
+def _declared_size(codec_id: str, buf: Any) -> int | None:
     """The decoded size a compressed chunk declares in its header, None where it declares none."""
     if codec_id == "zstd":
         return _zstd_size(buf)
@@ -70,66 +115,193 @@ def _declared_size(codec_id: str, buf: bytes) -> int | None:
         if len(buf) < 16 or struct.unpack_from("<I", buf, 12)[0] != len(buf):
             raise ValueError(f"a blosc chunk of {len(buf)} bytes whose header says otherwise: cut short")
         return int(struct.unpack_from("<I", buf, 4)[0])
-    if codec_id == "lz4":
-        if len(buf) < 4:
-            raise ValueError("an lz4 chunk cut short")
-        return int(struct.unpack_from("<I", buf)[0])
-    return None
+    if len(buf) < 4:  # lz4, as numcodecs frames it: the decoded size, then the data
+        raise ValueError("an lz4 chunk cut short")
+    return int(struct.unpack_from("<I", buf)[0])
 
 
-def _inflate(buf: bytes, wbits: int, nbytes: int) -> bytes:
+def _inflate(buf: Any, wbits: int, nbytes: int) -> bytes:
     """gzip or zlib data decompressed, refusing more than `nbytes` bytes of it."""
     decompressor = zlib.decompressobj(wbits)
-    data = decompressor.decompress(buf, nbytes + 1)
+    try:
+        data = decompressor.decompress(buf, nbytes + 1)
+    except zlib.error as error:
+        raise ValueError(f"corrupt {'gzip' if wbits > 15 else 'zlib'} data ({error})") from None
     if len(data) > nbytes or not decompressor.eof:
         raise ValueError(f"decodes to more than {nbytes} bytes, or is cut short")
     return data
 
 
-def chunk_decoder(metadata: Any, chunk_shape: tuple[int, ...]) -> Callable[[bytes], np.ndarray] | None:
-    """A function decoding a stored chunk into an array of `chunk_shape`, or None for zarr's pipeline.
-
-    The function raises `ValueError` for a chunk that is cut short, corrupt, or decodes to another size.
-    """
+def _decompressor(name: str) -> Callable[[Any, int], Any]:
     import numcodecs
 
-    if getattr(metadata, "zarr_format", None) == 2:
-        if metadata.filters:
-            return None
-        dtype = np.dtype(metadata.dtype.to_native_dtype())
-        compressor = metadata.compressor
-        order = metadata.order
-    else:
-        codecs = list(metadata.codecs)
-        first = codecs[0].to_dict()
-        if first["name"] != "bytes" or len(codecs) > 2:
-            return None
-        endian = (first.get("configuration") or {}).get("endian", "little")
-        dtype = np.dtype(metadata.dtype.to_native_dtype()).newbyteorder("<" if endian == "little" else ">")
-        compressor = None
-        if len(codecs) == 2:
-            name = codecs[1].to_dict()["name"].removeprefix("numcodecs.")
-            if name not in ("zstd", "blosc", "gzip"):
-                return None
-            compressor = numcodecs.get_codec({"id": name})
-        order = "C"
-    codec_id = None if compressor is None else str(compressor.codec_id)
-    if codec_id not in (None, "zstd", "blosc", "lz4", "gzip", "zlib"):
-        return None
-    nbytes = int(np.prod(chunk_shape)) * dtype.itemsize
+    if name in ("gzip", "zlib"):
+        wbits = 31 if name == "gzip" else 15
+        return lambda buf, size: _inflate(buf, wbits, size)
+    codec = numcodecs.get_codec({"id": name})
 
-    def decode(buf: bytes) -> np.ndarray:
-        if codec_id is None:
-            raw = buf
-        elif codec_id in ("gzip", "zlib"):
-            raw = _inflate(buf, 31 if codec_id == "gzip" else 15, nbytes)
-        else:
-            declared = _declared_size(codec_id, buf)
-            if declared is not None and declared != nbytes:
-                raise ValueError(f"declares {declared} bytes decoded, not the chunk's {nbytes}")
-            raw = compressor.decode(buf, out=np.empty(nbytes, np.uint8))
-        if len(memoryview(raw).cast("B")) != nbytes:
-            raise ValueError(f"decodes to {len(memoryview(raw).cast('B'))} bytes, not the chunk's {nbytes}")
-        return np.frombuffer(raw, dtype=dtype).reshape(chunk_shape, order=order)
+    def decode(buf: Any, size: int) -> Any:
+        buf = memoryview(buf).cast("B")
+        declared = _declared_size(name, buf)
+        if declared is not None and declared != size:
+            raise ValueError(f"declares {declared} bytes decoded, not the {size} it holds")
+        return codec.decode(buf, out=np.empty(size, np.uint8))  # zstd declaring nothing: at most `size`
 
     return decode
+
+
+def _crc32c(buf: Any, size: int) -> Any:
+    import google_crc32c
+
+    data = bytes(buf)
+    if len(data) < 4 or google_crc32c.value(data[:-4]) != int.from_bytes(data[-4:], "little"):
+        raise ValueError("its crc32c checksum does not match")
+    return data[:-4]
+
+
+def _stage(name: str, configuration: dict[str, Any]) -> _Stage:
+    """The stage of the bytes codec `name` (numcodecs' id) configured as `configuration`."""
+    import numcodecs
+
+    if name in _COMPRESSORS:
+        return _Stage(name, _decompressor(name), lambda n: None, lambda n: n + n // 16 + (1 << 16))
+    if name in _CHECKSUMS:
+        check = _crc32c if name == "crc32c" else numcodecs.get_codec({**configuration, "id": name}).decode
+        return _Stage(name, check, lambda n: None if n is None else n + 4, lambda n: n + 4)
+    if name == "shuffle":
+        shuffle = numcodecs.get_codec({**configuration, "id": name})
+        return _Stage(name, lambda buf, size: shuffle.decode(buf), lambda n: n, lambda n: n)
+    if name == "delta":
+        delta = numcodecs.get_codec({**configuration, "id": name})
+        before, after = np.dtype(delta.dtype).itemsize, np.dtype(delta.astype).itemsize
+        return _Stage(
+            name,
+            lambda buf, size: delta.decode(buf),
+            lambda n: None if n is None else n // before * after,
+            lambda n: n // before * after,
+        )
+    raise ValueError(f"uses codec {name!r}, not read (only {sorted(CODECS)})")
+
+
+def _chain(
+    stages: Sequence[_Stage], size: int | None, bound: int
+) -> tuple[Callable[[Any], Any], int | None, int]:
+    """Undoing `stages` (in the order they encode) over data of `size` bytes (None: not known) that
+    take at most `bound`: the decoding, the size stored (None: not known) and the most stored."""
+    sizes = [size]
+    for stage in stages:
+        if stage.name in _COMPRESSORS and sizes[-1] is None:
+            raise ValueError(f"a {stage.name} compressor after another or after sharding, not read")
+        sizes.append(stage.encoded(sizes[-1]))
+        bound = stage.bound(bound)
+    steps = list(zip(stages, sizes[:-1]))[::-1]
+    stored = sizes[-1]
+
+    def decode(buf: Any) -> Any:
+        if stored is not None and _length(buf) != stored:
+            raise ValueError(f"{_length(buf)} bytes stored, not the {stored} it takes")
+        for stage, decoded in steps:
+            buf = stage.decode(buf, decoded)
+            if decoded is not None and _length(buf) != decoded:
+                raise ValueError(f"{stage.name} decodes to {_length(buf)} bytes, not {decoded}")
+        return buf
+
+    return decode, stored, bound
+
+
+def _v2(metadata: Any, shape: tuple[int, ...]) -> ChunkCodec:
+    dtype = np.dtype(metadata.dtype.to_native_dtype())
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    codecs = [*(metadata.filters or ()), *([metadata.compressor] if metadata.compressor else [])]
+    stages = [_stage(str(c.codec_id), c.get_config()) for c in codecs]
+    decode_bytes, stored, limit = _chain(stages, nbytes, nbytes)
+    order = metadata.order
+
+    def decode(buf: Any) -> np.ndarray:
+        return np.frombuffer(decode_bytes(buf), dtype=dtype).reshape(shape, order=order)
+
+    return ChunkCodec(decode, limit, stored, 1)
+
+
+def _v3(codecs: Sequence[Any], shape: tuple[int, ...], dtype: np.dtype, fill: Any) -> ChunkCodec:
+    """The decoding of chunks of `shape` through the Zarr v3 `codecs`."""
+    orders = []
+    while codecs and _name(codecs[0]) == "transpose":
+        order = tuple(int(i) for i in codecs[0].order)
+        orders.append(order)
+        shape = tuple(shape[i] for i in order)
+        codecs = codecs[1:]
+    if not codecs:
+        raise ValueError("no codec turning an array into bytes")
+    first, rest = codecs[0], codecs[1:]
+    if _name(first) == "bytes":
+        endian = getattr(first.endian, "value", first.endian) or "little"
+        stored_type = dtype.newbyteorder("<" if endian == "little" else ">")
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+
+        def to_array(buf: Any) -> np.ndarray:
+            return np.frombuffer(buf, dtype=stored_type).reshape(shape)
+
+        size, bound, pieces = nbytes, nbytes, 1
+    elif _name(first) == "sharding_indexed":
+        to_array, bound, pieces = _shards(first, shape, dtype, fill)
+        size = None
+    else:
+        raise ValueError(f"uses codec {_name(first)!r}, not read (only {sorted(CODECS)})")
+    stages = [_stage(_name(c), dict(c.to_dict().get("configuration") or {})) for c in rest]
+    decode_bytes, stored, limit = _chain(stages, size, bound)
+
+    def decode(buf: Any) -> np.ndarray:
+        array = to_array(decode_bytes(buf))
+        for order in reversed(orders):
+            array = array.transpose(np.argsort(order))
+        return array
+
+    return ChunkCodec(decode, limit, stored, pieces)
+
+
+def _shards(
+    codec: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any
+) -> tuple[Callable[[Any], np.ndarray], int, int]:
+    """Decoding shards of `shape`: the function, the most bytes a shard takes, its inner chunks."""
+    inner_shape = tuple(int(n) for n in codec.chunk_shape)
+    if len(inner_shape) != len(shape) or any(n < 1 or s % n for s, n in zip(shape, inner_shape)):
+        raise ValueError(f"shards of {shape} values do not split into inner chunks of {inner_shape}")
+    grid = tuple(s // n for s, n in zip(shape, inner_shape))
+    count = int(np.prod(grid))
+    inner = _v3(list(codec.codecs), inner_shape, dtype, fill)
+    index = _v3(list(codec.index_codecs), (*grid, 2), np.dtype(np.uint64), 0)
+    index_bytes = index.stored
+    if index_bytes is None:
+        raise ValueError("a shard index whose size is not known (compressed), not read")
+    at_end = getattr(codec.index_location, "value", codec.index_location) == "end"
+
+    def decode(buf: Any) -> np.ndarray:
+        buf = memoryview(buf).cast("B")
+        if len(buf) < index_bytes:
+            raise ValueError(f"a shard of {len(buf)} bytes, less than its index of {index_bytes}")
+        table = index.decode(buf[len(buf) - index_bytes :] if at_end else buf[:index_bytes])
+        table = np.asarray(table, np.uint64).reshape(count, 2)
+        out = np.empty(shape, dtype)
+        for (offset, length), coords in zip(table.tolist(), np.ndindex(*grid)):
+            box = tuple(slice(c * n, (c + 1) * n) for c, n in zip(coords, inner_shape))
+            if offset == length == _MISSING:
+                out[box] = fill
+            elif offset + length > len(buf) or length > inner.limit:
+                raise ValueError(f"an inner chunk of {length} bytes at {offset}, past the shard's end")
+            else:
+                out[box] = inner.decode(buf[offset : offset + length])
+        return out
+
+    return decode, index_bytes + count * inner.limit, count * inner.pieces
+
+
+def chunk_codec(metadata: Any, chunk_shape: tuple[int, ...], fill: Any) -> ChunkCodec:
+    """How chunks (shards) of `chunk_shape` of an array of `metadata` decode.
+
+    Raises:
+        ValueError: If the array uses a codec not read, or one whose decoded size is not known.
+    """
+    if getattr(metadata, "zarr_format", None) == 2:
+        return _v2(metadata, chunk_shape)
+    return _v3(list(metadata.codecs), chunk_shape, np.dtype(metadata.dtype.to_native_dtype()), fill)

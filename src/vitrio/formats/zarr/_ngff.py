@@ -39,14 +39,27 @@ class Multiscale(NamedTuple):
     levels: tuple[Level, ...]
 
 
+def _list(value: Any, what: str) -> Sequence[Any]:
+    """`value` if it is a JSON list, () if absent."""
+    if value is None:
+        return ()
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise ValueError(f"{what} is {value!r}, not a list")
+    return value
+
+
 def _scale(transformations: Any, rank: int, where: str) -> list[float]:
     scale = [1.0] * rank
-    for item in transformations or ():
+    for item in _list(transformations, f"{where}: 'coordinateTransformations'"):
         if isinstance(item, Mapping) and item.get("type") == "scale":
-            values = item.get("scale")
-            if not isinstance(values, Sequence) or len(values) != rank:
-                raise ValueError(f"{where}: a scale of {values!r} does not fit {rank} axes")
-            scale = [a * float(b) for a, b in zip(scale, values)]
+            values = _list(item.get("scale"), f"{where}: a scale")
+            try:
+                numbers = [float(v) for v in values if isinstance(v, (int, float))]
+            except OverflowError:  # an integer past a float's range
+                numbers = []
+            if len(values) != rank or len(numbers) != rank:
+                raise ValueError(f"{where}: a scale of {values!r} is not {rank} numbers, one per axis")
+            scale = [a * b for a, b in zip(scale, numbers)]
     return scale
 
 
@@ -58,12 +71,12 @@ def parse_multiscales(attributes: Mapping[str, Any]) -> Multiscale:
             are not up to two stacking axes followed by two or three space axes.
     """
     attributes = attributes.get("ome", attributes)
-    multiscales = attributes.get("multiscales")
+    multiscales = attributes.get("multiscales") if isinstance(attributes, Mapping) else None
     if not isinstance(multiscales, Sequence) or not multiscales or not isinstance(multiscales[0], Mapping):
         raise ValueError("no NGFF 'multiscales' metadata: not an OME-Zarr image")
     image = multiscales[0]
     axes = []
-    for axis in image.get("axes") or ():
+    for axis in _list(image.get("axes"), "'axes'"):
         if isinstance(axis, str):
             axis = {"name": axis, "type": _TYPES.get(axis)}
         if not isinstance(axis, Mapping):
@@ -75,14 +88,14 @@ def parse_multiscales(attributes: Mapping[str, Any]) -> Multiscale:
         raise ValueError(f"axes {[a.get('name') for a in axes]}: not two or three space axes last")
     units = [axis.get("unit") for axis in axes[len(axes) - core_rank :]]
     factors = (
-        [ANGSTROMS_PER_UNIT.get(unit) for unit in units]
-        if all(u in ANGSTROMS_PER_UNIT for u in units)
+        [ANGSTROMS_PER_UNIT[unit] for unit in units]
+        if all(isinstance(u, str) and u in ANGSTROMS_PER_UNIT for u in units)
         else None
     )
     rank = len(axes)
     overall = _scale(image.get("coordinateTransformations"), rank, "multiscales")
     levels = []
-    for dataset in image.get("datasets") or ():
+    for dataset in _list(image.get("datasets"), "'datasets'"):
         path = dataset.get("path") if isinstance(dataset, Mapping) else None
         if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
             raise ValueError(f"a dataset of the 'multiscales' metadata has path {path!r}")

@@ -5,12 +5,17 @@ cache holds, fetches the others (one request each, many at once for a
 remote store) and decodes them on the calling thread, then copies the
 part of each chunk a box covers into its out. The chunks of one call are
 fetched in groups of `GROUP` so that a large read holds few at a time.
+What metadata may declare is bounded: a chunk's size (`MAX_CHUNK_BYTES`,
+and `MAX_OVERHANG` times what of it lies inside the array), and the chunks
+a read may decode for the values it returns (`FREE_CHUNKS`,
+`VALUES_PER_CHUNK`).
 """
 
 from __future__ import annotations
 
 import errno
 import itertools
+import math
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -19,17 +24,36 @@ import numpy as np
 from ..._types import ImageDescriptor, as_numerical_type
 from .._contract import FormatError, ImageReader
 from ._cache import ChunkCache
-from ._codecs import SAFE_CODECS, chunk_decoder, codec_names
+from ._codecs import CODECS, ChunkCodec, chunk_codec, codec_names
+from ._metadata import array_metadata, group_attributes
 from ._ngff import parse_multiscales
 from ._store import Store
 
-__all__ = ["Level", "open_level", "OmeZarrReader", "GROUP", "MAX_CHUNK_BYTES"]
+__all__ = [
+    "Level",
+    "open_level",
+    "OmeZarrReader",
+    "GROUP",
+    "MAX_CHUNK_BYTES",
+    "MAX_OVERHANG",
+    "FREE_CHUNKS",
+    "VALUES_PER_CHUNK",
+]
 
 GROUP = 64
 """How many chunks one read fetches and holds at a time."""
 
 MAX_CHUNK_BYTES = 1 << 30
 """The largest decoded chunk read: a chunk past it is refused before anything is fetched."""
+
+MAX_OVERHANG = 64
+"""How many times the part of a chunk inside its array a chunk larger than 1 MiB may hold."""
+
+FREE_CHUNKS = 1 << 14
+"""How many chunks any read may touch, whatever it returns."""
+
+VALUES_PER_CHUNK = 256
+"""How many values a read must return for each chunk it touches past `FREE_CHUNKS`."""
 
 Box = list[tuple[int, int]]
 
@@ -45,9 +69,7 @@ class Level(NamedTuple):
         chunks: The extents of a chunk (of a shard, for sharded arrays).
         fill: The value of chunks that are not stored.
         key_of: The name of a chunk in the array, by its coordinates in the chunk grid.
-        decode: What turns a stored chunk into an array of the chunk's shape; None to read through zarr.
-        array: The zarr array, read through where `decode` is None.
-        limit: The largest number of bytes a stored chunk may take.
+        codec: How a stored chunk decodes, and the most bytes it may take.
         stamp: What tells this version of the metadata from a rewritten one.
     """
 
@@ -58,9 +80,7 @@ class Level(NamedTuple):
     chunks: tuple[int, ...]
     fill: Any
     key_of: Any
-    decode: Any
-    array: Any
-    limit: int
+    codec: ChunkCodec
     stamp: Hashable
 
 
@@ -79,60 +99,68 @@ def open_level(store: Store, level: int) -> Level:
 
     Raises:
         FileNotFoundError: If the store holds no Zarr metadata at all.
-        FormatError: If it is not an OME-Zarr image, has no such level, or its array is of a type or
-            codec not read.
+        FormatError: If it is not an OME-Zarr image, has no such level, or its array is of a type,
+            codec or chunking not read.
     """
-    import zarr
-
-    zstore = store.zarr_store()
     try:
-        group = zarr.open_group(store=zstore, mode="r")
-    except FileNotFoundError as error:
-        raise FileNotFoundError(f"{store.name}: no such Zarr store ({error})") from None
-    except Exception as error:  # zarr's errors for metadata it cannot parse
-        raise FormatError(f"{store.name}: no readable Zarr group metadata: {error}") from error
-    try:
-        multiscale = parse_multiscales(group.attrs.asdict())
+        multiscale = parse_multiscales(group_attributes(store))
     except ValueError as error:
         raise FormatError(f"{store.name}: {error}") from None
     if not 0 <= level < len(multiscale.levels):
         raise FormatError(f"{store.name}: has scale levels 0 to {len(multiscale.levels) - 1}, not {level}")
     chosen = multiscale.levels[level]
-    try:
-        array = zarr.open_array(store=zstore, path=chosen.path, mode="r")
-    except Exception as error:  # zarr's errors for a missing or malformed array
-        raise FormatError(f"{store.name}: level {level}, array {chosen.path!r}: {error}") from error
     where = f"{store.name}: array {chosen.path!r}"
-    metadata = array.metadata
-    unsafe = [name for name in codec_names(metadata) if name not in SAFE_CODECS]
+    try:
+        metadata = array_metadata(store, chosen.path)
+    except ValueError as error:
+        raise FormatError(f"{store.name}: level {level}: {error}") from None
+    unsafe = [name for name in codec_names(metadata) if name not in CODECS]
     if unsafe:
-        raise FormatError(f"{where}: uses codecs {unsafe}, not read (only {sorted(SAFE_CODECS)})")
+        raise FormatError(f"{where}: uses codecs {unsafe}, not read (only {sorted(CODECS)})")
     try:
         dtype = np.dtype(metadata.dtype.to_native_dtype())
         data_type = as_numerical_type(dtype)
     except (TypeError, AttributeError):
         raise FormatError(f"{where}: holds values of type {metadata.dtype}, not numbers") from None
-    shape = tuple(int(n) for n in array.shape)
+    shape = tuple(int(n) for n in metadata.shape)
     if len(shape) != len(multiscale.axes):
         raise FormatError(f"{where}: has {len(shape)} axes, the metadata names {len(multiscale.axes)}")
-    chunks = tuple(int(n) for n in (array.shards or array.chunks))
-    if min(chunks, default=1) < 1 or int(np.prod(chunks)) * dtype.itemsize > MAX_CHUNK_BYTES:
-        raise FormatError(f"{where}: chunks of {chunks} values, not read (at most {MAX_CHUNK_BYTES} bytes)")
-    nbytes = int(np.prod(chunks)) * dtype.itemsize
-    fill = metadata.fill_value if metadata.fill_value is not None else 0
+    chunks = _chunk_shape(metadata, shape, dtype.itemsize, where)
+    fill = np.asarray(metadata.fill_value if metadata.fill_value is not None else 0).astype(dtype)
+    try:
+        codec = chunk_codec(metadata, chunks, fill)
+    except ValueError as error:
+        raise FormatError(f"{where}: {error}") from None
     return Level(
         store=store,
         path=chosen.path,
         descriptor=ImageDescriptor(shape, multiscale.core_rank, data_type),
         voxel_size=chosen.voxel_size,
         chunks=chunks,
-        fill=np.asarray(fill).astype(dtype),
+        fill=fill,
         key_of=metadata.encode_chunk_key,
-        decode=None if array.shards else chunk_decoder(metadata, chunks),
-        array=array,
-        limit=nbytes + nbytes // 16 + (1 << 16),
+        codec=codec,
         stamp=level_stamp(store, chosen.path),
     )
+
+
+def _chunk_shape(metadata: Any, shape: tuple[int, ...], itemsize: int, where: str) -> tuple[int, ...]:
+    """The extents of the array's chunks (shards), refused if too large or far larger than the array."""
+    grid = getattr(metadata, "chunk_grid", None)
+    chunks = getattr(grid, "chunk_shape", None) if metadata.zarr_format == 3 else metadata.chunks
+    if chunks is None:
+        raise FormatError(f"{where}: a chunk grid {grid!r}, not read (only regular grids)")
+    chunks = tuple(int(n) for n in chunks)
+    nbytes = math.prod(chunks) * itemsize
+    if len(chunks) != len(shape) or min(chunks, default=1) < 1 or nbytes > MAX_CHUNK_BYTES:
+        raise FormatError(f"{where}: chunks of {chunks} values, not read (at most {MAX_CHUNK_BYTES} bytes)")
+    inside = math.prod(min(c, max(n, 1)) for c, n in zip(chunks, shape)) * itemsize
+    if nbytes > max(1 << 20, MAX_OVERHANG * inside):
+        raise FormatError(
+            f"{where}: chunks of {chunks} values for an array of {shape}: far larger than the array, "
+            f"not read (a chunk past 1 MiB may hold at most {MAX_OVERHANG} times what lies in the array)"
+        )
+    return chunks
 
 
 class OmeZarrReader(ImageReader):
@@ -181,11 +209,21 @@ class OmeZarrReader(ImageReader):
 
     def _read_boxes(self, boxes: Sequence[Box], outs: Sequence[np.ndarray]) -> None:
         chunks = self.level.chunks
-        pairs = []
-        for number, box in enumerate(boxes):
-            if all(high > low for low, high in box):
-                spans = [range(low // c, (high - 1) // c + 1) for (low, high), c in zip(box, chunks)]
-                pairs.extend((number, coords) for coords in itertools.product(*spans))
+        ranges = {
+            number: [range(low // c, (high - 1) // c + 1) for (low, high), c in zip(box, chunks)]
+            for number, box in enumerate(boxes)
+            if all(high > low for low, high in box)
+        }
+        touched = sum(math.prod(len(r) for r in spans) for spans in ranges.values()) * self.level.codec.pieces
+        values = sum(math.prod(high - low for low, high in boxes[number]) for number in ranges)
+        if touched > max(FREE_CHUNKS, values // VALUES_PER_CHUNK):
+            raise FormatError(
+                f"{self.level.store.name}: a read of {values} values would decode {touched} chunks of "
+                f"{self.level.chunks} values (or their inner chunks): chunks too small for it to finish "
+                f"in reasonable time (a read may decode {FREE_CHUNKS} chunks, or one per "
+                f"{VALUES_PER_CHUNK} values it returns)"
+            )
+        pairs = [(number, coords) for number, spans in ranges.items() for coords in itertools.product(*spans)]
         start = 0
         while start < len(pairs):
             group: dict[tuple[int, ...], None] = {}
@@ -216,15 +254,15 @@ class OmeZarrReader(ImageReader):
         )
 
     def _load(self, keys: list[tuple[Hashable, tuple[int, ...]]]) -> Iterator[tuple[Hashable, np.ndarray]]:
-        """Fetch the chunks of `keys` (at once, for a remote store), then decode them one by one."""
+        """Fetch the chunks of `keys` (at once, for a remote store), then decode them one by one.
+
+        A chunk is kept as the part of it inside the array, in memory of its own: a chunk overhanging
+        the array's end is copied, so that nothing else of it stays alive.
+        """
         level = self.level
         coords = [key[1] for key in keys]
         names = [f"{level.path}/{level.key_of(c)}" for c in coords]
-        if level.decode is None:
-            for key, c, name in zip(keys, coords, names):
-                yield key, self._through_zarr(c, name)
-            return
-        fetched = level.store.get_many(names, level.limit)
+        fetched = level.store.get_many(names, level.codec.limit)
         for key, c, name, blob in zip(keys, coords, names, fetched):
             where = f"{level.store.name}: chunk {name}"
             clip = self._clip(c)
@@ -236,16 +274,8 @@ class OmeZarrReader(ImageReader):
             if isinstance(blob, BaseException):
                 raise OSError(errno.EIO, f"{where}: {type(blob).__name__}: {blob}") from blob
             try:
-                chunk = level.decode(blob)[clip]
+                chunk = level.codec.decode(blob)
             except (ValueError, RuntimeError, TypeError) as error:
                 raise FormatError(f"{where}: cannot be decoded ({error}); cut short or corrupt") from error
-            yield key, chunk
-
-    def _through_zarr(self, coords: tuple[int, ...], name: str) -> np.ndarray:
-        region = tuple(
-            slice(c * at, c * at + s.stop) for c, at, s in zip(self.level.chunks, coords, self._clip(coords))
-        )
-        try:
-            return np.asarray(self.level.array[region])
-        except Exception as error:  # zarr's errors for a chunk it cannot fetch or decode
-            raise FormatError(f"{self.level.store.name}: chunk {name}: {error}") from error
+            part = chunk[clip]
+            yield key, part.copy() if part.size < chunk.size else part

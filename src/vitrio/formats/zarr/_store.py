@@ -1,6 +1,8 @@
-"""Zarr stores as the OME-Zarr reader sees them: chunk bytes by path, and the zarr store of their metadata.
+"""Zarr stores as the OME-Zarr reader sees them: the bytes of their metadata and chunks, by path.
 
-A local store is a directory; its chunks are read with plain reads. A
+A local store is a directory; its files are read with plain reads, each
+opened from the store's root down without following a link (a link, a
+FIFO or a device in a store is refused, never read through). A
 remote store is a URL fsspec opens (`s3://`, `gs://`, `https://`...), with
 the `storage_options` fsspec takes (credentials, `anon=True`, an
 `endpoint_url`...); its chunks are fetched with one GET each, many at once
@@ -17,7 +19,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..._fs import open_readonly
+from ..._fs import open_beneath
 from ._http import fetch_bounded, identity_options
 
 __all__ = ["Store", "LocalStore", "RemoteStore", "open_store"]
@@ -37,10 +39,6 @@ class Store:
     name: str
     token: Hashable
 
-    def zarr_store(self) -> Any:
-        """A read-only zarr store over the hierarchy, for its metadata."""
-        raise NotImplementedError
-
     def get_many(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
         """The objects at `paths` (relative to the store), each refused past `limit` bytes."""
         raise NotImplementedError
@@ -51,7 +49,8 @@ class Store:
 
 
 class LocalStore(Store):
-    """A store in a local directory."""
+    """A store in a local directory, read through no link: its files are opened from its root down,
+    each folder and file without following a link, and only regular files are read."""
 
     def __init__(self, root: str):
         self.name = root
@@ -62,25 +61,20 @@ class LocalStore(Store):
         if not os.path.isdir(self.root):
             raise NotADirectoryError(f"{root}: not a Zarr store: a file, not a directory")
 
-    def zarr_store(self) -> Any:
-        import zarr.storage
-
-        return zarr.storage.LocalStore(self.root, read_only=True)
-
     def get_many(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
         return [self._get(path, limit) for path in paths]
 
     def _get(self, path: str, limit: int) -> ChunkBytes:
         try:
-            fd = open_readonly(os.path.join(self.root, path))
+            fd = open_beneath(self.root, path)
         except FileNotFoundError:
             return None
-        except OSError as error:
+        except (OSError, ValueError) as error:
             return error
         try:
             size = os.fstat(fd).st_size
             if size > limit:
-                return ValueError(f"{size} bytes stored, more than the {limit} a chunk may take")
+                return ValueError(f"{size} bytes stored, more than the {limit} it may take")
             data = os.read(fd, size)
             while len(data) < size:  # a large read may come in parts
                 part = os.read(fd, size - len(data))
@@ -94,8 +88,8 @@ class LocalStore(Store):
             os.close(fd)
 
     def stamp(self, path: str) -> Hashable:
-        try:
-            status = os.stat(os.path.join(self.root, path))
+        try:  # a change is all this tells: what is read is opened through no link
+            status = os.lstat(os.path.join(self.root, path))
         except FileNotFoundError:
             return None
         return (status.st_ino, status.st_mtime_ns, status.st_size)
@@ -112,11 +106,6 @@ class RemoteStore(Store):
         self.options = identity_options(storage_options) if self.http else dict(storage_options)
         self.fs, self.root = fsspec.core.url_to_fs(url, **self.options)
         self.token = (url, repr(sorted(self.options.items())))
-
-    def zarr_store(self) -> Any:
-        import zarr.storage
-
-        return zarr.storage.FsspecStore.from_url(self.name, storage_options=self.options, read_only=True)
 
     def get_many(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
         full = [f"{self.root}/{path}" for path in paths]
