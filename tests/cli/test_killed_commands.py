@@ -22,7 +22,7 @@ SOURCES = Path(__file__).resolve().parents[2] / "src"
 
 # Runs `vitrio ARGS...` with every image write and the PNG's save slowed, saying when the first has begun.
 SLOWED = """
-import sys, time
+import os, sys, time
 import PIL.Image
 from vitrio._writers import TrackedWriter
 from vitrio.cli import main
@@ -30,7 +30,7 @@ from vitrio.cli import main
 def slowed(write):
     def slow(*args, **kwargs):
         result = write(*args, **kwargs)
-        print("writing", flush=True)
+        os.write(1, b"writing\\n")  # one write: threads writing at once do not interleave it
         time.sleep(0.4)
         return result
     return slow
