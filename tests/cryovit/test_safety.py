@@ -4,13 +4,17 @@ symbolic links where a written file is made."""
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 import zlib
 from pathlib import Path
 
@@ -26,6 +30,7 @@ from cryovit.hdf5 import label_names, write_datasets
 from cryovit.types import BatchedModelResult, BatchedTomogramData, FileData, TomogramData
 from vitrio._fs import partial_path
 
+OTHER = 12345
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not for anyone else's eyes ...."[:64]
 
 
@@ -312,14 +317,77 @@ def test_names_that_leave_the_output_folder_are_refused(tmp_path: Path, sample: 
     assert not list(tmp_path.rglob("*"))  # not even the files of the plain names
 
 
-def test_a_sample_folder_linked_outside_is_refused(tmp_path: Path) -> None:
-    out, outside = tmp_path / "out", tmp_path / "outside"
+@pytest.mark.parametrize("where", ["outside", "out/t"])
+def test_a_sample_folder_that_is_a_link_is_refused(tmp_path: Path, where: str) -> None:
+    out, elsewhere = tmp_path / "out", tmp_path / where
     out.mkdir()
-    outside.mkdir()
-    (out / "s").symlink_to(outside)
-    with pytest.raises(ValueError, match="outside"):
-        write_predictions(_result(["s"], ["a.mrc"]), out)
-    assert not list(outside.iterdir())
+    elsewhere.mkdir()
+    (out / "s").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match=f"{out / 's'}: a symbolic link, not a folder"):
+        write_predictions(_result(["ok", "s"], ["a.mrc", "b.mrc"]), out)
+    assert not list(elsewhere.iterdir()) and not list((out / "ok").iterdir())
+
+
+def _swap_until(folder: Path, link: Path, stop: Path) -> tuple[int, int]:
+    """A child process of another user (uid 12345) that exchanges ``folder`` and ``link`` in a loop
+    (``renameat2(RENAME_EXCHANGE)``) until ``stop`` exists; its pid, and a pipe it writes its count of
+    swaps to."""
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        swaps = 0
+        try:
+            os.close(reading)
+            os.setgroups([])
+            os.setgid(OTHER)
+            os.setuid(OTHER)
+            renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+            old, new = os.fsencode(folder), os.fsencode(link)
+            deadline = time.monotonic() + 60
+            while not stop.exists() and time.monotonic() < deadline:
+                swaps += renameat2(-100, old, -100, new, 2) == 0  # AT_FDCWD, RENAME_EXCHANGE
+        finally:
+            os.write(writing, str(swaps).encode())
+            os._exit(0)
+    os.close(writing)
+    return pid, reading
+
+
+def test_a_sample_folder_swapped_for_a_link_in_a_loop_does_not_redirect_the_write(tmp_path: Path) -> None:
+    shared = Path(tempfile.mkdtemp(prefix="vitrio-results-"))
+    try:
+        shared.chmod(0o755)
+        out, victim = shared / "out", shared / "raw"
+        out.mkdir()
+        out.chmod(0o777)  # a group's results folder, without the sticky bit
+        victim.mkdir()
+        raw = victim / "t.mrc"
+        raw.write_bytes(b"the victim's raw tomogram")
+        (out / "s").mkdir()
+        (out / "l").symlink_to(victim)
+        for path in (out / "s", out / "l"):
+            os.chown(path, OTHER, OTHER, follow_symlinks=False)
+        stop = shared / "stop"
+        pid, swapped = _swap_until(out / "s", out / "l", stop)
+        written = refused = 0
+        try:
+            deadline = time.monotonic() + 20
+            while written + refused < 2000 and time.monotonic() < deadline:
+                try:
+                    write_predictions(_result(["s"], ["t.mrc"]), out)
+                    written += 1
+                except (ValueError, OSError):  # a link, or a folder gone for a moment
+                    refused += 1
+        finally:
+            stop.touch()
+            os.waitpid(pid, 0)
+            with open(swapped) as counted:
+                swaps = int(counted.read())
+        assert raw.read_bytes() == b"the victim's raw tomogram"
+        assert swaps > 100 and written > 10 and refused > 10, (swaps, written, refused)
+        assert [p.name for p in victim.iterdir()] == ["t.mrc"]
+    finally:
+        shutil.rmtree(shared)
 
 
 # symbolic links where a written file is made
