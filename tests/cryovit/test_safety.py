@@ -4,7 +4,6 @@ symbolic links where a written file is made."""
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import json
 import os
@@ -28,6 +27,7 @@ from cryovit import hdf5
 from cryovit.data import TomogramDataset, collate_tomograms, write_predictions
 from cryovit.hdf5 import label_names, write_datasets
 from cryovit.types import BatchedModelResult, BatchedTomogramData, FileData, TomogramData
+from tests.hardening.helpers import swapping
 from vitrio._fs import partial_path
 
 OTHER = 12345
@@ -328,31 +328,6 @@ def test_a_sample_folder_that_is_a_link_is_refused(tmp_path: Path, where: str) -
     assert not list(elsewhere.iterdir()) and not list((out / "ok").iterdir())
 
 
-def _swap_until(folder: Path, link: Path, stop: Path) -> tuple[int, int]:
-    """A child process of another user (uid 12345) that exchanges ``folder`` and ``link`` in a loop
-    (``renameat2(RENAME_EXCHANGE)``) until ``stop`` exists; its pid, and a pipe it writes its count of
-    swaps to."""
-    reading, writing = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        swaps = 0
-        try:
-            os.close(reading)
-            os.setgroups([])
-            os.setgid(OTHER)
-            os.setuid(OTHER)
-            renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-            old, new = os.fsencode(folder), os.fsencode(link)
-            deadline = time.monotonic() + 60
-            while not stop.exists() and time.monotonic() < deadline:
-                swaps += renameat2(-100, old, -100, new, 2) == 0  # AT_FDCWD, RENAME_EXCHANGE
-        finally:
-            os.write(writing, str(swaps).encode())
-            os._exit(0)
-    os.close(writing)
-    return pid, reading
-
-
 def test_a_sample_folder_swapped_for_a_link_in_a_loop_does_not_redirect_the_write(tmp_path: Path) -> None:
     shared = Path(tempfile.mkdtemp(prefix="vitrio-results-"))
     try:
@@ -367,10 +342,8 @@ def test_a_sample_folder_swapped_for_a_link_in_a_loop_does_not_redirect_the_writ
         (out / "l").symlink_to(victim)
         for path in (out / "s", out / "l"):
             os.chown(path, OTHER, OTHER, follow_symlinks=False)
-        stop = shared / "stop"
-        pid, swapped = _swap_until(out / "s", out / "l", stop)
         written = refused = 0
-        try:
+        with swapping(out / "s", out / "l", OTHER) as swaps:
             deadline = time.monotonic() + 20
             while written + refused < 2000 and time.monotonic() < deadline:
                 try:
@@ -378,13 +351,8 @@ def test_a_sample_folder_swapped_for_a_link_in_a_loop_does_not_redirect_the_writ
                     written += 1
                 except (ValueError, OSError):  # a link, or a folder gone for a moment
                     refused += 1
-        finally:
-            stop.touch()
-            os.waitpid(pid, 0)
-            with open(swapped) as counted:
-                swaps = int(counted.read())
         assert raw.read_bytes() == b"the victim's raw tomogram"
-        assert swaps > 100 and written > 10 and refused > 10, (swaps, written, refused)
+        assert swaps[0] > 100 and written > 10 and refused > 10, (swaps, written, refused)
         assert [p.name for p in victim.iterdir()] == ["t.mrc"]
     finally:
         shutil.rmtree(shared)
