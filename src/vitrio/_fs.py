@@ -54,6 +54,7 @@ __all__ = [
     "new_file",
     "open_readonly",
     "read_whole",
+    "regular_size",
     "open_subfolder",
     "writing_in",
     "created_mode",
@@ -98,26 +99,41 @@ def open_readonly(path: str) -> int:
     return fd
 
 
-def read_whole(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
+def regular_size(path: str, limit: int, what: str) -> int:
+    """The size of the regular file at `path`, checked to be at most `limit` bytes.
+
+    Raises:
+        IsADirectoryError, OSError: As `open_readonly` raises them.
+        ValueError: If the file is larger than `limit` bytes.
+    """
+    fd = open_readonly(path)
+    try:
+        return _within(path, os.fstat(fd).st_size, limit, what)
+    finally:
+        os.close(fd)
+
+
+def read_whole(path: str, limit: int, what: str) -> bytes:
     """The content of the regular file at `path`, of at most `limit` bytes.
 
     Raises:
         IsADirectoryError, OSError: As `open_readonly` raises them.
         ValueError: If the file is larger than `limit` bytes.
     """
-    path = os.fspath(path)
     fd = open_readonly(path)
     try:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            raise ValueError(f"{path}: {size} bytes, more than the {limit} a {what} may have; it is not read")
+        _within(path, os.fstat(fd).st_size, limit, what)
         with open(fd, "rb", closefd=False) as file:
             content = file.read(limit + 1)
     finally:
         os.close(fd)
-    if len(content) > limit:
-        raise ValueError(f"{path}: more than the {limit} bytes a {what} may have; it is not read")
-    return content
+    return content[: _within(path, len(content), limit, what)]
+
+
+def _within(path: str, size: int, limit: int, what: str) -> int:
+    if size > limit:
+        raise ValueError(f"{path}: {size} bytes or more, more than the {limit} a {what} may have; not read")
+    return size
 
 
 def open_subfolder(folder: int, name: str, path: str) -> int:
