@@ -1,6 +1,6 @@
-"""Fuzz vitrio's readers for hours: mutated MRC, TIFF, EER and DM files, read in worker processes.
+"""Fuzz vitrio's readers for hours: mutated MRC, TIFF, EER, DM and HDF5 files, read in worker processes.
 
-    python -m scripts.fuzz [--hours H] [--seed S] [--format mrc tiff eer dm] [--workers N] [--out DIR]
+    python -m scripts.fuzz [--hours H] [--seed S] [--format mrc tiff eer dm hdf5] [--workers N] [--out DIR]
     python -m scripts.fuzz --replay SEED CASE
 
 Run it from the repository's root, as a module: it imports the fuzzer and
@@ -65,6 +65,8 @@ def _replay(seeds: list[Seed], name: str, case: int, out: Path, memory: int) -> 
     print(f"{path}: {len(content)} bytes, {steps or 'the seed as it is'}")
     import vitrio as vio
 
+    if seed.format == "hdf5":
+        import cryovit.hdf5  # noqa: F401 - registers the HDF5 format with vitrio
     loader = vio.loader(workers=2)
     check_file(seeds[0].path, seeds[0].format, loader)  # starts the threads before the limit
     limit_memory(memory)

@@ -3,7 +3,9 @@
 MRC files are made with the hand-made headers of `vitrio.testing.mrc`
 and vitrio's writer, TIFF files with tifffile, EER movies with the encoder
 of `vitrio.testing.eer`, DM files with the tag trees of `vitrio.testing.dm`
-(and the smallest real DM samples, where the shared test data is there).
+(and the smallest real DM samples, where the shared test data is there),
+HDF5 files with h5py (read by the plug-in `cryovit.hdf5`): contiguous,
+chunked, compressed with gzip and shuffle, a stack of volumes.
 
 A seed's fields are the offsets of what mutations most likely break: the
 words of an MRC header, the count and value of every TIFF tag, and, in any
@@ -16,6 +18,7 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
+import h5py
 import numpy as np
 import tifffile
 
@@ -27,7 +30,7 @@ from vitrio.testing.mrc import write_mrc_by_hand
 from .. import DM_SAMPLES
 from .fuzzing import Seed
 
-FORMATS = ("mrc", "tiff", "eer", "dm")
+FORMATS = ("mrc", "tiff", "eer", "dm", "hdf5")
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 _EXTENSIONS = {
     ".mrc": "mrc",
@@ -37,6 +40,8 @@ _EXTENSIONS = {
     ".eer": "eer",
     ".dm3": "dm",
     ".dm4": "dm",
+    ".h5": "hdf5",
+    ".hdf5": "hdf5",
 }
 REAL_DM = ("2D-float32.dm4", "3D-uint16.dm4", "2D-int16.dm3")
 """The real DM files of `DM_SAMPLES` among the seeds."""
@@ -143,7 +148,25 @@ def _dm_seeds(directory: Path) -> list[Path]:
     return paths
 
 
-_MAKERS = {"mrc": _mrc_seeds, "tiff": _tiff_seeds, "eer": _eer_seeds, "dm": _dm_seeds}
+_HDF5_LAYOUTS = {
+    "contiguous.h5": ((4, 8, 8), {}),
+    "chunked.h5": ((4, 8, 8), {"chunks": (2, 4, 4)}),
+    "gzip-shuffle.h5": ((4, 8, 8), {"chunks": (2, 4, 4), "compression": "gzip", "shuffle": True}),
+    "stack.hdf5": ((2, 3, 4, 5), {"chunks": (1, 3, 2, 5), "compression": "gzip"}),
+}
+
+
+def _hdf5_seeds(directory: Path) -> list[Path]:
+    rng = np.random.default_rng(5)
+    paths = []
+    for name, (shape, options) in _HDF5_LAYOUTS.items():
+        with h5py.File(directory / name, "w") as file:
+            file.create_dataset("data", data=rng.normal(size=shape).astype(np.float32), **options)
+        paths.append(directory / name)
+    return paths
+
+
+_MAKERS = {"mrc": _mrc_seeds, "tiff": _tiff_seeds, "eer": _eer_seeds, "dm": _dm_seeds, "hdf5": _hdf5_seeds}
 
 
 def regression_seeds(formats: tuple[str, ...] = FORMATS) -> list[Seed]:
