@@ -114,7 +114,8 @@ def write_predictions(
 
     Raises:
         ValueError: If ``file_format`` is neither, a sample or tomogram name is not a plain name, or
-            a sample's folder is a symbolic link; nothing is written then.
+            a sample's folder is a symbolic link; no file is written then.
+        NotADirectoryError: If a file lies where a sample's folder goes; no file is written then.
     """
     if file_format not in ("mrc", "hdf5"):
         raise ValueError(f"file_format is 'mrc' or 'hdf5', not {file_format!r}")
