@@ -61,14 +61,12 @@ def create_directory_image_scratch(
     grouped = check_arguments(locations, run_length)
     directory = as_key(directory)
     name = digest(grouped, int(run_length), int(budget)).decode() + SCRATCH_SUFFIX
+    held = None
+    if not os.path.lexists(os.path.join(directory, f"vitrio-{os.geteuid()}", name)):  # only a hint
+        found = descriptors(grouped, files or FileImageReaderProvider())
+        held = layout(grouped, found, int(run_length), int(budget))
     folder_path, folder = user_folder(directory)
     try:
-        try:
-            os.stat(name, dir_fd=folder, follow_symlinks=False)
-            held = None
-        except FileNotFoundError:
-            found = descriptors(grouped, files or FileImageReaderProvider())
-            held = layout(grouped, found, int(run_length), int(budget))
         if held is not None:
             _evict(folder, int(budget) - sum(file.nbytes for file in held) - HEADER_BYTES, keep=name)
         path = os.path.join(folder_path, name)
