@@ -225,21 +225,28 @@ print(f"{time.monotonic() - start:.1f} s, {grown} MiB")
 """
 
 
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_a_small_chunk_whose_gzip_stream_inflates_to_a_gigabyte_is_refused_under_a_memory_limit(
-    tmp_path: Path, shuffle: bool
+@pytest.mark.parametrize(
+    ("side", "shuffle", "problem"),
+    [
+        (64, False, " is stored in 1043644 bytes, more than a chunk of 4096 bytes takes"),
+        (1024, False, ": its gzip stream decodes to more than the 1048576 bytes of a chunk"),
+        (1024, True, ": its gzip stream decodes to more than the 1048576 bytes of a chunk"),
+    ],
+)
+def test_a_chunk_whose_gzip_stream_inflates_to_a_gigabyte_is_refused_under_a_memory_limit(
+    tmp_path: Path, side: int, shuffle: bool, problem: str
 ) -> None:
+    """A 1 MiB gzip stream of 1 GiB as the one chunk of a 64 x 64 image (stored in more than such a
+    chunk takes), and of a 1024 x 1024 image (stored in no more than its chunk: it is inflated, and
+    stopped at the chunk's size); both pass the ratio of declared to stored sizes."""
     compressor = zlib.compressobj(9)
     pieces = [compressor.compress(bytes(1 << 20)) for _ in range(1024)]
     stream = b"".join(pieces) + compressor.flush()
+    assert len(stream) == 1043644
     path = tmp_path / "bomb.h5"
     with h5py.File(path, "w") as file:
-        dataset = file.create_dataset(
-            "data", (64, 64), np.uint8, chunks=(64, 64), compression="gzip", shuffle=shuffle
-        )
-        dataset.id.write_direct_chunk(
-            (0, 0), stream
-        )  # a chunk of 4096 bytes, stored in 1 MiB: under the ratio
+        options = {"chunks": (side, side), "compression": "gzip", "shuffle": shuffle}
+        file.create_dataset("data", (side, side), np.uint8, **options).id.write_direct_chunk((0, 0), stream)
     assert path.stat().st_size < 2 << 20
     run = subprocess.run(
         [sys.executable, "-c", _BOMB_UNDER_A_LIMIT, str(path)],
@@ -250,10 +257,7 @@ def test_a_small_chunk_whose_gzip_stream_inflates_to_a_gigabyte_is_refused_under
     )
     assert run.returncode == 0, run.stderr
     outcome, cost = run.stdout.splitlines()
-    assert outcome == (
-        f"refused {path}: the chunk at (0, 0) of '/data': its gzip stream decodes to more than "
-        "the 4096 bytes of a chunk"
-    )
+    assert outcome == f"refused {path}: the chunk at (0, 0) of '/data'{problem}"
     seconds, mebibytes = (float(word) for word in cost.replace(",", "").split()[::2])
     assert seconds < 5 and mebibytes < 32, cost
 
