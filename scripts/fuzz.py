@@ -1,6 +1,8 @@
-"""Fuzz vitrio's readers for hours: mutated MRC, TIFF, EER, DM files and OME-Zarr stores, in worker processes.
+"""Fuzz vitrio's readers for hours: mutated MRC, TIFF, EER, DM and HDF5 files and OME-Zarr stores, in worker
+processes.
 
-    python -m scripts.fuzz [--hours H] [--seed S] [--format mrc tiff eer dm zarr] [--workers N] [--out DIR]
+    python -m scripts.fuzz [--hours H] [--seed S] [--format mrc tiff eer dm zarr hdf5] [--workers N]
+                           [--out DIR]
     python -m scripts.fuzz --replay SEED CASE
 
 Run it from the repository's root, as a module: it imports the fuzzer and
@@ -65,6 +67,8 @@ def _replay(seeds: list[Seed], name: str, case: int, out: Path, memory: int) -> 
     print(f"{path}: {len(content)} bytes, {steps or 'the seed as it is'}")
     import vitrio as vio
 
+    if seed.format == "hdf5":
+        import cryovit.hdf5  # noqa: F401 - registers the HDF5 format with vitrio
     loader = vio.loader(workers=2)
     check_file(seeds[0].path, seeds[0].format, loader)  # starts the threads before the limit
     limit_memory(memory)

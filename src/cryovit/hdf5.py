@@ -22,6 +22,11 @@ A file may come from anyone, so a reader reads its own file and bounds the work 
   bytes, and the file's chunks to at most ``MAX_RATIO`` times the bytes they are stored in;
   beyond, the read is refused. Decoded chunks are kept (up to ``CHUNK_CACHE`` bytes a reader), so
   the crops of a batch that fall in one chunk decode it once.
+- Those bounds count the bytes a chunk declares, so the chunk's stored bytes are decoded here
+  rather than by libhdf5 (whose gzip filter inflates whatever a stream holds): each stage of its
+  filters may produce the chunk's declared bytes and no more, the inflation streamed and stopped
+  there. The filters decoded are gzip (deflate) and shuffle, what h5py writes; a dataset with any
+  other filter (szip, lzf, a checksum, a plug-in) is refused.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import itertools
 import math
 import os
 import threading
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,7 +46,7 @@ import h5py
 import numpy as np
 
 import vitrio as vio
-from vitrio.formats import FormatError, ImageReader, RawArrayReader, new_file
+from vitrio.formats import FormatError, ImageReader, RawArrayReader, new_file, open_readonly
 
 __all__ = [
     "CHUNK_CACHE",
@@ -68,6 +74,8 @@ MAX_RATIO = 4096
 CHUNK_CACHE = 64 << 20
 """Bytes of decoded chunks a reader keeps, most recently used first."""
 
+
+_DECODED_FILTERS = {h5py.h5z.FILTER_DEFLATE: "gzip", h5py.h5z.FILTER_SHUFFLE: "shuffle"}
 
 _H5PY_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, SystemError)
 """What h5py raises for a malformed file: libhdf5's errors, as whichever of these it maps them to, and
@@ -148,6 +156,58 @@ def _check_ratio(key: str, name: str, dataset: h5py.Dataset, chunk_bytes: int) -
         )
 
 
+def _filters(key: str, dataset: h5py.Dataset) -> list[int]:
+    """The filters of a chunked dataset, in the order they were applied when it was written.
+
+    Raises:
+        FormatError: If one is not a filter decoded here (``_DECODED_FILTERS``).
+    """
+    plist = dataset.id.get_create_plist()
+    filters = []
+    for i in range(plist.get_nfilters()):
+        code, _, _, name = plist.get_filter(i)
+        if code not in _DECODED_FILTERS:
+            raise FormatError(
+                f"{key}: dataset {dataset.name!r} is stored with filter {name.decode(errors='replace')!r} "
+                f"({code}), which is not read: only {' and '.join(_DECODED_FILTERS.values())} are"
+            )
+        filters.append(code)
+    return filters
+
+
+def _stored_bound(chunk_bytes: int) -> int:
+    """The most bytes a chunk of ``chunk_bytes`` takes stored: gzip adds at most 5 bytes per 16 KiB block
+    to what it cannot compress, and 6 to the whole."""
+    return chunk_bytes + 5 * (chunk_bytes // 16384 + 1) + 64
+
+
+def _inflate(data: bytes, limit: int, what: str) -> bytes:
+    """The zlib stream ``data`` inflated, refused as soon as it would exceed ``limit`` bytes.
+
+    Raises:
+        FormatError: If the stream is corrupt, ends early, or holds more than ``limit`` bytes.
+    """
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(data, limit)
+        more = b"" if inflater.eof else inflater.decompress(inflater.unconsumed_tail, 1)
+    except zlib.error as error:
+        raise FormatError(f"{what}: corrupt gzip stream: {error}") from error
+    if more:
+        raise FormatError(f"{what}: its gzip stream decodes to more than the {limit} bytes of a chunk")
+    if not inflater.eof:
+        raise FormatError(f"{what}: its gzip stream ends early, after {len(out)} bytes")
+    return out
+
+
+def _unshuffle(data: bytes, itemsize: int) -> bytes:
+    """The bytes HDF5's shuffle filter wrote as ``itemsize`` planes (the first byte of every value, then
+    the second...), back in the order of the values; bytes past the last whole value stay as they are."""
+    count = len(data) // itemsize
+    planes = np.frombuffer(data, np.uint8, count * itemsize).reshape(itemsize, count)
+    return planes.T.tobytes() + data[count * itemsize :]
+
+
 class _Hdf5DatasetReader(ImageReader):
     """Reads a chunked, compressed or unallocated dataset through h5py, crops as hyperslabs.
 
@@ -167,6 +227,7 @@ class _Hdf5DatasetReader(ImageReader):
         self._chunks: tuple[int, ...] | None = dataset.chunks if filtered else None
         if self._chunks is not None:
             self._chunk_bytes = math.prod(self._chunks) * dataset.dtype.itemsize
+            self._filters = _filters(key, dataset)
             _check_ratio(key, dataset.name, dataset, self._chunk_bytes)
         self._cache: collections.OrderedDict[tuple[int, ...], np.ndarray] = collections.OrderedDict()
         self._cached_bytes = 0
@@ -227,15 +288,41 @@ class _Hdf5DatasetReader(ImageReader):
             if chunk is not None:
                 self._cache.move_to_end(corner)
                 return chunk
-            region = tuple(slice(a, min(a + c, n)) for a, c, n in zip(low, self._chunks, self._dataset.shape))
-            chunk = np.empty([r.stop - r.start for r in region], self._dataset.dtype)
-            self._dataset.read_direct(chunk, region)
+            chunk = self._decode(tuple(low))
             if chunk.nbytes <= CHUNK_CACHE:
                 self._cache[corner] = chunk
                 self._cached_bytes += chunk.nbytes
                 while self._cached_bytes > CHUNK_CACHE:
                     self._cached_bytes -= self._cache.popitem(last=False)[1].nbytes
             return chunk
+
+    def _decode(self, low: tuple[int, ...]) -> np.ndarray:
+        """The whole chunk starting at ``low``, decoded from its stored bytes within its declared size."""
+        dataset = self._dataset
+        stored = dataset.id.get_chunk_info_by_coord(low)
+        if stored.byte_offset is None:
+            return np.full(self._chunks, dataset.fillvalue, dataset.dtype)
+        if stored.size > _stored_bound(self._chunk_bytes):  # what read_direct_chunk would allocate
+            raise FormatError(
+                f"{self.key}: the chunk at {low} of {dataset.name!r} is stored in {stored.size} bytes, more "
+                f"than a chunk of {self._chunk_bytes} bytes takes"
+            )
+        skipped, data = dataset.id.read_direct_chunk(low)
+        for stage in reversed(range(len(self._filters))):
+            if skipped >> stage & 1:
+                continue
+            if self._filters[stage] == h5py.h5z.FILTER_DEFLATE:
+                data = _inflate(
+                    data, self._chunk_bytes, f"{self.key}: the chunk at {low} of {dataset.name!r}"
+                )
+            else:
+                data = _unshuffle(data, dataset.dtype.itemsize)
+        if len(data) != self._chunk_bytes:
+            raise FormatError(
+                f"{self.key}: the chunk at {low} of {dataset.name!r} decodes to {len(data)} bytes, "
+                f"not the {self._chunk_bytes} of a chunk of {self._chunks}"
+            )
+        return np.frombuffer(data, dataset.dtype).reshape(self._chunks)
 
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         self.check_run(start, len(outs))
@@ -277,10 +364,7 @@ class Hdf5Format(vio.Format):
 
     @classmethod
     def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
-        try:
-            file = h5py.File(key, "r")
-        except _H5PY_ERRORS as error:
-            raise FormatError(f"{key}: not a readable HDF5 file: {error}") from error
+        file = _open_file(key, fd)
         try:
             with _malformed(key):
                 dataset = _stored_dataset(key, file, cls.dataset)
@@ -294,6 +378,37 @@ class Hdf5Format(vio.Format):
             raise
         file.close()
         return RawArrayReader(key, fd, descriptor, file_dtype, offset)
+
+
+def _open_file(key: str, fd: int) -> h5py.File:
+    """The HDF5 file open at ``fd``, read through that descriptor and never opened again by its path.
+
+    Raises:
+        FormatError: If it is not a readable HDF5 file.
+    """
+    try:
+        return h5py.File(open(fd, "rb", closefd=False), "r")  # noqa: SIM115 - the reader owns the descriptor
+    except _H5PY_ERRORS as error:
+        raise FormatError(f"{key}: not a readable HDF5 file: {error}") from error
+
+
+@contextlib.contextmanager
+def _regular_file(path: str | os.PathLike[str]) -> Iterator[int]:
+    """A descriptor of the regular file at ``path``, opened without blocking (a FIFO or device refused).
+
+    Raises:
+        FileNotFoundError: If there is no file at ``path``.
+        OSError: If it is not a regular file.
+    """
+    key = os.fspath(path)
+    try:
+        fd = open_readonly(key)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{key}: no such file") from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _names(file: h5py.File) -> list[str]:
@@ -336,10 +451,12 @@ def is_hdf5(path: str | os.PathLike[str]) -> bool:
 
     Raises:
         FileNotFoundError: If there is no file at ``path``.
+        OSError: If it is not a regular file (a FIFO, a device).
     """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{os.fspath(path)}: no such file")
-    return bool(h5py.is_hdf5(path))
+    with _regular_file(path) as fd:
+        size = os.fstat(fd).st_size
+        offsets = [0] + [512 << k for k in range(48) if 512 << k < size]  # where a user block may end
+        return any(os.pread(fd, len(_MAGIC), at) == _MAGIC for at in offsets)
 
 
 def label_names(path: str | os.PathLike[str]) -> list[str]:
@@ -355,12 +472,15 @@ def label_names(path: str | os.PathLike[str]) -> list[str]:
 
     Raises:
         FileNotFoundError: If there is no file at ``path``.
-        OSError: If the file is not HDF5.
+        OSError: If the file is not HDF5, or not a regular file.
         FormatError: If ``labels`` is a soft or external link, or the file is malformed.
     """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{os.fspath(path)}: no such file")
-    with h5py.File(path, "r") as file, _malformed(os.fspath(path)):
+    with (
+        _regular_file(path) as fd,
+        open(fd, "rb", closefd=False) as stream,
+        h5py.File(stream, "r") as file,
+        _malformed(os.fspath(path)),
+    ):
         link = file.get("labels", getlink=True)
         if link is None:
             return []

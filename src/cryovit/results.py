@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Literal
@@ -10,6 +11,7 @@ import numpy as np
 import torch
 
 import vitrio as vio
+from vitrio.formats import open_subfolder, writing_in
 
 from . import hdf5
 from .types import BatchedModelResult, BatchedTomogramData
@@ -86,28 +88,6 @@ def _component(name: str, what: str) -> str:
     return name
 
 
-def _prediction_path(directory: Path, sample: str, name: str, file_format: str) -> Path:
-    """Where the predictions of tomogram ``name`` of ``sample`` go in ``directory``.
-
-    Raises:
-        ValueError: If the sample or tomogram name is not a plain name, or the path resolves outside.
-    """
-    stem = Path(_component(name, "tomogram name")).stem
-    return _inside(directory, directory / _component(sample, "sample") / f"{stem}.{file_format}")
-
-
-def _inside(directory: Path, path: Path) -> Path:
-    """``path``, once its resolved form (links followed) is checked to lie inside ``directory``.
-
-    Raises:
-        ValueError: If it does not.
-    """
-    root, resolved = directory.resolve(), path.resolve()
-    if not resolved.is_relative_to(root):
-        raise ValueError(f"{path}: resolves to {resolved}, outside {root}; it is not written")
-    return path
-
-
 def write_predictions(
     result: BatchedModelResult,
     directory: str | os.PathLike[str],
@@ -119,8 +99,10 @@ def write_predictions(
     float32) or ``directory/s/name.hdf5`` (datasets ``data``, the tomogram, and ``preds``, so that the
     file is also a tomogram ``TomogramDataset`` reads). Write them apart from the tomograms: a file
     of the same name is replaced. Sample and tomogram names must be plain names (no separator, not
-    ``..``), and each path must resolve inside ``directory``: names that came with the data cannot
-    place a file elsewhere.
+    ``..``): names that came with the data cannot place a file elsewhere. Each sample's folder is
+    made and opened once, without following a symbolic link, before anything is written, and its
+    files are made in the folder so opened, so a folder swapped for a link meanwhile cannot redirect
+    them.
 
     Args:
         result: The result, as ``model_result`` makes it.
@@ -131,21 +113,37 @@ def write_predictions(
         The paths written, one per tomogram.
 
     Raises:
-        ValueError: If ``file_format`` is neither, or a sample or tomogram name would place a file
-            outside ``directory``; nothing is written then.
+        ValueError: If ``file_format`` is neither, a sample or tomogram name is not a plain name, or
+            a sample's folder is a symbolic link; no file is written then.
+        NotADirectoryError: If a file lies where a sample's folder goes; no file is written then.
     """
     if file_format not in ("mrc", "hdf5"):
         raise ValueError(f"file_format is 'mrc' or 'hdf5', not {file_format!r}")
     directory = Path(directory)
-    paths = [
-        _prediction_path(directory, sample, name, file_format)
+    names = [
+        (_component(sample, "sample"), f"{Path(_component(name, 'tomogram name')).stem}.{file_format}")
         for sample, name in zip(result.samples, result.tomo_names)
     ]
-    for path, data, preds in zip(paths, result.data, result.preds):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _inside(directory, path)  # again, now that the sample's folder is there
-        if file_format == "mrc":
-            vio.write_single(preds, path)
-        else:
-            hdf5.write_datasets(path, {"data": data, "preds": preds})
+    directory.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as opened:
+        root = _opened(opened, os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        folders = {}
+        for sample, _ in names:
+            if sample not in folders:
+                folders[sample] = _opened(opened, open_subfolder(root, sample, str(directory / sample)))
+        paths = []
+        for (sample, name), data, preds in zip(names, result.data, result.preds):
+            path = directory / sample / name
+            with writing_in(path.parent, folders[sample]):
+                if file_format == "mrc":
+                    vio.write_single(preds, path)
+                else:
+                    hdf5.write_datasets(path, {"data": data, "preds": preds})
+            paths.append(path)
     return paths
+
+
+def _opened(stack: contextlib.ExitStack, fd: int) -> int:
+    """``fd``, closed when ``stack`` closes."""
+    stack.callback(os.close, fd)
+    return fd

@@ -9,6 +9,18 @@ link where vitrio will write cannot redirect the write. Code that hands the
 file to another library (tifffile, h5py, starfile) hands it the open file,
 never a path that could be swapped.
 
+The folder a file is written in is opened once, and the file is created,
+renamed and removed relative to that open folder (`dir_fd`), so a folder
+swapped for a link meanwhile cannot send the file elsewhere. A folder vitrio
+makes under an output for names that come with the data (`open_subfolder`)
+is made and opened without following links, and the files written in it
+are made in the folder so opened (`writing_in`).
+
+A file vitrio reads is opened without blocking and must be a regular file
+(`open_readonly`): a FIFO would block the reader forever, and a device such
+as `/dev/zero` would never end; `read_whole` also bounds the bytes of a
+file read whole.
+
 A file being written is named `.{name}.{pid}-{host}-{random}.partial`: the
 process's id and a hash of its host's name. A process killed before it
 removes its files cannot leave them forever: SIGTERM (what batch
@@ -25,6 +37,7 @@ hidden files there of its own naming, user and host whose process is gone
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import os
 import re
@@ -34,8 +47,9 @@ import signal
 import socket
 import stat
 import threading
+import types
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 __all__ = [
@@ -43,8 +57,11 @@ __all__ = [
     "new_file",
     "open_readonly",
     "open_beneath",
+    "read_whole",
+    "regular_size",
+    "open_subfolder",
+    "writing_in",
     "created_mode",
-    "remove_quietly",
     "guard_sigterm",
     "track_partial",
     "untrack_partial",
@@ -52,12 +69,123 @@ __all__ = [
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FOLDER = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
 _umask_lock = threading.Lock()
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
 def open_readonly(path: str) -> int:
-    """A file descriptor of `path` open for reading, closed across `exec`."""
-    return os.open(path, os.O_RDONLY | _CLOEXEC)
+    """A file descriptor of the regular file at `path`, open for reading, closed across `exec`.
+
+    It is opened without blocking, so that a FIFO does not wait for a writer.
+
+    Raises:
+        IsADirectoryError: If `path` is a directory.
+        OSError: If it is anything else but a regular file (a FIFO, a device, a socket).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, f"{path}: is a directory, not a file")
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"{path}: {_kind(mode)}, not a regular file; it is not read")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def regular_size(path: str, limit: int, what: str) -> int:
+    """The size of the regular file at `path`, checked to be at most `limit` bytes.
+
+    Raises:
+        IsADirectoryError, OSError: As `open_readonly` raises them.
+        ValueError: If the file is larger than `limit` bytes.
+    """
+    fd = open_readonly(path)
+    try:
+        return _within(path, os.fstat(fd).st_size, limit, what)
+    finally:
+        os.close(fd)
+
+
+def read_whole(path: str, limit: int, what: str) -> bytes:
+    """The content of the regular file at `path`, of at most `limit` bytes.
+
+    Raises:
+        IsADirectoryError, OSError: As `open_readonly` raises them.
+        ValueError: If the file is larger than `limit` bytes.
+    """
+    fd = open_readonly(path)
+    try:
+        _within(path, os.fstat(fd).st_size, limit, what)
+        with open(fd, "rb", closefd=False) as file:
+            content = file.read(limit + 1)
+    finally:
+        os.close(fd)
+    _within(path, len(content), limit, what)  # the file grew since
+    return content
+
+
+def _within(path: str, size: int, limit: int, what: str) -> int:
+    if size > limit:
+        raise ValueError(f"{path}: {size} bytes or more, more than the {limit} a {what} may have; not read")
+    return size
+
+
+def open_subfolder(folder: int, name: str, path: str) -> int:
+    """A descriptor of the folder `name` of the folder open at `folder`, made if missing; no link followed.
+
+    Args:
+        folder: The descriptor of the folder it lies in.
+        name: Its name there, one component.
+        path: Its path, for messages.
+
+    Raises:
+        ValueError: If a symbolic link lies at `name`.
+        NotADirectoryError: If something else than a folder lies there.
+    """
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o777, dir_fd=folder)
+    try:
+        return os.open(name, _FOLDER | _NOFOLLOW, dir_fd=folder)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):  # what O_NOFOLLOW makes of a link
+            try:
+                mode = os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
+            except OSError:
+                mode = 0
+            if not (stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):  # a folder now was a link then
+                raise NotADirectoryError(errno.ENOTDIR, f"{path}: not a folder") from None
+            raise ValueError(f"{path}: a symbolic link, not a folder; it is not followed") from None
+        raise type(error)(error.errno, f"{path}: {error.strerror}") from None
+
+
+_pinned: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar(
+    "vitrio_pinned_folders", default=types.MappingProxyType({})
+)
+
+
+@contextlib.contextmanager
+def writing_in(path: str | os.PathLike[str], folder: int) -> Iterator[None]:
+    """Within the block, a file this context creates in the folder at `path` is made in the folder open
+    at `folder`, whatever `path` names by then."""
+    token = _pinned.set({**_pinned.get(), os.path.abspath(os.fspath(path)): folder})
+    try:
+        yield
+    finally:
+        _pinned.reset(token)
 
 
 def created_mode() -> int:
@@ -66,12 +194,6 @@ def created_mode() -> int:
         umask = os.umask(0o077)
         os.umask(umask)
     return 0o666 & ~umask
-
-
-def remove_quietly(path: str) -> None:
-    """Remove `path` if it is there."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
 
 def open_beneath(root: str, path: str) -> int:
@@ -118,7 +240,9 @@ def open_beneath(root: str, path: str) -> int:
 
 _HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"
 _PARTIAL = re.compile(r"\.(.+)\.(\d+)-([0-9a-f]{8})-[0-9a-f]{16}\.partial")
-_live: dict[int, tuple[int, str]] = {}  # id of a PartialFile -> (pid that made it, its hidden path)
+# id of what writes a hidden file or folder -> (pid that made it, the folder it lies in open, or None
+# where its name is a path, its name)
+_live: dict[int, tuple[int, int | None, str]] = {}
 _swept: set[str] = set()
 _state_lock = threading.Lock()
 _guarded = False
@@ -140,12 +264,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _sweep(folder: str) -> None:
-    """Remove the hidden files in `folder` of this naming, user and host whose process is gone, once."""
+def _sweep(path: str, folder: int) -> None:
+    """Remove the hidden files in the folder at `path`, open at `folder`, of this naming, user and host
+    whose process is gone, once."""
     with _state_lock:
-        if folder in _swept:
+        if path in _swept:
             return
-        _swept.add(folder)
+        _swept.add(path)
     user, me = os.getuid(), os.getpid()
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for entry in entries:
@@ -154,19 +279,19 @@ def _sweep(folder: str) -> None:
                 continue
             with contextlib.suppress(OSError):
                 if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == user:
-                    os.unlink(entry.path)
+                    os.unlink(entry.name, dir_fd=folder)
 
 
 def _on_sigterm(number: int, frame: Any) -> None:
     """Remove this process's hidden files and folders, then die of SIGTERM as if no handler were installed."""
     me = os.getpid()
-    for pid, path in list(_live.values()):
+    for pid, folder, name in list(_live.values()):
         if pid == me:
             with contextlib.suppress(OSError):
-                if stat.S_ISDIR(os.lstat(path).st_mode):
-                    shutil.rmtree(path, ignore_errors=True)
+                if stat.S_ISDIR(os.lstat(name, dir_fd=folder).st_mode):
+                    shutil.rmtree(name, ignore_errors=True, dir_fd=folder)
                 else:
-                    os.unlink(path)
+                    os.unlink(name, dir_fd=folder)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(me, signal.SIGTERM)
 
@@ -183,11 +308,12 @@ def guard_sigterm() -> None:
             signal.signal(signal.SIGTERM, _on_sigterm)
 
 
-def track_partial(owner: object, path: str) -> None:
-    """Note `path`, a hidden file or folder `owner` writes, for SIGTERM to remove (see `guard_sigterm`)."""
+def track_partial(owner: object, name: str, folder: int | None = None) -> None:
+    """Note `name`, a hidden file or folder `owner` writes (in the folder open at `folder`, or a path), for
+    SIGTERM to remove (see `guard_sigterm`)."""
     guard_sigterm()
     with _state_lock:
-        _live[id(owner)] = (os.getpid(), path)
+        _live[id(owner)] = (os.getpid(), folder, name)
 
 
 def untrack_partial(owner: object) -> None:
@@ -205,6 +331,10 @@ def partial_path(target: str | os.PathLike[str], token: str) -> str:
 class PartialFile:
     """A new file being written beside `target`, private to its owner until `publish` moves it there.
 
+    The target's folder is opened once, when the file is made (in the folder
+    `writing_in` gave for it, if any), and the file is made, renamed and
+    removed in that open folder.
+
     Attributes:
         target: The path the file is moved to when complete.
         path: Where the file lies until then: a hidden name in the target's folder.
@@ -216,23 +346,30 @@ class PartialFile:
 
     def __init__(self, target: str | os.PathLike[str]):
         self.target = os.fspath(target)
-        folder, name = os.path.split(os.path.abspath(self.target))
-        if not os.path.isdir(folder):
-            raise FileNotFoundError(f"{self.target}: no directory {folder} to write the file in")
-        guard_sigterm()
-        _sweep(folder)
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
-        while True:
-            path = partial_path(self.target, secrets.token_hex(8))
-            try:
-                self.fd = os.open(path, flags, 0o600)
-            except FileExistsError:
-                continue
-            except OSError as error:  # named by the target: the hidden name means nothing to the user
-                raise type(error)(error.errno, error.strerror, self.target) from None
-            break
+        where, self._name = os.path.split(os.path.abspath(self.target))
+        pinned = _pinned.get().get(where)
+        try:
+            self._folder = os.open(where, _FOLDER) if pinned is None else os.dup(pinned)
+        except (FileNotFoundError, NotADirectoryError):
+            raise FileNotFoundError(f"{self.target}: no directory {where} to write the file in") from None
+        try:
+            guard_sigterm()
+            _sweep(where, self._folder)
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+            while True:
+                path = partial_path(self.target, secrets.token_hex(8))
+                try:
+                    self.fd = os.open(os.path.basename(path), flags, 0o600, dir_fd=self._folder)
+                except FileExistsError:
+                    continue
+                except OSError as error:  # named by the target: the hidden name means nothing to the user
+                    raise type(error)(error.errno, error.strerror, self.target) from None
+                break
+        except BaseException:
+            os.close(self._folder)
+            raise
         self.path = path
-        track_partial(self, path)
+        track_partial(self, os.path.basename(path), self._folder)
 
     def file(self, mode: str = "r+b") -> IO[Any]:
         """A file object over the file, at its start, named by its path; closing it leaves `fd` open."""
@@ -248,6 +385,7 @@ class PartialFile:
         except BaseException:
             self.discard()
             raise
+        self._release()
 
     def expose(self, mode: int | None = None) -> None:
         """Give the file `mode` (by default the umask's) and move it onto its target, keeping it open.
@@ -259,20 +397,28 @@ class PartialFile:
         if self.path == self.target:
             return
         os.fchmod(self.fd, created_mode() if mode is None else mode)
-        os.replace(self.path, self.target)
+        os.replace(os.path.basename(self.path), self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
         self.path = self.target
         untrack_partial(self)
 
     def discard(self) -> None:
         """Close and remove the unfinished file."""
         self._close()
-        remove_quietly(self.path)
+        if self._folder >= 0:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.basename(self.path), dir_fd=self._folder)
         untrack_partial(self)
+        self._release()
 
     def _close(self) -> None:
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)
+
+    def _release(self) -> None:
+        if self._folder >= 0:
+            folder, self._folder = self._folder, -1
+            os.close(folder)
 
 
 @contextlib.contextmanager

@@ -8,9 +8,13 @@ import itertools
 import json
 import os
 import pickle
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 import zlib
 from pathlib import Path
 
@@ -24,8 +28,10 @@ from cryovit import hdf5
 from cryovit.data import TomogramDataset, collate_tomograms, write_predictions
 from cryovit.hdf5 import label_names, write_datasets
 from cryovit.types import BatchedModelResult, BatchedTomogramData, FileData, TomogramData
+from tests.hardening.helpers import swapping
 from vitrio._fs import partial_path
 
+OTHER = 12345
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not for anyone else's eyes ...."[:64]
 
 
@@ -181,13 +187,13 @@ def test_the_crops_of_a_batch_decode_a_chunk_once(tmp_path: Path, monkeypatch: p
     with h5py.File(path, "w") as file:
         file.create_dataset("data", data=values, chunks=(16, 32, 32), compression="gzip")
     decoded = []
-    read_direct = h5py.Dataset.read_direct
+    inflate = hdf5._inflate
 
-    def counting(self: h5py.Dataset, out: np.ndarray, source: object = None, dest: object = None) -> None:
-        decoded.append(source)
-        read_direct(self, out, source, dest)
+    def counting(data: bytes, limit: int, what: str) -> bytes:
+        decoded.append(what)
+        return inflate(data, limit, what)
 
-    monkeypatch.setattr(h5py.Dataset, "read_direct", counting)
+    monkeypatch.setattr(hdf5, "_inflate", counting)
     dataset = TomogramDataset([FileData(path)] * 8, crop=(4, 8), seed=3)
     batch = collate_tomograms(dataset.__getitems__(range(8)))
     for i, (z, y, x) in enumerate(batch.aux_data["crop_origin"]):
@@ -198,6 +204,105 @@ def test_the_crops_of_a_batch_decode_a_chunk_once(tmp_path: Path, monkeypatch: p
         (z + 3) // 16 for z, _, _ in batch.aux_data["crop_origin"]
     }
     assert len(decoded) == len(touched) <= 2
+
+
+_BOMB_UNDER_A_LIMIT = """
+import resource, sys, time
+import vitrio as vio
+import cryovit.hdf5
+with open("/proc/self/status") as status:
+    size = next(int(line.split()[1]) << 10 for line in status if line.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (size + (384 << 20),) * 2)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.monotonic()
+try:
+    vio.read(sys.argv[1])
+    print("read")
+except vio.FormatError as error:
+    print("refused", error)
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10
+print(f"{time.monotonic() - start:.1f} s, {grown} MiB")
+"""
+
+
+@pytest.mark.parametrize(
+    ("side", "shuffle", "problem"),
+    [
+        (64, False, " is stored in 1043644 bytes, more than a chunk of 4096 bytes takes"),
+        (1024, False, ": its gzip stream decodes to more than the 1048576 bytes of a chunk"),
+        (1024, True, ": its gzip stream decodes to more than the 1048576 bytes of a chunk"),
+    ],
+)
+def test_a_chunk_whose_gzip_stream_inflates_to_a_gigabyte_is_refused_under_a_memory_limit(
+    tmp_path: Path, side: int, shuffle: bool, problem: str
+) -> None:
+    """A 1 MiB gzip stream of 1 GiB as the one chunk of a 64 x 64 image (stored in more than such a
+    chunk takes), and of a 1024 x 1024 image (stored in no more than its chunk: it is inflated, and
+    stopped at the chunk's size); both pass the ratio of declared to stored sizes."""
+    compressor = zlib.compressobj(9)
+    pieces = [compressor.compress(bytes(1 << 20)) for _ in range(1024)]
+    stream = b"".join(pieces) + compressor.flush()
+    assert len(stream) == 1043644
+    path = tmp_path / "bomb.h5"
+    with h5py.File(path, "w") as file:
+        options = {"chunks": (side, side), "compression": "gzip", "shuffle": shuffle}
+        file.create_dataset("data", (side, side), np.uint8, **options).id.write_direct_chunk((0, 0), stream)
+    assert path.stat().st_size < 2 << 20
+    run = subprocess.run(
+        [sys.executable, "-c", _BOMB_UNDER_A_LIMIT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert run.returncode == 0, run.stderr
+    outcome, cost = run.stdout.splitlines()
+    assert outcome == f"refused {path}: the chunk at (0, 0) of '/data'{problem}"
+    seconds, mebibytes = (float(word) for word in cost.replace(",", "").split()[::2])
+    assert seconds < 5 and mebibytes < 32, cost
+
+
+@pytest.mark.parametrize(
+    ("stream", "problem"),
+    [
+        (zlib.compress(bytes(100)), "decodes to 100 bytes, not the 1024 of a chunk of (32, 32)"),
+        (zlib.compress(bytes(1024))[:-6], ": its gzip stream ends early"),
+        (b"not zlib", ": corrupt gzip stream"),
+    ],
+)
+def test_a_chunk_short_or_corrupt_is_a_format_error_naming_it(
+    tmp_path: Path, stream: bytes, problem: str
+) -> None:
+    path = tmp_path / "t.h5"
+    with h5py.File(path, "w") as file:
+        dataset = file.create_dataset("data", (64, 64), np.uint8, chunks=(32, 32), compression="gzip")
+        dataset[...] = 1
+        dataset.id.write_direct_chunk((32, 0), stream)
+    with pytest.raises(
+        vio.FormatError,
+        match=re.escape(f"{path}: the chunk at (32, 0) of '/data'") + ".*" + re.escape(problem),
+    ):
+        vio.read(path)
+
+
+def test_a_dataset_of_a_filter_not_decoded_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.h5"
+    with h5py.File(path, "w") as file:
+        file.create_dataset("data", data=np.ones((8, 8), np.float32), chunks=(4, 4), fletcher32=True)
+    with pytest.raises(vio.FormatError, match=f"{path}: dataset '/data' is stored with filter 'fletcher32'"):
+        vio.read(path)
+
+
+def test_chunks_never_written_read_as_the_fill_value(tmp_path: Path) -> None:
+    path = tmp_path / "t.h5"
+    with h5py.File(path, "w") as file:
+        dataset = file.create_dataset(
+            "data", (8, 8), np.int16, chunks=(4, 4), compression="gzip", fillvalue=7
+        )
+        dataset[:4, :4] = 3
+    expected = np.full((8, 8), 7, np.int16)
+    expected[:4, :4] = 3
+    np.testing.assert_array_equal(vio.read(path), expected)
 
 
 # pickles in saved folders
@@ -317,14 +422,45 @@ def test_names_that_leave_the_output_folder_are_refused(tmp_path: Path, sample: 
     assert not list(tmp_path.rglob("*"))  # not even the files of the plain names
 
 
-def test_a_sample_folder_linked_outside_is_refused(tmp_path: Path) -> None:
-    out, outside = tmp_path / "out", tmp_path / "outside"
+@pytest.mark.parametrize("where", ["outside", "out/t"])
+def test_a_sample_folder_that_is_a_link_is_refused(tmp_path: Path, where: str) -> None:
+    out, elsewhere = tmp_path / "out", tmp_path / where
     out.mkdir()
-    outside.mkdir()
-    (out / "s").symlink_to(outside)
-    with pytest.raises(ValueError, match="outside"):
-        write_predictions(_result(["s"], ["a.mrc"]), out)
-    assert not list(outside.iterdir())
+    elsewhere.mkdir()
+    (out / "s").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match=f"{out / 's'}: a symbolic link, not a folder"):
+        write_predictions(_result(["ok", "s"], ["a.mrc", "b.mrc"]), out)
+    assert not list(elsewhere.iterdir()) and not list((out / "ok").iterdir())
+
+
+def test_a_sample_folder_swapped_for_a_link_in_a_loop_does_not_redirect_the_write(tmp_path: Path) -> None:
+    shared = Path(tempfile.mkdtemp(prefix="vitrio-results-"))
+    try:
+        shared.chmod(0o755)
+        out, victim = shared / "out", shared / "raw"
+        out.mkdir()
+        out.chmod(0o777)  # a group's results folder, without the sticky bit
+        victim.mkdir()
+        raw = victim / "t.mrc"
+        raw.write_bytes(b"the victim's raw tomogram")
+        (out / "s").mkdir()
+        (out / "l").symlink_to(victim)
+        for path in (out / "s", out / "l"):
+            os.chown(path, OTHER, OTHER, follow_symlinks=False)
+        written = refused = 0
+        with swapping(out / "s", out / "l", OTHER) as swaps:
+            deadline = time.monotonic() + 20
+            while written + refused < 2000 and time.monotonic() < deadline:
+                try:
+                    write_predictions(_result(["s"], ["t.mrc"]), out)
+                    written += 1
+                except (ValueError, OSError):  # a link, or a folder gone for a moment
+                    refused += 1
+        assert raw.read_bytes() == b"the victim's raw tomogram"
+        assert swaps[0] > 100 and written > 10 and refused > 10, (swaps, written, refused)
+        assert [p.name for p in victim.iterdir()] == ["t.mrc"]
+    finally:
+        shutil.rmtree(shared)
 
 
 # symbolic links where a written file is made

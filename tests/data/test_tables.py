@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import vitrio as vio
 from vitrio import ImageLocation
 from vitrio.data import as_columns, make_locations, parse_locations
 
@@ -70,3 +73,50 @@ def test_parse_locations_as_relion_writes_them(tmp_path):
     for bad in ["0@a.mrcs", "", "x@a.mrcs", 3.5]:
         with pytest.raises(ValueError, match=f"not an image location: {re.escape(repr(bad))}"):
             parse_locations(["1@fine.mrcs", bad])
+
+
+class _Counting(http.server.BaseHTTPRequestHandler):
+    """Counts the requests it is sent, and answers each with a 404."""
+
+    requests: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+        self.requests.append(self.path)
+        self.send_error(404)
+
+    do_HEAD = do_GET  # noqa: N815
+
+    def log_message(self, *arguments) -> None:
+        """Nothing: the tests' output stays clean."""
+
+
+@pytest.fixture
+def beacon():
+    """The address of a server on 127.0.0.1 that counts the requests it is sent, and their list."""
+    handler = type("Handler", (_Counting,), {"requests": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler.requests
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_a_url_written_in_metadata_is_a_local_path_and_no_request_is_sent(beacon, tmp_path, monkeypatch):
+    address, requests = beacon
+    monkeypatch.chdir(tmp_path)
+    written = f"1@{address}/x.zarr"
+    [parsed] = parse_locations([written])
+    [made] = make_locations([f"{address}/x.zarr"], [0])
+    for location in (parsed, made):
+        assert location.key == f"./{address}/x.zarr" and location.index_in_stack == 0
+        with pytest.raises(FileNotFoundError, match=re.escape(location.key)):
+            vio.query_descriptor(location.key)
+    assert parse_locations([written], root=tmp_path)[0].key == f"{tmp_path}/{address}/x.zarr"
+    assert requests == []
+    [remote] = parse_locations([written], allow_remote=True)
+    assert remote.key == f"{address}/x.zarr"
+    with pytest.raises((FileNotFoundError, vio.FormatError)):
+        vio.query_descriptor(remote.key)
+    assert requests  # the caller asked for it: now the server is asked

@@ -3,7 +3,9 @@
 MRC files are made with the hand-made headers of `vitrio.testing.mrc`
 and vitrio's writer, TIFF files with tifffile, EER movies with the encoder
 of `vitrio.testing.eer`, DM files with the tag trees of `vitrio.testing.dm`
-(and the smallest real DM samples, where the shared test data is there).
+(and the smallest real DM samples, where the shared test data is there),
+HDF5 files with h5py (read by the plug-in `cryovit.hdf5`): contiguous,
+chunked, compressed with gzip and shuffle, a stack of volumes.
 OME-Zarr stores are made by vitrio's writer and by zarr (filters, Zarr v3
 transposition, checksums and shards); a seed is one file of a store, its
 metadata or a chunk, mutated in a copy of the store (`fuzzing.place`).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
+import h5py
 import numpy as np
 import tifffile
 
@@ -30,7 +33,7 @@ from vitrio.testing.mrc import write_mrc_by_hand
 from .. import DM_SAMPLES
 from .fuzzing import Seed
 
-FORMATS = ("mrc", "tiff", "eer", "dm", "zarr")
+FORMATS = ("mrc", "tiff", "eer", "dm", "zarr", "hdf5")
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 _EXTENSIONS = {
     ".mrc": "mrc",
@@ -40,6 +43,8 @@ _EXTENSIONS = {
     ".eer": "eer",
     ".dm3": "dm",
     ".dm4": "dm",
+    ".h5": "hdf5",
+    ".hdf5": "hdf5",
 }
 REAL_DM = ("2D-float32.dm4", "3D-uint16.dm4", "2D-int16.dm3")
 """The real DM files of `DM_SAMPLES` among the seeds."""
@@ -233,7 +238,32 @@ def _zarr_seeds(directory: Path) -> list[Path]:
     ]
 
 
-_MAKERS = {"mrc": _mrc_seeds, "tiff": _tiff_seeds, "eer": _eer_seeds, "dm": _dm_seeds, "zarr": _zarr_seeds}
+_HDF5_LAYOUTS = {
+    "contiguous.h5": ((4, 8, 8), {}),
+    "chunked.h5": ((4, 8, 8), {"chunks": (2, 4, 4)}),
+    "gzip-shuffle.h5": ((4, 8, 8), {"chunks": (2, 4, 4), "compression": "gzip", "shuffle": True}),
+    "stack.hdf5": ((2, 3, 4, 5), {"chunks": (1, 3, 2, 5), "compression": "gzip"}),
+}
+
+
+def _hdf5_seeds(directory: Path) -> list[Path]:
+    rng = np.random.default_rng(5)
+    paths = []
+    for name, (shape, options) in _HDF5_LAYOUTS.items():
+        with h5py.File(directory / name, "w") as file:
+            file.create_dataset("data", data=rng.normal(size=shape).astype(np.float32), **options)
+        paths.append(directory / name)
+    return paths
+
+
+_MAKERS = {
+    "mrc": _mrc_seeds,
+    "tiff": _tiff_seeds,
+    "eer": _eer_seeds,
+    "dm": _dm_seeds,
+    "zarr": _zarr_seeds,
+    "hdf5": _hdf5_seeds,
+}
 
 
 def regression_seeds(formats: tuple[str, ...] = FORMATS) -> list[Seed]:

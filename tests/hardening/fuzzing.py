@@ -378,6 +378,8 @@ def serve(manifest: str, workdir: str, memory: int = MEMORY) -> None:
     warnings.simplefilter("ignore")
     logging.getLogger("tifffile").setLevel(logging.CRITICAL)
     seeds = load_seeds(manifest)
+    if any(seed.format == "hdf5" for seed in seeds):
+        import cryovit.hdf5  # noqa: F401 - registers the HDF5 format with vitrio
     contents = [Path(seed.path).read_bytes() for seed in seeds]
     loader = vio.loader(workers=2)
     warm = os.path.join(workdir, f"{os.getpid()}-warm.mrcs")

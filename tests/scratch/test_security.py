@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import vitrio as vio
+from tests.hardening.helpers import swapping
 
 OTHER = 12345
 IMAGES, SIDE, RUN, BUDGET = 8, 8, 4, 1 << 20
@@ -271,3 +272,35 @@ def test_another_users_scratch_in_a_shared_folder_neither_fails_nor_touches_ours
     assert as_other_user(probe) == 0
     assert ours.stat().st_size == size and ours.stat().st_uid == os.geteuid()
     assert (shared / f"vitrio-{OTHER}").stat().st_uid == OTHER
+
+
+def test_the_users_folder_swapped_for_a_link_in_a_loop_neither_evicts_nor_writes_elsewhere(source, tmp_path):
+    """In a shared folder without the sticky bit, another user exchanges the user's folder with a link
+    to another private folder of the user's, in a loop: eviction does not remove the scratch files
+    there, and no scratch file is written there."""
+    locations, _ = source
+    kept = tmp_path / "kept"
+    kept.mkdir(mode=0o700)
+    old = plant(kept, "0", 100_000, 1, os.geteuid())
+    where = Path(tempfile.mkdtemp(prefix="vitrio-shared-"))
+    try:
+        where.chmod(0o777)
+        folder = Path(vio.create_directory_image_scratch(locations[:1], where, RUN, BUDGET).path).parent
+        (where / "link").symlink_to(kept)
+        os.lchown(where / "link", OTHER, OTHER)
+        made = refused = 0
+        with swapping(folder, where / "link", OTHER) as swaps:
+            deadline = time.monotonic() + 20
+            while made + refused < 1000 and time.monotonic() < deadline:
+                count = 1 + (made + refused) % IMAGES  # other images each time: a new file, evicting the last
+                try:
+                    vio.create_directory_image_scratch(
+                        locations[:count], where, RUN, SIDE * SIDE * 4 * IMAGES
+                    )
+                    made += 1
+                except OSError:  # the link, refused
+                    refused += 1
+        assert swaps[0] > 100 and made > 10 and refused > 10, (swaps, made, refused)
+        assert os.listdir(kept) == [old.name] and old.stat().st_size == 100_000
+    finally:
+        shutil.rmtree(where)

@@ -4,22 +4,27 @@ A `.cs` file is a numpy structured array saved with `np.save`: a row per
 particle, a field per value (`uid`, `blob/path`, `blob/idx`, `blob/psize_A`,
 `ctf/df1_A`, ...). It is mapped rather than loaded, so a header that claims
 more rows than the file holds is refused instead of allocated, and it is
-never unpickled.
+never unpickled. It is opened once, as a regular file (a FIFO or a device is
+refused, never waited on), of at most `MAX_CS_BYTES`.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
+from .._fs import open_readonly
 from ._extras import missing
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["read_cs"]
+__all__ = ["MAX_CS_BYTES", "read_cs"]
+
+MAX_CS_BYTES = 4 << 30
+"""The largest `.cs` file read: each of its columns is copied out of it."""
 
 
 def read_cs(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -40,8 +45,9 @@ def read_cs(path: str | os.PathLike[str]) -> pd.DataFrame:
     Raises:
         FileNotFoundError: If there is no file at `path`.
         IsADirectoryError: If `path` is a directory.
-        ValueError: If the file is not a numpy structured array, or holds
-            Python objects.
+        OSError: If it is not a regular file (a FIFO, a device).
+        ValueError: If the file is not a numpy structured array, holds
+            Python objects, or is larger than `MAX_CS_BYTES`.
         ModuleNotFoundError: If pandas is not installed (`pip install 'vitrio[star]'`).
     """
     try:
@@ -49,15 +55,15 @@ def read_cs(path: str | os.PathLike[str]) -> pd.DataFrame:
     except ModuleNotFoundError as error:
         raise missing(error, "read_cs") from None
 
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"{path}: is a directory, not a .cs file")
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:
-        raise ValueError(f"{path}: not a cryoSPARC .cs file (a numpy structured array): {error}") from error
-    if not isinstance(array, np.ndarray) or array.dtype.names is None or array.ndim != 1:
+        fd = open_readonly(os.fspath(path))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{path}: is a directory, not a .cs file") from None
+    with open(fd, "rb") as file:
+        array = _mapped(path, file)
+    if array.dtype.names is None or array.ndim != 1:
         raise ValueError(f"{path}: not a cryoSPARC .cs file: it holds no table of fields, one row a particle")
     columns = {}
     for name in array.dtype.names:
@@ -69,3 +75,26 @@ def read_cs(path: str | os.PathLike[str]) -> pd.DataFrame:
         else:
             columns[name] = values
     return pd.DataFrame(columns)
+
+
+def _mapped(path: str | os.PathLike[str], file: BinaryIO) -> np.ndarray:
+    """The array of the `.npy` file open as `file`, mapped read-only, without unpickling.
+
+    Raises:
+        ValueError: If it is not an `.npy` file of a structured array without objects, larger than
+            `MAX_CS_BYTES`, or shorter than its header says.
+    """
+    size = os.fstat(file.fileno()).st_size
+    if size > MAX_CS_BYTES:
+        raise ValueError(f"{path}: {size} bytes, more than the {MAX_CS_BYTES} a .cs file may have; not read")
+    try:
+        version = np.lib.format.read_magic(file)
+        read_header = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = read_header(file)
+        if dtype.hasobject:
+            raise ValueError("it holds Python objects, which are never unpickled")
+        return np.memmap(file, dtype, "r", file.tell(), shape, "F" if fortran else "C")
+    except (ValueError, OSError, EOFError) as error:
+        raise ValueError(f"{path}: not a cryoSPARC .cs file (a numpy structured array): {error}") from error

@@ -23,6 +23,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from .._fs import read_whole
 from .._functions import query_descriptor
 from .._loading import ImageLoader
 from .._types import ImageLocation
@@ -87,6 +88,10 @@ class PathResolver:
         return found
 
 
+MAX_LIST_BYTES = 256 << 20
+"""The largest list of stacks read."""
+
+
 def read_stack_list(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> list[str]:
     """Read a list of stacks, a `.txt` file of one stack path a line, as cryoDRGN takes them.
 
@@ -104,11 +109,13 @@ def read_stack_list(path: str | os.PathLike[str], root: str | os.PathLike[str] |
     Raises:
         FileNotFoundError: If there is no list at `path`, or a stack is
             nowhere to be found (naming the paths tried).
-        ValueError: If the list names no stack, or is not text.
+        OSError: If the list is not a regular file (a FIFO, a device: never waited on).
+        ValueError: If the list names no stack, is not text, or is larger than `MAX_LIST_BYTES`.
     """
     try:
-        with open(path, encoding="utf-8") as file:
-            lines = [line.strip() for line in file]
+        lines = [
+            line.strip() for line in read_whole(os.fspath(path), MAX_LIST_BYTES, "list").decode().splitlines()
+        ]
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
     except UnicodeDecodeError as error:

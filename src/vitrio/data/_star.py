@@ -15,13 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._fs import new_file
+from .._fs import new_file, regular_size
 from ._extras import missing
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["read_star", "read_star_particles", "star_table", "write_star", "particle_optics"]
+
+MAX_STAR_BYTES = 4 << 30
+"""The largest STAR file read: starfile holds it in memory whole, several times over."""
 
 # The block of particles as RELION names it: 3.1 and later, some tools of 3.1, 3.0's unnamed block.
 _PARTICLE_BLOCKS = ("particles", "images", "")
@@ -40,7 +43,8 @@ def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
     Raises:
         FileNotFoundError: If there is no file at `path`.
         IsADirectoryError: If `path` is a directory.
-        ValueError: If the file cannot be parsed as a STAR file.
+        OSError: If it is not a regular file (a FIFO, a device: never waited on).
+        ValueError: If the file cannot be parsed as a STAR file, or is larger than `MAX_STAR_BYTES`.
         ModuleNotFoundError: If pandas or starfile is not installed (`pip install 'vitrio[star]'`).
     """
     try:
@@ -49,10 +53,12 @@ def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
     except ModuleNotFoundError as error:
         raise missing(error, "read_star") from None
 
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"{path}: is a directory, not a STAR file")
+    try:
+        regular_size(os.fspath(path), MAX_STAR_BYTES, "STAR file")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{path}: is a directory, not a STAR file") from None
     try:
         blocks = starfile.read(path, always_dict=True)
     except (ValueError, UnicodeDecodeError) as error:

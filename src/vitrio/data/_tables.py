@@ -1,12 +1,17 @@
 """Turning parsed metadata into fields: tables into columns, keys and indices or texts into locations.
 
 These parse no metadata file: whoever reads a STAR file (`read_star`, say)
-or a cryoSPARC table hands over what it was parsed into.
+or a cryoSPARC table hands over what it was parsed into. A key that comes
+with metadata is a local path: one written as a URL (`http://host/x.zarr`)
+is read as the local path `./http://host/x.zarr`, unless the caller allows
+remote keys (`allow_remote=True`), so a downloaded STAR file cannot make
+the program send requests to a server of its author's choosing.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -53,8 +58,15 @@ def as_columns(table: Any) -> dict[str, np.ndarray]:
     return columns
 
 
-def _key_maker(root: Any, strip_project: bool) -> Any:
-    """A function turning a key as written into the key of a file, memoized since keys repeat."""
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def _key_maker(root: Any, strip_project: bool, allow_remote: bool) -> Any:
+    """A function turning a key as written into the key of a file, memoized since keys repeat.
+
+    Unless `allow_remote`, a key written as a URL becomes a local path, relative to `root` or to the
+    working directory.
+    """
     base = os.fspath(root) if root is not None else None
     made: dict[Any, str] = {}
 
@@ -66,6 +78,8 @@ def _key_maker(root: Any, strip_project: bool) -> Any:
                 key = key[1:]
             if base is not None and not os.path.isabs(key):
                 key = os.path.join(base, key)
+            elif not allow_remote and _URL.match(key):
+                key = os.path.join(os.curdir, key)
             made[written] = key
         return key
 
@@ -73,7 +87,7 @@ def _key_maker(root: Any, strip_project: bool) -> Any:
 
 
 def make_locations(
-    keys: Iterable[Any], indices: Iterable[int] | None = None, root: Any = None
+    keys: Iterable[Any], indices: Iterable[int] | None = None, root: Any = None, *, allow_remote: bool = False
 ) -> list[ImageLocation]:
     """Make locations out of keys and the indices in their stacks.
 
@@ -87,6 +101,10 @@ def make_locations(
             Defaults to locations of whole files.
         root: The directory a relative key is relative to. Defaults to leaving
             it relative, which is to the working directory.
+        allow_remote: Whether a key written as a URL (`s3://...`,
+            `https://...`) names a remote store. By default it is a local
+            path, relative as any other: a key that comes with metadata is
+            never a request to a server unless the caller says so.
 
     Returns:
         The locations, in the order of keys.
@@ -95,7 +113,7 @@ def make_locations(
         ValueError: If keys and indices are not as long, or an index is negative.
         TypeError: If an index is not an integer.
     """
-    make = _key_maker(root, strip_project=True)
+    make = _key_maker(root, strip_project=True, allow_remote=allow_remote)
     keys = [make(key) for key in keys]
     if indices is None:
         return [ImageLocation(key) for key in keys]
@@ -107,7 +125,9 @@ def make_locations(
     return [ImageLocation(key, index) for key, index in zip(keys, numbers.tolist())]
 
 
-def parse_locations(texts: Iterable[Any], root: Any = None) -> list[ImageLocation]:
+def parse_locations(
+    texts: Iterable[Any], root: Any = None, *, allow_remote: bool = False
+) -> list[ImageLocation]:
     """Parse locations written as text, as RELION writes them.
 
     A location is written "index@key", the index counting from one, or "key"
@@ -118,6 +138,9 @@ def parse_locations(texts: Iterable[Any], root: Any = None) -> list[ImageLocatio
         texts: The locations, as strings or bytes.
         root: The directory a relative key is relative to. Defaults to leaving
             it relative, which is to the working directory.
+        allow_remote: Whether a key written as a URL (`1@https://host/x.zarr`)
+            names a remote store; by default it is a local path, as in
+            `make_locations`.
 
     Returns:
         The locations, in the order of texts.
@@ -125,11 +148,12 @@ def parse_locations(texts: Iterable[Any], root: Any = None) -> list[ImageLocatio
     Raises:
         ValueError: If a text is not a location.
     """
-    make = _key_maker(root, strip_project=False)
+    make = _key_maker(root, strip_project=False, allow_remote=allow_remote)
     locations = []
     for text in texts:
         location = ImageLocation.from_string(text)
-        if root is not None:
-            location = ImageLocation(make(location.key), location.index_in_stack)
+        key = make(location.key)
+        if key != location.key:
+            location = ImageLocation(key, location.index_in_stack)
         locations.append(location)
     return locations

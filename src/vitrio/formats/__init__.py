@@ -7,7 +7,11 @@ EER (EER after TIFF, so that an EER file, a TIFF container, is tried as EER
 first), and OME-Zarr (`OmeZarrFormat`, of `vitrio.formats.zarr`) where the
 `zarr` extra is installed: its stores are claimed by key, before any file is
 opened. `PartialFile` and `new_file` are how a format's writer creates its
-file: privately beside its path, moved there when complete.
+file: privately beside its path, moved there when complete; `writing_in`
+has the files made in a folder opened beforehand (by `open_subfolder`,
+without following links), whatever its path names by then. `open_readonly`
+is how a format that opens files of its own opens them: regular files only,
+never blocking on a FIFO.
 `load_plugin_formats()` registers the formats installed packages declare
 under the entry point group `vitrio.formats`, once per process; it runs by
 itself the first time no registered format claims a file, and from
@@ -17,7 +21,7 @@ itself the first time no registered format claims a file, and from
 from . import dm, mrc, tiff  # noqa: F401, I001
 from . import eer  # noqa: F401, I001
 from .zarr import OmeZarrFormat, zarr_installed
-from .._fs import PartialFile, new_file
+from .._fs import PartialFile, new_file, open_readonly, open_subfolder, writing_in
 from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
 from ._raw import RawArrayReader, RawArrayWriter, Statistics
 from ._registry import (
@@ -51,6 +55,9 @@ __all__ = [
     "Statistics",
     "PartialFile",
     "new_file",
+    "open_readonly",
+    "open_subfolder",
+    "writing_in",
     "load_plugin_formats",
     "register_format",
     "registered_formats",

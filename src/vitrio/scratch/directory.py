@@ -61,22 +61,25 @@ def create_directory_image_scratch(
     grouped = check_arguments(locations, run_length)
     directory = as_key(directory)
     name = digest(grouped, int(run_length), int(budget)).decode() + SCRATCH_SUFFIX
-    known = os.path.lexists(os.path.join(directory, f"vitrio-{os.geteuid()}", name))
     held = None
-    if not known:
+    if not os.path.lexists(os.path.join(directory, f"vitrio-{os.geteuid()}", name)):  # only a hint
         found = descriptors(grouped, files or FileImageReaderProvider())
         held = layout(grouped, found, int(run_length), int(budget))
-    folder = user_folder(directory)
-    path = os.path.join(folder, name)
-    if held is not None:
-        _evict(folder, int(budget) - sum(file.nbytes for file in held) - HEADER_BYTES, keep=name)
-    scratch = mapped_scratch(grouped, path, int(run_length), int(budget), files)
-    os.utime(path, follow_symlinks=False)
+    folder_path, folder = user_folder(directory)
+    try:
+        if held is not None:
+            _evict(folder, int(budget) - sum(file.nbytes for file in held) - HEADER_BYTES, keep=name)
+        path = os.path.join(folder_path, name)
+        scratch = mapped_scratch(grouped, path, int(run_length), int(budget), files, folder)
+        os.utime(name, dir_fd=folder, follow_symlinks=False)
+    finally:
+        os.close(folder)
     return scratch
 
 
-def _evict(folder: str, room: int, keep: str) -> None:
-    """Remove the least recently used scratch files of `folder` until the rest take `room` bytes.
+def _evict(folder: int, room: int, keep: str) -> None:
+    """Remove the least recently used scratch files of the folder open at `folder` until the rest take
+    `room` bytes.
 
     Only regular files of this user's count, and only they are removed;
     one that cannot be removed is left, and still counts.
@@ -92,14 +95,14 @@ def _evict(folder: str, room: int, keep: str) -> None:
             except OSError:
                 continue
             if stat.S_ISREG(status.st_mode) and status.st_uid == uid:
-                entries.append((status.st_mtime_ns, status.st_size, entry.path))
+                entries.append((status.st_mtime_ns, status.st_size, entry.name))
     entries.sort()
     total = sum(size for _, size, _ in entries)
-    for _, size, path in entries:
+    for _, size, name in entries:
         if total <= max(room, 0):
             break
         try:
-            os.unlink(path)
+            os.unlink(name, dir_fd=folder)
         except FileNotFoundError:
             pass
         except OSError:

@@ -18,6 +18,7 @@ two processes taking in one run write the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import mmap
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .._fs import PartialFile
+from .._fs import PartialFile, writing_in
 from .._providers import FileImageReaderProvider, ImageReaderProvider
 from .._types import ImageDescriptor, as_key
 from .plan import HeldFile, align, check_arguments, descriptors, digest, layout, place
@@ -189,8 +190,11 @@ def mapped_scratch(
     run_length: int,
     max_size: int | None,
     files: ImageReaderProvider | None,
+    folder: int | None = None,
 ) -> ImageScratch:
     """The scratch of the locations `grouped` (by `plan.group`) in the file at `path`, resumed or made.
+
+    With `folder`, the descriptor of the folder of `path`, the file is opened and made in that folder.
 
     Raises:
         ValueError: If the first file does not fit in `max_size`.
@@ -198,7 +202,7 @@ def mapped_scratch(
         OSError: If the file cannot be made, or the disk has no room for it.
     """
     planned = digest(grouped, run_length, max_size)
-    fd = open_own_file(path)
+    fd = open_own_file(path, folder)
     try:
         opened = None
         if fd is not None:
@@ -210,7 +214,9 @@ def mapped_scratch(
             )
             if not held:
                 raise ValueError(f"nothing to hold: the first file does not fit in max_size {max_size}")
-            data, mapping = _build_mapped(path, planned, held)
+            pinned = contextlib.nullcontext() if folder is None else writing_in(os.path.dirname(path), folder)
+            with pinned:
+                data, mapping = _build_mapped(path, planned, held)
         else:
             held, data, mapping = opened
         runs = held[-1].first_run + held[-1].run_count
@@ -224,7 +230,7 @@ def mapped_scratch(
         _invalidate_changed(held, data, where)
     except BaseException:
         if fd is not None:
-            _remove_if_still_empty(path, fd)
+            _remove_if_still_empty(path, fd, folder)
         raise
     finally:
         if fd is not None:
@@ -235,15 +241,17 @@ def mapped_scratch(
     return ImageScratch(held, run_length, data[where.data :], states, checksums, path, keep=mapping)
 
 
-def _remove_if_still_empty(path: str, fd: int) -> None:
-    """Remove the empty file `fd` that opening made at `path`, unless another has replaced it since."""
+def _remove_if_still_empty(path: str, fd: int, folder: int | None) -> None:
+    """Remove the empty file `fd` that opening made at `path` (in the folder open at `folder`, if given),
+    unless another has replaced it since."""
     mine = os.fstat(fd)
+    name = path if folder is None else os.path.basename(path)
     try:
-        there = os.stat(path, follow_symlinks=False)
+        there = os.stat(name, dir_fd=folder, follow_symlinks=False)
     except FileNotFoundError:
         return
     if mine.st_size == 0 and (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
-        os.unlink(path)
+        os.unlink(name, dir_fd=folder)
 
 
 def create_mapped_file_image_scratch(

@@ -6,7 +6,8 @@ name a scratch file will have, but cannot read or write this user's private
 files. So a scratch opens its files without following a symbolic link, and
 reads only regular files of this user's that neither group nor others may
 write; a directory scratch lies in a folder of this user's, mode 0700, that
-is checked each time it is opened.
+is opened once, without following a link, and checked each time; its files
+are opened, made, renamed and removed in the folder so opened.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ def is_own_file(status: os.stat_result) -> bool:
     return stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid() and not status.st_mode & 0o022
 
 
-def open_own_file(path: str) -> int | None:
+def open_own_file(path: str, folder: int | None = None) -> int | None:
     """A descriptor of the file at `path`, for reading and writing, made with mode 0600 if missing.
+
+    With `folder`, the descriptor of the folder of `path`, the file is opened in that folder.
 
     Returns:
         The descriptor, or None when what lies at `path` cannot be opened
@@ -34,7 +37,10 @@ def open_own_file(path: str) -> int | None:
         one others may write, a folder.
     """
     try:
-        fd = os.open(path, _OPEN_FLAGS, 0o600)
+        if folder is None:
+            fd = os.open(path, _OPEN_FLAGS, 0o600)
+        else:
+            fd = os.open(os.path.basename(path), _OPEN_FLAGS, 0o600, dir_fd=folder)
     except OSError:
         return None
     if is_own_file(os.fstat(fd)):
@@ -43,10 +49,13 @@ def open_own_file(path: str) -> int | None:
     return None
 
 
-def user_folder(directory: str) -> str:
+def user_folder(directory: str) -> tuple[str, int]:
     """The folder `vitrio-<uid>` of `directory` private to this user (mode 0700), made if missing.
 
     `directory` is made if missing.
+
+    Returns:
+        The folder's path, and a descriptor of it, open, which the caller closes.
 
     Raises:
         PermissionError: If something else lies at that name: a symbolic
@@ -70,12 +79,13 @@ def user_folder(directory: str) -> str:
         if made:
             os.fchmod(fd, 0o700)
         status = os.fstat(fd)
-    finally:
+        mode = stat.S_IMODE(status.st_mode)
+        if status.st_uid != os.geteuid() or mode != 0o700:
+            raise PermissionError(
+                f"{folder}: the scratch folder must be this user's (uid {os.geteuid()}) with mode 0o700, "
+                f"but it is owned by uid {status.st_uid} with mode {mode:#o}"
+            )
+    except BaseException:
         os.close(fd)
-    mode = stat.S_IMODE(status.st_mode)
-    if status.st_uid != os.geteuid() or mode != 0o700:
-        raise PermissionError(
-            f"{folder}: the scratch folder must be this user's (uid {os.geteuid()}) with mode 0o700, "
-            f"but it is owned by uid {status.st_uid} with mode {mode:#o}"
-        )
-    return folder
+        raise
+    return folder, fd
