@@ -30,17 +30,10 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from .._errors import FormatError
 from .._types import ImageDescriptor, past_the_end, section_view
 
 __all__ = ["Format", "FormatError", "FormatWarning", "HeaderStatistics", "ImageReader", "ImageWriter"]
-
-
-class FormatError(ValueError, RuntimeError):
-    """A file not of its format, truncated, or whose header does not fit it; or no format for a file.
-
-    A `ValueError`, and the `RuntimeError` the published package raises for
-    every file-level failure.
-    """
 
 
 class FormatWarning(UserWarning):

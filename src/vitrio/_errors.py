@@ -1,0 +1,87 @@
+"""The errors of vitrio: each one a class of the standard exception its callers catch.
+
+Several have two parents: the exception this package raises, and the one the
+published package raises (or earlier versions of this one did), so callers
+of either catch them. This layer knows nothing of files or threads.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "FormatError",
+    "PastTheEndError",
+    "ImageFileNotFoundError",
+    "LocationAsKeyError",
+    "ReadOnlyDestinationError",
+    "DestinationTypeError",
+    "IncompleteFileError",
+    "DeclaredTwiceError",
+    "no_such_file",
+    "past_the_end",
+]
+
+
+class FormatError(ValueError, RuntimeError):
+    """A file not of its format, truncated, or whose header does not fit it; or no format for a file.
+
+    A `ValueError`, and the `RuntimeError` the published package raises for
+    every file-level failure.
+    """
+
+
+class PastTheEndError(IndexError, ValueError):
+    """An index past the end of a stack.
+
+    An `IndexError`, as the core raises it, and a `ValueError`, as the
+    sources of `vitrio.data` are specified to raise it: callers of either
+    catch it.
+    """
+
+
+class ImageFileNotFoundError(FileNotFoundError, RuntimeError):
+    """No file at a key: a `FileNotFoundError` (errno kept), and the published package's `RuntimeError`."""
+
+
+class LocationAsKeyError(ImageFileNotFoundError, ValueError):
+    """No file at a key written as a location ("7@stack.mrcs"), as RELION writes an image of a stack: an
+    `ImageFileNotFoundError` whose message points to the parsers, and a `ValueError`."""
+
+
+def no_such_file(key: str, errno: int | None) -> ImageFileNotFoundError:
+    """The error for a file missing at `key`, pointing to the parsers where `key` is written "index@path"."""
+    if re.match(r"\s*\d+@", key):
+        hint = "for an image of a stack, pass ImageLocation.from_string(text), or parse_locations(texts)"
+        return LocationAsKeyError(errno, f"{key}: no such file; a key is a file's path: {hint}")
+    return ImageFileNotFoundError(errno, f"{key}: no such file")
+
+
+class ReadOnlyDestinationError(TypeError, ValueError):
+    """A destination that reads cannot land in (read-only memory): a `TypeError`, as the published
+    package raises it, and a `ValueError`, as earlier versions of this one did."""
+
+
+class DestinationTypeError(TypeError, ValueError):
+    """A destination whose type cannot hold the values of a file read into it (`docs/paths-and-types.md`)."""
+
+
+class IncompleteFileError(ValueError):
+    """A declared file closed with images never written, without `allow_partial=True`."""
+
+
+class DeclaredTwiceError(ValueError, RuntimeError):
+    """A file declared twice to a writer provider: the `ValueError` the published package raises, and
+    the `RuntimeError` its docstring names."""
+
+
+def past_the_end(key: str, index: int, count: int, sections: bool = False) -> PastTheEndError:
+    """The error for image `index` of the file at `key`, which holds a stack of `count`.
+
+    With `sections`, the file holds one volume of `count` sections, which the indices name.
+    """
+    if sections:
+        return PastTheEndError(
+            f"{key}: index {index} is past the last section of a volume of {count} sections"
+        )
+    return PastTheEndError(f"{key}: index {index} is past the end of a stack of {count}")
