@@ -13,6 +13,7 @@ import pytest
 
 import vitrio as vio
 import vitrio.dask as vd
+import vitrio.dask._arrays as arrays
 
 from ..half_complex import write_half_complex
 
@@ -59,8 +60,8 @@ def test_indexing_reads_only_the_chunks_it_needs(stacks, monkeypatch):
         reads.append(tuple(keys))
         return read_chunk(keys, *args)
 
-    read_chunk = vd._read_chunk
-    monkeypatch.setattr(vd, "_read_chunk", counted)
+    read_chunk = arrays._read_chunk
+    monkeypatch.setattr(arrays, "_read_chunk", counted)
     locations = locations_of(stacks)[:-4]
     images = vd.from_locations(locations, chunk=6)
     with dask.config.set(scheduler="sync"):
