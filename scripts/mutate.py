@@ -50,8 +50,8 @@ MUTANTS = (
     Mutant(
         "tiff-never-bigtiff",
         "src/vitrio/formats/tiff.py",
-        "bigtiff=nbytes >= _BIGTIFF_BYTES,",
-        "bigtiff=False,",
+        "bigtiff = nbytes >= _BIGTIFF_BYTES",
+        "bigtiff = False",
         ("tests/core/test_writers.py",),
     ),
     Mutant(
