@@ -57,12 +57,10 @@ def test_the_wheel_is_manylinux_abi3_and_installs_and_reads_with_no_compiler(tmp
     wheel = _build(source, tmp_path / "dist")
     assert re.fullmatch(rf"vitrio-[^-]+-cp311-abi3-manylinux_\d+_\d+_{platform.machine()}\.whl", wheel.name)
     with zipfile.ZipFile(wheel) as archive:
-        binaries = [
-            name
-            for name in archive.namelist()
-            if not name.endswith((".py", "/")) and ".dist-info/" not in name
-        ]
+        names = archive.namelist()
+    binaries = [n for n in names if not n.endswith((".py", ".pyi", "/")) and ".dist-info/" not in n]
     assert binaries == ["vitrio/_native.abi3.so"]
+    assert "vitrio/_native.pyi" in names  # the extension's stub ships beside it
 
     fresh = tmp_path / "fresh"
     _run(sys.executable, "-m", "venv", fresh)
