@@ -245,6 +245,7 @@ _PARTIAL = re.compile(r"\.(.+)\.(\d+)-([0-9a-f]{8})-[0-9a-f]{16}\.partial")
 _live: dict[int, tuple[int, int | None, str]] = {}
 _swept: set[str] = set()
 _state_lock = threading.Lock()
+_REMOVALS = 1000  # tries at a hidden folder that writing threads refill (see _on_sigterm)
 _guarded = False
 
 
@@ -288,10 +289,12 @@ def _on_sigterm(number: int, frame: Any) -> None:
     for pid, folder, name in list(_live.values()):
         if pid == me:
             with contextlib.suppress(OSError):
-                if stat.S_ISDIR(os.lstat(name, dir_fd=folder).st_mode):
-                    shutil.rmtree(name, ignore_errors=True, dir_fd=folder)
-                else:
+                if not stat.S_ISDIR(os.lstat(name, dir_fd=folder).st_mode):
                     os.unlink(name, dir_fd=folder)
+                # threads still writing may add to a folder while it is removed: remove until it is gone
+                for _ in range(_REMOVALS):
+                    shutil.rmtree(name, ignore_errors=True, dir_fd=folder)
+                    os.lstat(name, dir_fd=folder)  # raises once it is gone
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(me, signal.SIGTERM)
 
