@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import vitrio as vio
-from cryovit import hdf5
+from cryovit import _hdf5_chunks, hdf5
 from cryovit.data import TomogramDataset, collate_tomograms, write_predictions
 from cryovit.hdf5 import label_names, write_datasets
 from cryovit.types import BatchedModelResult, BatchedTomogramData, FileData, TomogramData
@@ -176,7 +176,7 @@ def test_a_file_of_chunks_stored_far_smaller_than_they_decode_is_refused(
 ) -> None:
     path = _gzip_bomb(tmp_path / "bomb.h5", 128)
     vio.read(path)  # about a thousand to one: what deflate reaches, allowed
-    monkeypatch.setattr(hdf5, "MAX_RATIO", 100)
+    monkeypatch.setattr(_hdf5_chunks, "MAX_RATIO", 100)
     with pytest.raises(vio.FormatError, match=r"bomb.h5.*1 chunks of 2097152 bytes in \d+ bytes"):
         vio.read(path)
 
@@ -187,13 +187,13 @@ def test_the_crops_of_a_batch_decode_a_chunk_once(tmp_path: Path, monkeypatch: p
     with h5py.File(path, "w") as file:
         file.create_dataset("data", data=values, chunks=(16, 32, 32), compression="gzip")
     decoded = []
-    inflate = hdf5._inflate
+    inflate = _hdf5_chunks._inflate
 
     def counting(data: bytes, limit: int, what: str) -> bytes:
         decoded.append(what)
         return inflate(data, limit, what)
 
-    monkeypatch.setattr(hdf5, "_inflate", counting)
+    monkeypatch.setattr(_hdf5_chunks, "_inflate", counting)
     dataset = TomogramDataset([FileData(path)] * 8, crop=(4, 8), seed=3)
     batch = collate_tomograms(dataset.__getitems__(range(8)))
     for i, (z, y, x) in enumerate(batch.aux_data["crop_origin"]):
