@@ -189,7 +189,9 @@ class Placed:
         return (max(self.entry.tomogram.channels, 1), self.shape[1:], label_hw, input_hw)
 
 
-def volume_crops(volumes: Sequence[Volume], boxes: Sequence[Any], depths: Sequence[int]) -> list[Crop]:
+def volume_crops(
+    volumes: Sequence[Volume], boxes: Sequence[tuple[Box, Box]], depths: Sequence[int]
+) -> list[Crop]:
     """The crops of boxes ``(origin, shape)`` of volumes, ``depths`` deep."""
     return [(volume, box[0], depth, -1) for volume, box, depth in zip(volumes, boxes, depths)]
 

@@ -131,6 +131,17 @@ def _gzip_bomb(path: Path, side: int) -> Path:
     return path
 
 
+def _python(script: str, *args: object) -> subprocess.CompletedProcess[str]:
+    """Runs ``script`` with ``args`` in a fresh interpreter that imports the code under test."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+
 _UNDER_A_LIMIT = """
 import resource, sys
 import numpy as np
@@ -158,13 +169,7 @@ def test_a_chunk_far_larger_than_a_crop_is_refused_under_a_memory_limit(tmp_path
         file.create_dataset(
             "data", data=np.ones((64, 64, 64), np.uint8), chunks=(16, 16, 16), compression="gzip"
         )
-    run = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_UNDER_A_LIMIT), str(bomb), str(fine)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    run = _python(textwrap.dedent(_UNDER_A_LIMIT), bomb, fine)
     assert run.returncode == 0, run.stderr
     refused, read = run.stdout.splitlines()
     assert refused.startswith(f"refused {bomb}") and "would decode 1073741824 bytes" in refused
@@ -248,13 +253,7 @@ def test_a_chunk_whose_gzip_stream_inflates_to_a_gigabyte_is_refused_under_a_mem
         options = {"chunks": (side, side), "compression": "gzip", "shuffle": shuffle}
         file.create_dataset("data", (side, side), np.uint8, **options).id.write_direct_chunk((0, 0), stream)
     assert path.stat().st_size < 2 << 20
-    run = subprocess.run(
-        [sys.executable, "-c", _BOMB_UNDER_A_LIMIT, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    run = _python(_BOMB_UNDER_A_LIMIT, path)
     assert run.returncode == 0, run.stderr
     outcome, cost = run.stdout.splitlines()
     assert outcome == f"refused {path}: the chunk at (0, 0) of '/data'{problem}"
