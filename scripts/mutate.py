@@ -196,16 +196,16 @@ MUTANTS = (
     ),
     Mutant(
         "dataset-data-padding-unwritten",
-        "src/cryovit/dataset.py",
+        "src/cryovit/_boxes.py",
         "data[j, :, depth:] = 0",
         "pass",
         ("tests/cryovit/test_padding.py", "tests/cryovit/test_data.py"),
     ),
     Mutant(
         "dataset-label-value-ignored",
-        "src/cryovit/dataset.py",
-        "np.equal(stored[j], value, out=labels[j])",
-        "np.not_equal(stored[j], 0, out=labels[j])",
+        "src/cryovit/_boxes.py",
+        "np.equal(stored, value, out=labels)",
+        "np.not_equal(stored, 0, out=labels)",
         ("tests/cryovit/test_data.py",),
     ),
 )

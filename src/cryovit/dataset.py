@@ -11,7 +11,6 @@ copy.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,151 +24,14 @@ from vitrio.data import shared_loader
 from vitrio.formats.zarr import OmeZarrFormat
 
 from . import hdf5
-from .collate import LABEL_PADDING, PaddedTomograms
+from ._boxes import Box, Buffers, Entry, Placed, Volume, as_float, check_factor, start_reads, volume_crops
+from .collate import PaddedTomograms
 from .types import FileData, TomogramData
 
 __all__ = ["TomogramDataset"]
 
-Box = tuple[int, int, int]
-
-_NOWHERE = 1 << 40
-"""A centre coordinate past the end of any image: the patch around it reads nothing."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Volume:
-    """A volume in a file: its key, shape ``(D, H, W)``, stored type, whether it is a stack of 2-D
-    sections, and its channels (0 for one volume, ``C`` for a 4-D ``[C, D, H, W]`` HDF5 dataset)."""
-
-    key: str
-    shape: Box
-    dtype: np.dtype
-    sections: bool
-    channels: int = 0
-
-    @classmethod
-    def query(cls, loader: vio.ImageLoader, path: str | os.PathLike[str], channels: bool = False) -> _Volume:
-        descriptor = vio.query_descriptor(path, loader.readers)
-        extents = descriptor.extents
-        sections = descriptor.core_rank == 2 and len(extents) == 3
-        stacked = channels and descriptor.core_rank == 3 and len(extents) == 4
-        if not (stacked or (len(extents) == 3 and (sections or descriptor.core_rank == 3))):
-            wanted = "a volume or a [C, D, H, W] stack of volumes" if channels else "a volume"
-            raise ValueError(f"{os.fspath(path)}: holds {descriptor}, not {wanted}")
-        shape = (extents[-3], extents[-2], extents[-1])
-        dtype = descriptor.data_type.dtype
-        return cls(os.fspath(path), shape, dtype, sections, extents[0] if stacked else 0)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-    """What the dataset learnt of one of its files the first time it read it."""
-
-    sample: str
-    tomo_name: str
-    split_id: int | None
-    tomogram: _Volume
-    label: _Volume | None
-    label_value: int | None
-    input: _Volume | None
-
-
-_Crop = tuple[_Volume, Box, int, int]
-"""A crop to read: the volume, where its box starts, its depth (the box's height and width are the
-destination's), and the index of the image in the file (-1 for a file of one volume)."""
-
-
-def _read_volumes(loader: vio.ImageLoader, out: np.ndarray, crops: Sequence[_Crop | None]) -> vio.Completion:
-    """Starts reading ``crops[i]`` of volumes into ``out[i]`` (``[n, D, h, w]``), in one call.
-
-    A slot whose crop is None (a stack of sections, read by ``_read_sections``) is left as it is.
-    """
-    images = list(dict.fromkeys((crop[0].key, crop[3]) for crop in crops if crop is not None))
-    number = {image: i for i, image in enumerate(images)}
-    half = np.asarray(out.shape[1:]) // 2
-    image_ids = np.zeros(len(crops), np.int64)
-    centres = np.full((len(crops), 3), _NOWHERE, np.int64)
-    for i, crop in enumerate(crops):
-        if crop is not None:
-            image_ids[i] = number[(crop[0].key, crop[3])]
-            centres[i] = np.asarray(crop[1]) + half
-    return vio.read_patches_indexed_async(loader, out, images, image_ids, centres)
-
-
-def _read_sections(loader: vio.ImageLoader, out: np.ndarray, crops: Sequence[_Crop | None]) -> vio.Completion:
-    """Starts reading ``crops[i]`` of stacks of sections into ``out[i]`` (``[n, D, h, w]``), in one call.
-
-    Each section is a 2-D patch of its image; a slot past a crop's depth, or of a crop that is None
-    (a volume, read by ``_read_volumes``), names a patch past the image, which leaves it as it is.
-    """
-    count, depth, height, width = out.shape
-    flat = np.reshape(out, (count * depth, height, width), copy=False)
-    images: dict[tuple[str, int], int] = {}
-    image_ids = np.zeros(count * depth, np.int64)
-    centres = np.full((count * depth, 2), _NOWHERE, np.int64)
-    for i, crop in enumerate(crops):
-        if crop is None:
-            continue
-        volume, (z, y, x), size, _ = crop
-        for k in range(size):
-            image_ids[i * depth + k] = images.setdefault((volume.key, z + k), len(images))
-            centres[i * depth + k] = (y + height // 2, x + width // 2)
-    return vio.read_patches_indexed_async(loader, flat, list(images), image_ids, centres)
-
-
-def _start_reads(loader: vio.ImageLoader, out: np.ndarray, crops: Sequence[_Crop]) -> list[vio.Completion]:
-    """Starts reading ``crops[i]`` into ``out[i]``: a call for the volumes, one for the stacks of sections."""
-    reads = []
-    for sections, read in ((False, _read_volumes), (True, _read_sections)):
-        kind = [crop if crop[0].sections == sections else None for crop in crops]
-        if any(crop is not None for crop in kind):
-            reads.append(read(loader, out, kind))
-    return reads
-
-
-def _factor(tomogram: _Volume, other: _Volume, what: str, path: Any, tomo_path: Any) -> None:
-    """Checks that ``other`` (a label or input volume) covers the tomogram at an integer scale.
-
-    Raises:
-        ValueError: If it is of another depth, or its height and width are not the tomogram's times
-            the same integer (rounded down, as features computed on patches are).
-    """
-    (depth, height, width), (d, h, w) = tomogram.shape, other.shape
-    scale = h // height
-    if (
-        other.channels
-        or d != depth
-        or scale < 1
-        or w // width != scale
-        or h >= (height + 1) * scale
-        or w >= (width + 1) * scale
-    ):
-        raise ValueError(
-            f"the tomogram {tomo_path} has shape {tomogram.shape}, its {what} {path} has shape "
-            f"{other.channels or ''}{other.shape}: not the same depth at the same or an integer multiple "
-            "of its height and width"
-        )
-
-
-def _scaled(tomogram: Box, other: Box, origin: Box, shape: Box) -> tuple[Box, Box]:
-    """The box of ``other`` (a volume covering ``tomogram`` at an integer scale) over a box of the tomogram.
-
-    An axis the box covers whole covers the whole of ``other``; otherwise origin and extent are scaled.
-    """
-    scale = other[1] // tomogram[1]
-    box_origin, box_shape = [origin[0]], [shape[0]]
-    for axis in (1, 2):
-        whole = origin[axis] == 0 and shape[axis] == tomogram[axis]
-        box_origin.append(0 if whole else origin[axis] * scale)
-        box_shape.append(other[axis] if whole else shape[axis] * scale)
-    return (box_origin[0], box_origin[1], box_origin[2]), (box_shape[0], box_shape[1], box_shape[2])
-
-
-def _as_float(dtypes: Sequence[np.dtype]) -> np.dtype:
-    """The float type values of ``dtypes`` are read as: their own if all float, else float32."""
-    if all(np.issubdtype(dtype, np.floating) for dtype in dtypes):
-        return np.result_type(*dtypes)
-    return np.dtype(np.float32)
+_Request = tuple[int, Box, Box, dict[str, Any]]
+"""A box to read: the tomogram's index, where the box starts, its shape, and the item's first ``aux_data``."""
 
 
 class TomogramDataset(torch.utils.data.Dataset):
@@ -255,7 +117,7 @@ class TomogramDataset(torch.utils.data.Dataset):
         self._inputs = None if input_key is None else loader(input_key)
         self._rng = np.random.default_rng(seed)
         self._worker_seed: int | None = None
-        self._entries: dict[int, _Entry] = {}
+        self._entries: dict[int, Entry] = {}
 
     def __len__(self) -> int:
         """The number of tomograms."""
@@ -360,7 +222,7 @@ class TomogramDataset(torch.utils.data.Dataset):
             self._rng, self._worker_seed = np.random.default_rng(worker.seed), worker.seed
         return self._rng
 
-    def _entry(self, index: int) -> _Entry:
+    def _entry(self, index: int) -> Entry:
         if not -len(self.files) <= index < len(self.files):
             raise IndexError(f"tomogram {index} of a dataset of {len(self.files)}")
         index %= len(self.files)
@@ -369,11 +231,11 @@ class TomogramDataset(torch.utils.data.Dataset):
             entry = self._entries[index] = self._resolve(index)
         return entry
 
-    def _resolve(self, index: int) -> _Entry:
+    def _resolve(self, index: int) -> Entry:
         file = self.files[index]
         tomo_key = os.fspath(file.tomo_path)  # a key as given: a path, or an OME-Zarr store's URL
         tomo_path = Path(tomo_key)
-        tomogram = _Volume.query(self._tomograms, tomo_key, channels=True)
+        tomogram = Volume.query(self._tomograms, tomo_key, channels=True)
         label, value, source = None, None, None
         if self._labels is not None:
             if file.label_path is None:
@@ -385,12 +247,12 @@ class TomogramDataset(torch.utils.data.Dataset):
                 value = names.index(self.label) + 1 if self.label in names else None
             if self.label not in names:
                 raise KeyError(f"{file.label_path}: no label {self.label!r}; its labels are {names}")
-            label = _Volume.query(self._labels, os.fspath(file.label_path))
-            _factor(tomogram, label, "label volume", file.label_path, tomo_key)
+            label = Volume.query(self._labels, os.fspath(file.label_path))
+            check_factor(tomogram, label, "label volume", file.label_path, tomo_key)
         if self._inputs is not None:
-            source = _Volume.query(self._inputs, tomo_key)
-            _factor(tomogram, source, "input volume", tomo_key, tomo_key)
-        return _Entry(
+            source = Volume.query(self._inputs, tomo_key)
+            check_factor(tomogram, source, "input volume", tomo_key, tomo_key)
+        return Entry(
             sample=file.sample if file.sample is not None else tomo_path.absolute().parent.name,
             tomo_name=tomo_path.name,
             split_id=None if self.split_ids is None else self.split_ids[index],
@@ -400,89 +262,59 @@ class TomogramDataset(torch.utils.data.Dataset):
             input=source,
         )
 
-    def _read(self, boxes: list[tuple[int, Box, Box, dict[str, Any]]]) -> list[TomogramData]:
+    def _read(self, boxes: list[_Request]) -> list[TomogramData]:
         """Reads boxes ``(index, origin, shape, aux_data)`` of the tomograms, those of one shape
         (channels, height and width of data, label and input) into one buffer.
 
         Returns the tomograms in the order of ``boxes``: a ``PaddedTomograms`` when they all share a
         buffer, otherwise a list of views of the buffers of their shape.
         """
-        entries = [self._entry(index) for index, _, _, _ in boxes]
-        label_boxes = [
-            None if entry.label is None else _scaled(entry.tomogram.shape, entry.label.shape, origin, shape)
-            for entry, (_, origin, shape, _) in zip(entries, boxes)
-        ]
-        input_boxes = [
-            None if entry.input is None else _scaled(entry.tomogram.shape, entry.input.shape, origin, shape)
-            for entry, (_, origin, shape, _) in zip(entries, boxes)
-        ]
+        placed = [Placed.of(self._entry(index), origin, shape, aux) for index, origin, shape, aux in boxes]
         groups: dict[tuple[Any, ...], list[int]] = {}
-        for i, ((_, _, shape, _), entry) in enumerate(zip(boxes, entries)):
-            label_hw = shape[1:] if label_boxes[i] is None else label_boxes[i][1][1:]
-            input_hw = None if input_boxes[i] is None else input_boxes[i][1][1:]
-            groups.setdefault((max(entry.tomogram.channels, 1), shape[1:], label_hw, input_hw), []).append(i)
-        buffers, reads, compare, scale = [], [], [], []
-        for (channels, (height, width), label_hw, input_hw), members in groups.items():
-            depths = [boxes[i][2][0] for i in members]
-            count, deepest = len(members), max(depths)
-            tomograms = [entries[i].tomogram for i in members]
-            dtype = _as_float([volume.dtype for volume in tomograms])
-            data = np.empty((count, channels, deepest, height, width), dtype)
-            crops = [
-                (volume, boxes[i][1], d, c if volume.channels else -1)
-                for i, volume, d in zip(members, tomograms, depths)
-                for c in range(channels)
-            ]
-            flat = np.reshape(data, (count * channels, deepest, height, width), copy=False)
-            reads += _start_reads(self._tomograms, flat, crops)
-            scale += [(data[j], d) for j, (v, d) in enumerate(zip(tomograms, depths)) if v.dtype == np.uint8]
-            labels = np.zeros((count, deepest, *label_hw), np.float32)
-            if self._labels is not None:
-                volumes = [entries[i].label for i in members]
-                stored = np.empty(labels.shape, np.result_type(*(volume.dtype for volume in volumes)))
-                label_crops = [(v, label_boxes[i][0], d, -1) for i, v, d in zip(members, volumes, depths)]
-                reads += _start_reads(self._labels, stored, label_crops)
-                compare.append((stored, [entries[i].label_value for i in members], labels))
-            inputs = None
-            if input_hw is not None:
-                sources = [entries[i].input for i in members]
-                inputs = np.zeros((count, deepest, *input_hw), _as_float([v.dtype for v in sources]))
-                input_crops = [(v, input_boxes[i][0], d, -1) for i, v, d in zip(members, sources, depths)]
-                reads += _start_reads(self._inputs, inputs, input_crops)
-                scale += [(inputs[j], d) for j, (v, d) in enumerate(zip(sources, depths)) if v.dtype == "u1"]
-            buffers.append((members, depths, data, labels, inputs))
-        vio.Completion.gather(reads).get()
-        if self.scale_uint8:
-            for values, depth in scale:
-                values[..., :depth, :, :] /= 255
-        for stored, values, labels in compare:
-            for j, value in enumerate(values):
-                if value is None:
-                    np.not_equal(stored[j], 0, out=labels[j])
-                else:
-                    np.equal(stored[j], value, out=labels[j])
-                labels[j][stored[j] < 0] = LABEL_PADDING
+        for i, box in enumerate(placed):
+            groups.setdefault(box.buffer_shape, []).append(i)
+        buffers = [self._start(shape, members, placed) for shape, members in groups.items()]
+        vio.Completion.gather([read for buffer in buffers for read in buffer.reads]).get()
         items: list[TomogramData | None] = [None] * len(boxes)
-        for members, depths, data, labels, inputs in buffers:
-            data_tensor, labels_tensor = torch.from_numpy(data), torch.from_numpy(labels)
-            for j, (i, depth) in enumerate(zip(members, depths)):
-                data[j, :, depth:] = 0
-                labels[j, depth:] = LABEL_PADDING
-                entry, view = entries[i], data_tensor[j, :, :depth]
-                if inputs is not None:
-                    source = inputs[j, :depth]
-                else:
-                    source = data[j, 0, :depth] if data.shape[1] == 1 else data[j, :, :depth]
-                items[i] = TomogramData(
-                    sample=entry.sample,
-                    tomo_name=entry.tomo_name,
-                    split_id=entry.split_id,
-                    data=view,
-                    label=labels_tensor[j, :depth],
-                    aux_data={**boxes[i][3], "data": source},
-                    batch_size=[],
-                )
+        for buffer in buffers:
+            buffer.finish(self.scale_uint8)
+            for i, item in zip(buffer.members, buffer.items()):
+                items[i] = item
         if len(buffers) == 1:
-            _, _, data, labels, _ = buffers[0]
-            return PaddedTomograms(items, torch.from_numpy(data), torch.from_numpy(labels))
+            return PaddedTomograms(
+                items, torch.from_numpy(buffers[0].data), torch.from_numpy(buffers[0].labels)
+            )
         return items
+
+    def _start(self, shape: tuple[Any, ...], members: list[int], placed: Sequence[Placed]) -> Buffers:
+        """Makes the buffers of boxes ``members`` of ``placed``, all of ``shape`` (``Placed.buffer_shape``),
+        and starts reading their tomograms, labels and inputs into them."""
+        channels, (height, width), label_hw, input_hw = shape
+        boxes = [placed[i] for i in members]
+        depths = [box.shape[0] for box in boxes]
+        count, deepest = len(boxes), max(depths)
+        tomograms = [box.entry.tomogram for box in boxes]
+        data = np.empty((count, channels, deepest, height, width), as_float([v.dtype for v in tomograms]))
+        crops = [
+            (volume, box.origin, box.shape[0], c if volume.channels else -1)
+            for box, volume in zip(boxes, tomograms)
+            for c in range(channels)
+        ]
+        flat = np.reshape(data, (count * channels, deepest, height, width), copy=False)
+        reads = start_reads(self._tomograms, flat, crops)
+        labels = np.zeros((count, deepest, *label_hw), np.float32)
+        stored = None
+        if self._labels is not None:
+            volumes = [box.entry.label for box in boxes]
+            stored = np.empty(labels.shape, np.result_type(*(volume.dtype for volume in volumes)))
+            reads += start_reads(
+                self._labels, stored, volume_crops(volumes, [box.label for box in boxes], depths)
+            )
+        inputs = None
+        if input_hw is not None:
+            sources = [box.entry.input for box in boxes]
+            inputs = np.zeros((count, deepest, *input_hw), as_float([v.dtype for v in sources]))
+            reads += start_reads(
+                self._inputs, inputs, volume_crops(sources, [box.input for box in boxes], depths)
+            )
+        return Buffers(members, boxes, data, labels, stored, inputs, reads)

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import vitrio as vio
-from cryovit import hdf5
+from cryovit import _hdf5_chunks, hdf5
 from cryovit.data import TomogramDataset, collate_tomograms, write_predictions
 from cryovit.hdf5 import label_names, write_datasets
 from cryovit.types import BatchedModelResult, BatchedTomogramData, FileData, TomogramData
@@ -131,6 +131,17 @@ def _gzip_bomb(path: Path, side: int) -> Path:
     return path
 
 
+def _python(script: str, *args: object) -> subprocess.CompletedProcess[str]:
+    """Runs ``script`` with ``args`` in a fresh interpreter that imports the code under test."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+
 _UNDER_A_LIMIT = """
 import resource, sys
 import numpy as np
@@ -158,13 +169,7 @@ def test_a_chunk_far_larger_than_a_crop_is_refused_under_a_memory_limit(tmp_path
         file.create_dataset(
             "data", data=np.ones((64, 64, 64), np.uint8), chunks=(16, 16, 16), compression="gzip"
         )
-    run = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_UNDER_A_LIMIT), str(bomb), str(fine)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    run = _python(textwrap.dedent(_UNDER_A_LIMIT), bomb, fine)
     assert run.returncode == 0, run.stderr
     refused, read = run.stdout.splitlines()
     assert refused.startswith(f"refused {bomb}") and "would decode 1073741824 bytes" in refused
@@ -176,7 +181,7 @@ def test_a_file_of_chunks_stored_far_smaller_than_they_decode_is_refused(
 ) -> None:
     path = _gzip_bomb(tmp_path / "bomb.h5", 128)
     vio.read(path)  # about a thousand to one: what deflate reaches, allowed
-    monkeypatch.setattr(hdf5, "MAX_RATIO", 100)
+    monkeypatch.setattr(_hdf5_chunks, "MAX_RATIO", 100)
     with pytest.raises(vio.FormatError, match=r"bomb.h5.*1 chunks of 2097152 bytes in \d+ bytes"):
         vio.read(path)
 
@@ -187,13 +192,13 @@ def test_the_crops_of_a_batch_decode_a_chunk_once(tmp_path: Path, monkeypatch: p
     with h5py.File(path, "w") as file:
         file.create_dataset("data", data=values, chunks=(16, 32, 32), compression="gzip")
     decoded = []
-    inflate = hdf5._inflate
+    inflate = _hdf5_chunks._inflate
 
     def counting(data: bytes, limit: int, what: str) -> bytes:
         decoded.append(what)
         return inflate(data, limit, what)
 
-    monkeypatch.setattr(hdf5, "_inflate", counting)
+    monkeypatch.setattr(_hdf5_chunks, "_inflate", counting)
     dataset = TomogramDataset([FileData(path)] * 8, crop=(4, 8), seed=3)
     batch = collate_tomograms(dataset.__getitems__(range(8)))
     for i, (z, y, x) in enumerate(batch.aux_data["crop_origin"]):
@@ -248,13 +253,7 @@ def test_a_chunk_whose_gzip_stream_inflates_to_a_gigabyte_is_refused_under_a_mem
         options = {"chunks": (side, side), "compression": "gzip", "shuffle": shuffle}
         file.create_dataset("data", (side, side), np.uint8, **options).id.write_direct_chunk((0, 0), stream)
     assert path.stat().st_size < 2 << 20
-    run = subprocess.run(
-        [sys.executable, "-c", _BOMB_UNDER_A_LIMIT, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    run = _python(_BOMB_UNDER_A_LIMIT, path)
     assert run.returncode == 0, run.stderr
     outcome, cost = run.stdout.splitlines()
     assert outcome == f"refused {path}: the chunk at (0, 0) of '/data'{problem}"
