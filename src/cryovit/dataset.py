@@ -451,7 +451,7 @@ class TomogramDataset(torch.utils.data.Dataset):
                 reads += _start_reads(self._inputs, inputs, input_crops)
                 scale += [(inputs[j], d) for j, (v, d) in enumerate(zip(sources, depths)) if v.dtype == "u1"]
             buffers.append((members, depths, data, labels, inputs))
-        vio.Completion.gather(reads).get()
+        vio.Completion.all(reads).get()
         if self.scale_uint8:
             for values, depth in scale:
                 values[..., :depth, :, :] /= 255
