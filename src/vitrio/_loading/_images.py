@@ -9,6 +9,7 @@ import numpy as np
 
 from .._arrays import as_casting, as_destination, check_destination_type
 from .._concurrency import Completion, run_tasks
+from .._errors import concerning
 from .._native import RUN_FILE, advise
 from .._providers import ImageReaderProvider
 from .._types import group_ids
@@ -126,18 +127,19 @@ def _read_group(
     casting: str | None = None,
 ) -> None:
     """Read the images of one file bound for `slots` of `out` through its reader."""
-    reader = readers.acquire(key)
-    try:
-        served = reader if whole else reader.indexed()  # a single volume's sections
-        _check_slot(served, out.shape[1:], whole)
-        check_destination_type(reader.key, reader.descriptor.data_type, out.dtype, casting)
-        if whole:
-            for slot in slots.tolist():
-                reader.read_run(0, _image_views(out[slot], reader))
-        else:
-            served.read_images(indices[slots], out, slots)
-    finally:
-        readers.release(reader)
+    with concerning(key):
+        reader = readers.acquire(key)
+        try:
+            served = reader if whole else reader.indexed()  # a single volume's sections
+            _check_slot(served, out.shape[1:], whole)
+            check_destination_type(reader.key, reader.descriptor.data_type, out.dtype, casting)
+            if whole:
+                for slot in slots.tolist():
+                    reader.read_run(0, _image_views(out[slot], reader))
+            else:
+                served.read_images(indices[slots], out, slots)
+        finally:
+            readers.release(reader)
 
 
 def _read_known(

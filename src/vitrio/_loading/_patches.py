@@ -9,6 +9,7 @@ import numpy as np
 
 from .._arrays import as_casting, as_destination, check_destination_type
 from .._concurrency import Completion, run_tasks
+from .._errors import concerning
 from .._types import ImageLocation, IndexTable, as_key, group_ids, integer_array
 from ..formats import ImageReader, RawArrayReader
 from ._loader import (
@@ -128,13 +129,14 @@ def read_patches_indexed_async(
     def task(first: int, last: int) -> None:
         for image_id, positions in group_ids(image_ids[first:last]):
             key, index = images[image_id]
-            reader = readers.acquire(key)
-            try:
-                served = reader if index < 0 else reader.indexed()  # a single volume's sections
-                check_destination_type(reader.key, reader.descriptor.data_type, out.dtype, casting)
-                crop(served, _patch_index(served, index, len(shape)), positions + first)
-            finally:
-                readers.release(reader)
+            with concerning(key):
+                reader = readers.acquire(key)
+                try:
+                    served = reader if index < 0 else reader.indexed()  # a single volume's sections
+                    check_destination_type(reader.key, reader.descriptor.data_type, out.dtype, casting)
+                    crop(served, _patch_index(served, index, len(shape)), positions + first)
+                finally:
+                    readers.release(reader)
 
     tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(count, loader.worker_count)]
     return run_tasks(loader.executor, tasks, keep=(out, keep))

@@ -182,21 +182,19 @@ def describe_failure(
     keys: Sequence[str],
     describe_row: Callable[[int], str],
 ) -> str:
-    """Which rows of a failed read the failure belongs to: those whose file its message names.
+    """Which rows of a failed read the failure belongs to: those that read the file it concerns.
 
     Args:
-        error: The failure, whose message names a file, as every failure of the core does.
+        error: The failure, whose `key` names the file it concerns, as every failure of a read does.
         rows: The rows read.
         row_keys: For each row read, the numbers of the keys it reads (one or a row of them).
         keys: The keys, by number.
         describe_row: Gives the text naming one row, given its position in `rows`.
     """
-    message = str(error)
-    named = [k for k in np.unique(row_keys).tolist() if keys[k] in message]
-    if named:
-        longest = max(named, key=lambda k: len(keys[k]))
-        hits = np.flatnonzero((row_keys.reshape(len(rows), -1) == longest).any(axis=1))
-    else:
+    key = getattr(error, "key", None)
+    number = list(keys).index(key) if key in keys else -1
+    hits = np.flatnonzero((row_keys.reshape(len(rows), -1) == number).any(axis=1))
+    if not len(hits):
         hits = np.arange(len(rows))
     more = f" and {len(hits) - 1} more" if len(hits) > 1 else ""
     return f"reading row {describe_row(int(hits[0]))}{more}"
