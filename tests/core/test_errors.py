@@ -50,6 +50,13 @@ def test_a_missing_file_carries_its_key(tmp_path):
         assert raised.value.key == missing
 
 
+def test_a_missing_zarr_store_is_the_same_error_as_a_missing_file(tmp_path):
+    missing = str(tmp_path / "missing.zarr")
+    with pytest.raises(vio.ImageFileNotFoundError) as raised:
+        vio.read(missing)
+    assert isinstance(raised.value, RuntimeError) and raised.value.key == missing
+
+
 def test_a_corrupt_file_carries_its_key(tmp_path, stack):
     garbage = tmp_path / "garbage.mrc"
     garbage.write_bytes(b"not an image" * 100)
