@@ -64,12 +64,10 @@ def as_completion(returned: Any) -> Completion:
     """
     if returned is None:
         return Completion()
-    if isinstance(returned, Completion):
-        return returned
-    if isinstance(returned, list) or (isinstance(returned, Iterable) and not hasattr(returned, "get")):
-        return Completion.all(returned)
-    if hasattr(returned, "get") and hasattr(returned, "wait"):
+    if hasattr(returned, "get") and hasattr(returned, "wait"):  # a completion, a `Pendings`, a user's
         return Completion.all([returned])
+    if isinstance(returned, Iterable):
+        return Completion.all(returned)
     raise TypeError(f"read_async returns a sequence of things to wait on, not {type(returned).__name__}")
 
 
