@@ -274,7 +274,7 @@ class TomogramDataset(torch.utils.data.Dataset):
         for i, box in enumerate(placed):
             groups.setdefault(box.buffer_shape, []).append(i)
         buffers = [self._start(shape, members, placed) for shape, members in groups.items()]
-        vio.Completion.gather([read for buffer in buffers for read in buffer.reads]).get()
+        vio.Completion.all([read for buffer in buffers for read in buffer.reads]).get()
         items: list[TomogramData | None] = [None] * len(boxes)
         for buffer in buffers:
             buffer.finish(self.scale_uint8)

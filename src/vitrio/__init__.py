@@ -8,6 +8,7 @@ around centres. `vitrio.data` feeds datasets to PyTorch and JAX.
 from . import data, formats
 from ._array import Array, HalfComplexArray
 from ._concurrency import Completion, Executor, SynchronousExecutor, ThreadPoolExecutor
+from ._errors import VitrioError
 from ._event_images import DetectorEventImageReaderProvider
 from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
 from ._functions import (
@@ -124,6 +125,7 @@ __all__ = [
     "IndexTable",
     "NumericalType",
     "ReadOnlyDestinationError",
+    "VitrioError",
     "ScratchImageReaderProvider",
     "SynchronousExecutor",
     "ThreadPoolExecutor",

@@ -1,7 +1,8 @@
 """Running tasks on threads, and waiting for them: executors and `Completion`.
 
-This layer knows nothing of files. A `Completion` counts down the tasks of
-one piece of work and keeps the arrays they use alive as long as it lives.
+This layer knows nothing of files. A `Completion` is the one thing to wait
+on: it counts down the tasks of one piece of work, or combines several
+(`Completion.all`), and keeps the arrays they use alive as long as it lives.
 
 At exit, work still under way is waited for before the interpreter shuts
 down (an `atexit` hook, while the pool's threads still run): a program that
@@ -69,49 +70,91 @@ def _wait_at_exit() -> None:
 
 
 class Completion:
-    """Work under way on an executor: wait for it, and learn whether it failed.
+    """Work under way, waited on as one: wait for it, and learn whether it failed.
 
-    It keeps the arrays the work reads and writes alive for as long as it
-    lives, so that they outlast `get()` even when the caller dropped them;
-    dropping a completion that is not ready waits for the work. Waiting
-    never holds the GIL.
+    The one thing to wait on. It stands for tasks on an executor
+    (`run_tasks`), for several waitables at once (`Completion.all`), for a
+    failure known at once (`Completion.failed`), or for another completion
+    whose failure is explained (`explained`). It keeps the arrays the work
+    reads and writes alive for as long as it lives, so that they outlast
+    `get()` even when the caller dropped them; dropping a completion that is
+    not ready waits for the work. Waiting never holds the GIL.
     """
 
-    __slots__ = ("_works", "_keep", "__weakref__")
+    __slots__ = ("_works", "_keep", "_parts", "_explain", "__weakref__")
 
-    def __init__(self, works: Sequence[_Work] = (), keep: Any = None):
+    def __init__(
+        self,
+        works: Sequence[_Work] = (),
+        keep: Any = None,
+        parts: Sequence[Any] = (),
+        explain: Callable[[BaseException], str] | None = None,
+    ):
         self._works = tuple(works)
         self._keep = keep
+        self._parts = tuple(parts)
+        self._explain = explain
 
     @classmethod
-    def gather(cls, completions: Iterable[Completion]) -> Completion:
-        """One completion that is ready when all of `completions` are."""
-        completions = tuple(completions)
-        works = [work for completion in completions for work in completion._works]
-        return cls(works, tuple(completion._keep for completion in completions))
+    def all(cls, waitables: Iterable[Any]) -> Completion:
+        """One completion that is ready when all of `waitables` are: completions, or anything with
+        `is_ready`, `wait()` and `get()`. Its `get()` raises the first failure, in their order."""
+        return cls(parts=tuple(waitables))
+
+    @classmethod
+    def failed(cls, error: BaseException) -> Completion:
+        """A completion ready at once, whose `get()` raises `error`: work that could not be started."""
+        work = _Work(0, None)
+        work.error = error
+        return cls([work])
+
+    def explained(self, explain: Callable[[BaseException], str]) -> Completion:
+        """This completion, whose `get()` raises its failure with `explain(failure)` added to the message."""
+        return Completion(parts=(self,), explain=explain)
 
     @property
     def is_ready(self) -> bool:
         """Whether every task of the work is done."""
-        return all(work.done.is_set() for work in self._works)
+        return all(work.done.is_set() for work in self._works) and all(part.is_ready for part in self._parts)
 
     def wait(self) -> None:
         """Block until every task is done. Raises nothing."""
         for work in self._works:
             work.done.wait()
+        for part in self._parts:
+            part.wait()
 
     def get(self) -> None:
         """Block until every task is done, then raise the first failure, if any."""
         self.wait()
-        for work in self._works:
-            if work.error is not None:
-                raise work.error
+        try:
+            for work in self._works:
+                if work.error is not None:
+                    raise work.error
+            for part in self._parts:
+                part.get()
+        except Exception as error:
+            if self._explain is None:
+                raise
+            context = self._explain(error)
+            try:
+                explained = type(error)(f"{error} ({context})")
+            except Exception:
+                explained = None
+            if explained is None:
+                error.add_note(context)
+                raise
+            vars(explained).update(vars(error))
+            raise explained from error
 
     @property
     def exception(self) -> BaseException | None:
         """The first failure of the work once it is done, or None."""
-        self.wait()
-        return next((work.error for work in self._works if work.error is not None), None)
+        try:
+            self.get()
+        except BaseException as error:  # noqa: BLE001 - handed back, not raised
+            return error
+        return None
 
     def __del__(self) -> None:
         if sys.is_finalizing():

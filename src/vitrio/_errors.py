@@ -1,5 +1,6 @@
-"""The errors of vitrio: each one a class of the standard exception its callers catch.
+"""The errors of vitrio: one base, `VitrioError`, that carries the key of the file an error concerns.
 
+Each error is also a class of the standard exception its callers catch.
 Several have two parents: the exception this package raises, and the one the
 published package raises (or earlier versions of this one did), so callers
 of either catch them. This layer knows nothing of files or threads.
@@ -7,9 +8,13 @@ of either catch them. This layer knows nothing of files or threads.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 
 __all__ = [
+    "VitrioError",
+    "concerning",
     "FormatError",
     "PastTheEndError",
     "ImageFileNotFoundError",
@@ -23,7 +28,38 @@ __all__ = [
 ]
 
 
-class FormatError(ValueError, RuntimeError):
+class VitrioError(Exception):
+    """The base of vitrio's errors.
+
+    Attributes:
+        key: The key of the file the error concerns, or None where it concerns no one file.
+    """
+
+    key: str | None = None
+
+
+@contextlib.contextmanager
+def concerning(key: str) -> Iterator[None]:
+    """Give whatever is raised inside, while working on the file at `key`, that key as its `key`.
+
+    A failure that already names a file keeps it. Failures of other classes
+    than `VitrioError` (an `OSError`, a slot of the wrong shape) carry it too,
+    so that whoever catches one learns which file it concerns without reading its message.
+    """
+    try:
+        yield
+    except Exception as error:
+        if getattr(error, "key", None) is None:
+            error.key = key
+        raise
+
+
+def _keyed(error: VitrioError, key: str) -> VitrioError:
+    error.key = key
+    return error
+
+
+class FormatError(VitrioError, ValueError, RuntimeError):
     """A file not of its format, truncated, or whose header does not fit it; or no format for a file.
 
     A `ValueError`, and the `RuntimeError` the published package raises for
@@ -31,7 +67,7 @@ class FormatError(ValueError, RuntimeError):
     """
 
 
-class PastTheEndError(IndexError, ValueError):
+class PastTheEndError(VitrioError, IndexError, ValueError):
     """An index past the end of a stack.
 
     An `IndexError`, as the core raises it, and a `ValueError`, as the
@@ -40,7 +76,7 @@ class PastTheEndError(IndexError, ValueError):
     """
 
 
-class ImageFileNotFoundError(FileNotFoundError, RuntimeError):
+class ImageFileNotFoundError(VitrioError, FileNotFoundError, RuntimeError):
     """No file at a key: a `FileNotFoundError` (errno kept), and the published package's `RuntimeError`."""
 
 
@@ -53,24 +89,24 @@ def no_such_file(key: str, errno: int | None) -> ImageFileNotFoundError:
     """The error for a file missing at `key`, pointing to the parsers where `key` is written "index@path"."""
     if re.match(r"\s*\d+@", key):
         hint = "for an image of a stack, pass ImageLocation.from_string(text), or parse_locations(texts)"
-        return LocationAsKeyError(errno, f"{key}: no such file; a key is a file's path: {hint}")
-    return ImageFileNotFoundError(errno, f"{key}: no such file")
+        return _keyed(LocationAsKeyError(errno, f"{key}: no such file; a key is a file's path: {hint}"), key)
+    return _keyed(ImageFileNotFoundError(errno, f"{key}: no such file"), key)
 
 
-class ReadOnlyDestinationError(TypeError, ValueError):
+class ReadOnlyDestinationError(VitrioError, TypeError, ValueError):
     """A destination that reads cannot land in (read-only memory): a `TypeError`, as the published
     package raises it, and a `ValueError`, as earlier versions of this one did."""
 
 
-class DestinationTypeError(TypeError, ValueError):
+class DestinationTypeError(VitrioError, TypeError, ValueError):
     """A destination whose type cannot hold the values of a file read into it (`docs/paths-and-types.md`)."""
 
 
-class IncompleteFileError(ValueError):
+class IncompleteFileError(VitrioError, ValueError):
     """A declared file closed with images never written, without `allow_partial=True`."""
 
 
-class DeclaredTwiceError(ValueError, RuntimeError):
+class DeclaredTwiceError(VitrioError, ValueError, RuntimeError):
     """A file declared twice to a writer provider: the `ValueError` the published package raises, and
     the `RuntimeError` its docstring names."""
 
@@ -81,7 +117,7 @@ def past_the_end(key: str, index: int, count: int, sections: bool = False) -> Pa
     With `sections`, the file holds one volume of `count` sections, which the indices name.
     """
     if sections:
-        return PastTheEndError(
-            f"{key}: index {index} is past the last section of a volume of {count} sections"
-        )
-    return PastTheEndError(f"{key}: index {index} is past the end of a stack of {count}")
+        message = f"{key}: index {index} is past the last section of a volume of {count} sections"
+    else:
+        message = f"{key}: index {index} is past the end of a stack of {count}"
+    return _keyed(PastTheEndError(message), key)

@@ -11,6 +11,7 @@ import numpy as np
 from ._array import HalfComplexArray, finish_half_complex, new_array
 from ._arrays import as_casting, as_destination, as_source, check_destination_type
 from ._concurrency import Executor, ThreadPoolExecutor
+from ._errors import concerning
 from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
 from ._providers import (
     CachingImageReaderProvider,
@@ -133,7 +134,9 @@ def query_descriptor(key: Any, readers: ImageReaderProvider | None = None) -> Im
         ImageFileNotFoundError: If there is no file at `key` (a `FileNotFoundError` and a `RuntimeError`).
         FormatError: If the file is of no known format, or malformed (a `ValueError` and a `RuntimeError`).
     """
-    return (readers or FileImageReaderProvider()).query_descriptor(as_key(key))
+    key = as_key(key)
+    with concerning(key):
+        return (readers or FileImageReaderProvider()).query_descriptor(key)
 
 
 def query_metadata(location: Any, readers: ImageReaderProvider | None = None) -> ImageMetadata:
@@ -154,13 +157,14 @@ def query_metadata(location: Any, readers: ImageReaderProvider | None = None) ->
     """
     key = location.key if isinstance(location, ImageLocation) else as_key(location)
     readers = readers or FileImageReaderProvider()
-    reader = readers.acquire(key)
-    try:
-        return ImageMetadata(
-            reader.descriptor, reader.voxel_size, reader.format_name, reader.voxel_size_source
-        )
-    finally:
-        readers.release(reader)
+    with concerning(key):
+        reader = readers.acquire(key)
+        try:
+            return ImageMetadata(
+                reader.descriptor, reader.voxel_size, reader.format_name, reader.voxel_size_source
+            )
+        finally:
+            readers.release(reader)
 
 
 def read(
@@ -209,33 +213,34 @@ def read(
     else:
         key, index = as_key(location), -1
     readers = readers or FileImageReaderProvider()
-    reader = readers.acquire(key)
-    try:
-        served = reader if index < 0 else reader.indexed()
-        descriptor = served.descriptor
-        if index >= 0:
-            served.check_run(index, 1)  # before allocating: an empty stack may claim any image shape
-        shape = descriptor.extents if index < 0 else descriptor.core_extents
-        if out is None:
-            wanted = descriptor.data_type if data_type is None else as_numerical_type(data_type)
-            if wanted is not NumericalType.complex_float16:
-                check_destination_type(key, descriptor.data_type, numpy_dtype(wanted), casting)
-            result, target = new_array(shape, wanted)
-        else:
-            result, target = out, as_destination(out)
-            check_destination_type(key, descriptor.data_type, target.dtype, casting)
-            if target.shape != tuple(shape):
-                raise ValueError(f"{key}: reads as shape {shape}, out has shape {target.shape}")
-        if index < 0:
-            stack = descriptor.stack_extents
-            served.read_run(0, [target[i] for i in np.ndindex(*stack)] if stack else [target])
-        else:
-            served.read_run(index, [target])
-        if isinstance(result, HalfComplexArray):
-            finish_half_complex(result, target)
-        return result
-    finally:
-        readers.release(reader)
+    with concerning(key):
+        reader = readers.acquire(key)
+        try:
+            served = reader if index < 0 else reader.indexed()
+            descriptor = served.descriptor
+            if index >= 0:
+                served.check_run(index, 1)  # before allocating: an empty stack may claim any image shape
+            shape = descriptor.extents if index < 0 else descriptor.core_extents
+            if out is None:
+                wanted = descriptor.data_type if data_type is None else as_numerical_type(data_type)
+                if wanted is not NumericalType.complex_float16:
+                    check_destination_type(key, descriptor.data_type, numpy_dtype(wanted), casting)
+                result, target = new_array(shape, wanted)
+            else:
+                result, target = out, as_destination(out)
+                check_destination_type(key, descriptor.data_type, target.dtype, casting)
+                if target.shape != tuple(shape):
+                    raise ValueError(f"{key}: reads as shape {shape}, out has shape {target.shape}")
+            if index < 0:
+                stack = descriptor.stack_extents
+                served.read_run(0, [target[i] for i in np.ndindex(*stack)] if stack else [target])
+            else:
+                served.read_run(index, [target])
+            if isinstance(result, HalfComplexArray):
+                finish_half_complex(result, target)
+            return result
+        finally:
+            readers.release(reader)
 
 
 def _written(array: Any, key: str) -> np.ndarray:
@@ -292,14 +297,15 @@ def write(
     values = _written(array, key)
     if values.shape != descriptor.extents:
         raise ValueError(f"{key}: an array of shape {values.shape} does not fit {descriptor}")
-    writer = create_writer(key, descriptor, formats, voxel_size)
-    try:
-        stack = descriptor.stack_extents
-        writer.write_run(0, [values[i] for i in np.ndindex(*stack)] if stack else [values])
-    except BaseException:
-        writer.discard()
-        raise
-    writer.finish()
+    with concerning(key):
+        writer = create_writer(key, descriptor, formats, voxel_size)
+        try:
+            stack = descriptor.stack_extents
+            writer.write_run(0, [values[i] for i in np.ndindex(*stack)] if stack else [values])
+        except BaseException:
+            writer.discard()
+            raise
+        writer.finish()
 
 
 def write_single(

@@ -9,6 +9,7 @@ import numpy as np
 
 from ._arrays import as_source
 from ._concurrency import Completion, Executor, run_tasks
+from ._errors import concerning
 from ._loading import check_leading_extent, plan_locations, task_bounds
 from ._writers import ImageWriterProvider
 
@@ -79,16 +80,19 @@ def write_batch_async(saver: ImageSaver, source: Any, locations: Sequence[Any]) 
 
     def task(first: int, last: int) -> None:
         for slot in order[first:last].tolist():
-            writer = writers.writer(keys[key_ids[slot]])
-            index = int(indices[slot])
-            if index < 0:
-                stack = writer.descriptor.stack_extents
-                whole = values[slot]
-                if whole.shape != writer.descriptor.extents:
-                    raise ValueError(f"{writer.key}: holds {writer.descriptor.extents}, not {whole.shape}")
-                writer.write_run(0, [whole[i] for i in np.ndindex(*stack)] if stack else [whole])
-            else:
-                writer.write_run(index, [values[slot]])
+            with concerning(keys[key_ids[slot]]):
+                _write_slot(writers.writer(keys[key_ids[slot]]), values[slot], int(indices[slot]))
 
     tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(len(locations), saver.worker_count)]
     return run_tasks(saver.executor, tasks, keep=source)
+
+
+def _write_slot(writer: Any, value: np.ndarray, index: int) -> None:
+    """Write `value` as image `index` of `writer`'s file, or as the whole file where `index` is -1."""
+    if index < 0:
+        stack = writer.descriptor.stack_extents
+        if value.shape != writer.descriptor.extents:
+            raise ValueError(f"{writer.key}: holds {writer.descriptor.extents}, not {value.shape}")
+        writer.write_run(0, [value[i] for i in np.ndindex(*stack)] if stack else [value])
+    else:
+        writer.write_run(index, [value])

@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from .._arrays import as_destination
+from .._concurrency import Completion
 from .._loading import ImageLoader
 from .._types import integer_array
 from ._shared import shared_loader
-from ._source import ArraySource, Source, Waitable, waitables
+from ._source import ArraySource, Source, Waitable, as_completion
 
 __all__ = ["Dataset", "PendingBatch", "Allocator", "resolve_rows"]
 
@@ -71,17 +72,16 @@ class PendingBatch:
 
     def __init__(self, values: Mapping[str, np.ndarray], pending: Iterable[Waitable]):
         self._values = dict(values)
-        self._pending = tuple(pending)
+        self._pending = Completion.all(pending)
 
     @property
     def is_ready(self) -> bool:
         """Whether every read of the batch is done."""
-        return all(pending.is_ready for pending in self._pending)
+        return self._pending.is_ready
 
     def wait(self) -> None:
         """Block until every read of the batch is done. Raises nothing."""
-        for pending in self._pending:
-            pending.wait()
+        self._pending.wait()
 
     def get(self) -> dict[str, np.ndarray]:
         """Wait for the batch.
@@ -92,9 +92,7 @@ class PendingBatch:
         Raises:
             Exception: Whatever a read of the batch raised. Every read is waited for first.
         """
-        self.wait()
-        for pending in self._pending:
-            pending.get()
+        self._pending.get()
         return dict(self._values)
 
     def __repr__(self) -> str:
@@ -196,10 +194,10 @@ class Dataset:
         loader = loader or shared_loader()
         allocate = allocator or np.empty
         values: dict[str, np.ndarray] = {}
-        pending: list[Waitable] = []
+        pending: list[Completion] = []
         for name, source in self._sources.items():
             out = _allocate(allocate, (len(rows), *source.shape), np.dtype(source.dtype), name)
-            pending.extend(waitables(source.read_async(loader, rows, out)))
+            pending.append(as_completion(source.read_async(loader, rows, out)))
             values[name] = out
         if self._index is not None:
             indices = _allocate(allocate, (len(rows),), np.dtype(np.int64), self._index)

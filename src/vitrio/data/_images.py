@@ -21,7 +21,7 @@ from .._functions import reader_provider
 from .._loading import ImageLoader, plan_locations, read_indexed_async
 from .._providers import ImageReaderProvider
 from .._types import ImageDescriptor, ImageLocation, numpy_dtype, past_the_end, section_view
-from ._source import Explained, Pendings, Source, describe_failure
+from ._source import Pendings, Source, describe_failure
 
 __all__ = ["ImageSource"]
 
@@ -141,7 +141,7 @@ class ImageSource(Source):
                 loader, flat, self._keys, key_ids.ravel(), indices.ravel(), keep=out, casting=self._casting
             )
         else:
-            completion = Completion.gather(
+            completion = Completion.all(
                 read_indexed_async(
                     loader, out[:, j], self._keys, key_ids[:, j], indices[:, j], out, self._casting
                 )
@@ -155,8 +155,8 @@ class ImageSource(Source):
             )
             return f"{int(rows[position])} ({locations})"
 
-        explained = Explained(
-            completion, lambda error: describe_failure(error, rows, key_ids, self._keys, describe_row)
+        explained = completion.explained(
+            lambda error: describe_failure(error, rows, key_ids, self._keys, describe_row)
         )
         return Pendings([explained])
 

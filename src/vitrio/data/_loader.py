@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._arrays import as_destination
+from .._concurrency import Completion
 from .._loading import ImageLoader
 from ._dataset import Allocator, Dataset, PendingBatch, resolve_rows
 from ._extras import missing
@@ -38,25 +39,6 @@ __all__ = ["DataLoader"]
 
 _OUTPUTS = ("numpy", "torch", "jax")
 _STATE_VERSION = 1
-
-
-class _Raised:
-    """What a batch that could not even be started waits for: the failure, raised at its turn."""
-
-    __slots__ = ("_error",)
-
-    def __init__(self, error: Exception):
-        self._error = error
-
-    @property
-    def is_ready(self) -> bool:
-        return True
-
-    def wait(self) -> None:
-        pass
-
-    def get(self) -> None:
-        raise self._error
 
 
 class _Progress:
@@ -407,7 +389,7 @@ class DataLoader:
                 extra[self._valid] = valid
             return self._dataset.read_async(rows, self._allocator, loader), extra
         except Exception as error:
-            return PendingBatch({}, [_Raised(error)]), {}
+            return PendingBatch({}, [Completion.failed(error)]), {}
 
     def _finish(self, values: dict[str, np.ndarray], extra: dict[str, np.ndarray]) -> Any:
         values.update(extra)

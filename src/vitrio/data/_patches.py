@@ -28,7 +28,7 @@ from .._types import (
     past_the_end,
     section_view,
 )
-from ._source import Explained, Pendings, Source, describe_failure
+from ._source import Pendings, Source, describe_failure
 
 __all__ = ["PatchSource"]
 
@@ -189,8 +189,8 @@ class PatchSource(Source):
             image = ImageLocation(key, index)
             return f"{int(rows[position])} (a patch at {centres[position].tolist()} of {image})"
 
-        explained = Explained(
-            completion, lambda error: describe_failure(error, rows, image_ids, keys, describe_row)
+        explained = completion.explained(
+            lambda error: describe_failure(error, rows, image_ids, keys, describe_row)
         )
         return Pendings([explained])
 

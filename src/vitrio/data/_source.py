@@ -1,11 +1,11 @@
 """What a field of a dataset is: the `Source` protocol, and `ArraySource`, values already in memory.
 
 A source reads the values of some of its rows into an array it is given and
-returns a list of what to wait for (`Pendings`), empty when the values are
-in place already. Sources that read files (`ImageSource`, `PatchSource`)
+returns a list of completions to wait for (`Pendings`), empty when the values
+are in place already. Sources that read files (`ImageSource`, `PatchSource`)
 return completions whose failures name the rows they belong to. What a
 user's source returns is taken either way: a sequence of things to wait on,
-or one thing to wait on (`waitables`).
+or one thing to wait on (`as_completion`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from .._concurrency import Completion, run_tasks
 from .._loading import ImageLoader
 
-__all__ = ["Source", "ArraySource", "Explained", "Pendings", "Waitable", "waitables", "describe_failure"]
+__all__ = ["Source", "ArraySource", "Pendings", "Waitable", "as_completion", "describe_failure"]
 
 _INLINE_BYTES = 1 << 20
 """Copies of rows smaller than this are made at once; larger ones run on the loader's threads."""
@@ -36,42 +36,38 @@ class Waitable(Protocol):
 
 
 class Pendings(list):
-    """The list of things to wait on that a source's `read_async` returns; empty when there is nothing.
+    """The list of completions a source's `read_async` returns, as the published API has it a list.
 
-    It can also be waited on as one: `wait()`, `get()` and `is_ready` go
-    through its elements, so callers that treat the result as one
-    completion keep working.
+    It can also be waited on as one, through `Completion.all` of its
+    elements, so callers that treat the result as one completion keep working.
     """
 
     @property
     def is_ready(self) -> bool:
         """Whether every element is ready."""
-        return all(pending.is_ready for pending in self)
+        return Completion.all(self).is_ready
 
     def wait(self) -> None:
         """Block until every element is done. Raises nothing."""
-        for pending in self:
-            pending.wait()
+        Completion.all(self).wait()
 
     def get(self) -> None:
         """Block until every element is done, then raise the first failure, if any."""
-        self.wait()
-        for pending in self:
-            pending.get()
+        Completion.all(self).get()
 
 
-def waitables(returned: Any) -> list[Waitable]:
-    """What to wait for, from what a source's `read_async` returned: a sequence of them, one, or None.
+def as_completion(returned: Any) -> Completion:
+    """What to wait for, from what a source's `read_async` returned: a sequence of waitables, one, or None.
 
     Raises:
         TypeError: If `returned` is none of these.
     """
     if returned is None:
-        return []
-    if isinstance(returned, Iterable) and not hasattr(returned, "get") or isinstance(returned, Pendings):
-        return list(returned)
-    if hasattr(returned, "get") and hasattr(returned, "wait"):
-        return [returned]
+        return Completion()
+    if hasattr(returned, "get") and hasattr(returned, "wait"):  # a completion, a `Pendings`, a user's
+        return Completion.all([returned])
+    if isinstance(returned, Iterable):
+        return Completion.all(returned)
     raise TypeError(f"read_async returns a sequence of things to wait on, not {type(returned).__name__}")
 
 
@@ -177,43 +173,6 @@ class ArraySource(Source):
         return f"ArraySource(shape={self._array.shape}, dtype={self._array.dtype})"
 
 
-class Explained:
-    """A completion whose failure is raised again with what it belongs to added to its message.
-
-    Args:
-        completion: The reads.
-        explain: Says, given the failure, which rows and files it belongs to.
-    """
-
-    __slots__ = ("_completion", "_explain")
-
-    def __init__(self, completion: Completion, explain: Callable[[BaseException], str]):
-        self._completion = completion
-        self._explain = explain
-
-    @property
-    def is_ready(self) -> bool:
-        """Whether every read is done."""
-        return self._completion.is_ready
-
-    def wait(self) -> None:
-        """Block until every read is done. Raises nothing."""
-        self._completion.wait()
-
-    def get(self) -> None:
-        """Block until every read is done, then raise the first failure, saying what it belongs to."""
-        try:
-            self._completion.get()
-        except Exception as error:
-            context = self._explain(error)
-            try:
-                explained = type(error)(f"{error} ({context})")
-            except Exception:
-                error.add_note(context)
-                raise
-            raise explained from error
-
-
 def describe_failure(
     error: BaseException,
     rows: np.ndarray,
@@ -221,21 +180,19 @@ def describe_failure(
     keys: Sequence[str],
     describe_row: Callable[[int], str],
 ) -> str:
-    """Which rows of a failed read the failure belongs to: those whose file its message names.
+    """Which rows of a failed read the failure belongs to: those that read the file it concerns.
 
     Args:
-        error: The failure, whose message names a file, as every failure of the core does.
+        error: The failure, whose `key` names the file it concerns, as every failure of a read does.
         rows: The rows read.
         row_keys: For each row read, the numbers of the keys it reads (one or a row of them).
         keys: The keys, by number.
         describe_row: Gives the text naming one row, given its position in `rows`.
     """
-    message = str(error)
-    named = [k for k in np.unique(row_keys).tolist() if keys[k] in message]
-    if named:
-        longest = max(named, key=lambda k: len(keys[k]))
-        hits = np.flatnonzero((row_keys.reshape(len(rows), -1) == longest).any(axis=1))
-    else:
+    key = getattr(error, "key", None)
+    number = list(keys).index(key) if key in keys else -1
+    hits = np.flatnonzero((row_keys.reshape(len(rows), -1) == number).any(axis=1))
+    if not len(hits):
         hits = np.arange(len(rows))
     more = f" and {len(hits) - 1} more" if len(hits) > 1 else ""
     return f"reading row {describe_row(int(hits[0]))}{more}"

@@ -14,11 +14,13 @@ length their headers announce (`_http`).
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..._errors import ImageFileNotFoundError
 from ..._fs import open_beneath
 from ._http import fetch_bounded, identity_options
 
@@ -57,7 +59,7 @@ class LocalStore(Store):
         self.root = os.path.abspath(root)
         self.token = ("file", self.root)
         if not os.path.exists(self.root):
-            raise FileNotFoundError(f"{root}: no such Zarr store")
+            raise ImageFileNotFoundError(errno.ENOENT, f"{root}: no such Zarr store")
         if not os.path.isdir(self.root):
             raise NotADirectoryError(f"{root}: not a Zarr store: a file, not a directory")
 

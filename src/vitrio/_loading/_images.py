@@ -1,0 +1,206 @@
+"""Reading images and whole files into the slots of a destination: grouped by file, or as native runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._arrays import as_casting, as_destination, check_destination_type
+from .._concurrency import Completion, run_tasks
+from .._errors import concerning
+from .._native import RUN_FILE, advise
+from .._providers import ImageReaderProvider
+from .._types import group_ids
+from ..formats import ImageReader
+from ..formats._raw import KnownFiles, read_runs
+from ._loader import (
+    ImageLoader,
+    as_out,
+    as_sequence,
+    check_ids,
+    check_leading_extent,
+    plan_locations,
+    slot_integers,
+    task_bounds,
+)
+from ._runs import plan_known
+
+__all__ = ["read_indexed_async", "read_batch_async"]
+
+_NATIVE_TASKS_PER_WORKER = 2
+
+
+def _image_views(slot: np.ndarray, reader: ImageReader) -> list[np.ndarray]:
+    stack = reader.descriptor.stack_extents
+    return [slot[index] for index in np.ndindex(*stack)] if stack else [slot]
+
+
+def read_indexed_async(
+    loader: ImageLoader,
+    out: np.ndarray,
+    keys: Sequence[str],
+    key_ids: Any,
+    indices: Any,
+    keep: Any = None,
+    casting: str | None = None,
+) -> Completion:
+    """Read image `indices[i]` of file `keys[key_ids[i]]` into `out[i]`, on the loader's threads.
+
+    The planned form of `read_batch_async`, for callers that hold their
+    locations as arrays already (as `vitrio.data` does): no Python object per
+    image on the way. Each task takes a stretch of the slots, groups it by
+    file, and hands each file's reader its indices and slots in one call.
+
+    Args:
+        loader: What reads.
+        out: A writable numpy array with a slot per read: of the shape of one
+            image (or, where the indices are -1, of the whole file) after its
+            leading extent. Values are converted to its type.
+        keys: The files, each once.
+        key_ids: For each slot, the number of its file in `keys`: integers.
+        indices: For each slot, the index of its image in the file's stack:
+            integers, all -1 (whole files) or all non-negative.
+        keep: An object the completion holds on to until the reads end.
+        casting: As `vitrio.read` takes it: "unsafe" lets `out` be of a type that cannot hold
+            every value of a file's.
+
+    Returns:
+        A `Completion` of the reads. Failures (a missing file, an index past
+        the end of its stack (`IndexError`), a slot shape that does not fit)
+        surface from its `get()`.
+
+    Raises:
+        TypeError: If `out` is not a numpy array, `keys` not a sequence, or
+            `key_ids` or `indices` not integers.
+        ValueError: If `key_ids` or `indices` are not 1-D arrays of one
+            element per slot, a key id is not the number of one of `keys`,
+            an index is below -1, or whole files and images of stacks are mixed.
+    """
+    out = as_out(out)
+    casting = as_casting(casting)
+    keys = as_sequence(keys, "keys")
+    count = out.shape[0]
+    key_ids = slot_integers(key_ids, "key_ids", count)
+    indices = slot_integers(indices, "indices", count)
+    check_ids(key_ids, "key_ids", len(keys), "keys")
+    if count == 0:
+        return Completion()
+    low = int(indices.min())
+    if low < -1:
+        raise ValueError(f"indices[{int(np.argmin(indices))}] is {low}: an index is -1 or more")
+    if low < 0 and indices.max() >= 0:
+        raise ValueError("indices mix -1 (whole files) and indices in stacks")
+    whole = low < 0
+    readers = loader.readers
+    left = np.arange(count)
+    tasks = []
+    if not whole and out.flags.c_contiguous:
+        plan = plan_known(readers, out, keys, key_ids, indices)
+        if plan is not None:
+            left, files, runs, slots, dst_kind = plan
+            if loader.read_ahead:  # now, so that the kernel reads while the batches before it are copied
+                advise(files.paths, files.checks, runs)
+            for a, b in task_bounds(len(runs), loader.worker_count, _NATIVE_TASKS_PER_WORKER):
+                tasks.append(
+                    lambda a=a, b=b: _read_known(
+                        readers, out, indices, files, runs[a:b], slots[a:b], dst_kind
+                    )
+                )
+
+    def task(positions: np.ndarray) -> None:
+        for key_id, group in group_ids(key_ids[positions]):
+            _read_group(readers, keys[key_id], out, positions[group], indices, whole, casting)
+
+    tasks += [lambda a=a, b=b: task(left[a:b]) for a, b in task_bounds(len(left), loader.worker_count)]
+    return run_tasks(loader.executor, tasks, keep=(out, keep))
+
+
+def _read_group(
+    readers: ImageReaderProvider,
+    key: str,
+    out: np.ndarray,
+    slots: np.ndarray,
+    indices: np.ndarray,
+    whole: bool,
+    casting: str | None = None,
+) -> None:
+    """Read the images of one file bound for `slots` of `out` through its reader."""
+    with concerning(key):
+        reader = readers.acquire(key)
+        try:
+            served = reader if whole else reader.indexed()  # a single volume's sections
+            _check_slot(served, out.shape[1:], whole)
+            check_destination_type(reader.key, reader.descriptor.data_type, out.dtype, casting)
+            if whole:
+                for slot in slots.tolist():
+                    reader.read_run(0, _image_views(out[slot], reader))
+            else:
+                served.read_images(indices[slots], out, slots)
+        finally:
+            readers.release(reader)
+
+
+def _read_known(
+    readers: ImageReaderProvider,
+    out: np.ndarray,
+    indices: np.ndarray,
+    files: KnownFiles,
+    runs: np.ndarray,
+    slots: np.ndarray,
+    dst_kind: int,
+) -> None:
+    """Read `runs` with one native call; the images of a file found changed go through its reader."""
+    while len(runs):
+        failure = read_runs(files, runs, out, dst_kind)
+        if failure is None:
+            return
+        run, bad = failure
+        key = files.layouts[bad].key
+        readers.forget_layout(key)
+        runs, slots = runs[run:], slots[run:]
+        changed = runs[:, RUN_FILE] == bad
+        moved = np.concatenate([np.arange(a, a + n) for a, n in slots[changed].tolist()])
+        _read_group(readers, key, out, moved, indices, False)
+        runs, slots = np.ascontiguousarray(runs[~changed]), slots[~changed]
+
+
+def _check_slot(reader: ImageReader, slot_shape: tuple[int, ...], whole: bool) -> None:
+    expected = reader.descriptor.extents if whole else reader.core_extents
+    if tuple(slot_shape) != tuple(expected):
+        what = "the file" if whole else "an image of the file"
+        raise ValueError(f"{reader.key}: {what} has shape {expected}, the destination's slots {slot_shape}")
+
+
+def read_batch_async(
+    loader: ImageLoader, destination: Any, locations: Sequence[Any], casting: str | None = None
+) -> Completion:
+    """Read `locations[i]` into slot `i` of `destination`, on the loader's threads.
+
+    The locations may span any number of files and formats; consecutive
+    images of a stack are read in one call; values are converted to the
+    destination's type. Reads land in `destination` where it is.
+
+    Args:
+        loader: What reads.
+        destination: An array whose leading extent is `len(locations)`, each
+            slot of the shape of the image (or whole file) its location names.
+        locations: `ImageLocation` objects, or keys of whole files; not both kinds.
+        casting: As `vitrio.read` takes it: "unsafe" lets `destination` be of a type that cannot
+            hold every value of a file's.
+
+    Returns:
+        A `Completion` of the reads. Failures (a missing file, an index past
+        the end of its stack, a slot shape that does not fit, a destination
+        type that cannot hold a file's values) surface from its `get()`.
+
+    Raises:
+        ValueError: If the leading extent is not `len(locations)`, whole
+            files and images of stacks are mixed, or `casting` is neither None nor "unsafe".
+    """
+    out = as_destination(destination)
+    locations = list(locations)
+    check_leading_extent(out, len(locations), "the destination", "locations")
+    keys, key_ids, indices = plan_locations(locations)
+    return read_indexed_async(loader, out, keys, key_ids, indices, keep=destination, casting=casting)

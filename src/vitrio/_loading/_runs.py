@@ -1,0 +1,83 @@
+"""Planning reads of the images of raw files whose layout the provider knows into native runs.
+
+The images are sorted by file and index and coalesced into runs of
+consecutive images, (file, offset, length, destination) each, that one
+native call reads (`vitrio.formats.read_runs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._arrays import holds_values
+from .._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET
+from .._providers import ImageReaderProvider
+from ..formats._raw import KnownFiles
+
+__all__ = ["plan_known"]
+
+# The columns of `plan_known`'s table of the known files: where image 0 lies, bytes and values per
+# image, images, and the stored kind.
+_OFFSET, _IMAGE_BYTES, _VALUES, _COUNT, _KIND = range(5)
+
+
+def plan_known(
+    readers: ImageReaderProvider,
+    out: np.ndarray,
+    keys: Sequence[str],
+    key_ids: np.ndarray,
+    indices: np.ndarray,
+) -> tuple[np.ndarray, KnownFiles, np.ndarray, np.ndarray, int] | None:
+    """Plan the reads of the images whose files' layouts the provider knows as native runs.
+
+    Returns:
+        None if there is none; else the slots left to the readers, the files, the runs
+        (file, offset, values, destination byte) in the order of file and index, for each run
+        its first slot and its number of images, and the kind of `out`'s values.
+    """
+    ids, inverse = np.unique(key_ids, return_inverse=True)
+    shape, dtype = out.shape[1:], out.dtype
+    numbers = np.full(len(ids), -1, dtype=np.int64)
+    layouts, rows, dst_kind = [], [], None
+    for j, key_id in enumerate(ids.tolist()):
+        layout = readers.layout(keys[key_id])
+        plan = layout.plan(dtype) if layout is not None and layout.core_extents == shape else None
+        if plan is not None and not holds_values(layout.descriptor.data_type, dtype):
+            plan = None  # the reader raises DestinationTypeError
+        if plan is not None and dst_kind in (None, plan.wanted):
+            dst_kind = plan.wanted
+            numbers[j] = len(layouts)
+            layouts.append(layout)
+            rows.append((layout.offset, layout.image_bytes, plan.values, layout.image_count, plan.stored))
+    if not layouts:
+        return None
+    table = np.array(rows, dtype=np.int64)
+    files = numbers[inverse]
+    known = files >= 0
+    beyond = known & (indices >= table[files, _COUNT])
+    if beyond.any():  # the readers raise the IndexError
+        known &= ~np.isin(files, files[beyond])
+    positions = np.flatnonzero(known)
+    if not len(positions):
+        return None
+    file, index = files[positions], indices[positions]
+    order = np.lexsort((index, file))
+    file, index, slot = file[order], index[order], positions[order]
+    go_on = (np.diff(file) == 0) & (np.diff(index) == 1) & (np.diff(slot) == 1)
+    starts = np.flatnonzero(np.concatenate(([True], ~go_on)))
+    lengths = np.diff(np.append(starts, len(file)))
+    file, index, slot = file[starts], index[starts], slot[starts]
+    runs = np.empty((len(starts), RUN_FIELDS), dtype=np.int64)
+    runs[:, RUN_FILE] = file
+    runs[:, RUN_OFFSET] = table[file, _OFFSET] + index * table[file, _IMAGE_BYTES]
+    runs[:, RUN_COUNT] = lengths * table[file, _VALUES]
+    runs[:, RUN_DESTINATION] = slot * out.strides[0]
+    return (
+        np.flatnonzero(~known),
+        KnownFiles(layouts, table[:, _KIND]),
+        runs,
+        np.column_stack((slot, lengths)),
+        dst_kind,
+    )
