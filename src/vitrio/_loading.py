@@ -31,7 +31,7 @@ from ._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSE
 from ._providers import ImageReaderProvider
 from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations, integer_array
 from .formats import ImageReader, RawArrayReader
-from .formats._raw import KnownFiles, read_runs
+from .formats._raw_layout import KnownFiles, read_runs
 
 __all__ = [
     "ImageLoader",

@@ -23,7 +23,8 @@ from . import eer  # noqa: F401, I001
 from .zarr import OmeZarrFormat, zarr_installed
 from .._fs import PartialFile, new_file, open_readonly, open_subfolder, writing_in
 from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
-from ._raw import RawArrayReader, RawArrayWriter, Statistics
+from ._raw import RawArrayReader
+from ._raw_writer import RawArrayWriter, Statistics
 from ._registry import (
     create_writer,
     load_plugin_formats,

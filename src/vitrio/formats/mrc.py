@@ -43,7 +43,8 @@ import numpy as np
 
 from .._types import ImageDescriptor, NumericalType
 from ._contract import Format, FormatError, HeaderStatistics, ImageReader, ImageWriter, warn_header
-from ._raw import RawArrayReader, RawArrayWriter, Statistics
+from ._raw import RawArrayReader
+from ._raw_writer import RawArrayWriter, Statistics
 from ._registry import register_format
 
 __all__ = ["MrcFormat"]

@@ -57,7 +57,8 @@ import tifffile
 from .._native import lzw_check
 from .._types import ImageDescriptor, NumericalType, numpy_dtype
 from ._contract import Format, FormatError, ImageReader, ImageWriter
-from ._raw import RawArrayReader, RawArrayWriter
+from ._raw import RawArrayReader
+from ._raw_writer import RawArrayWriter
 from ._registry import register_format
 from ._tiff_metadata import pixel_size, written_layout
 
