@@ -113,11 +113,8 @@ def regular_size(path: str, limit: int, what: str) -> int:
         IsADirectoryError, OSError: As `open_readonly` raises them.
         ValueError: If the file is larger than `limit` bytes.
     """
-    fd = open_readonly(path)
-    try:
-        return _within(path, os.fstat(fd).st_size, limit, what)
-    finally:
-        os.close(fd)
+    with _open_within(path, limit, what) as (_, size):
+        return size
 
 
 def read_whole(path: str, limit: int, what: str) -> bytes:
@@ -127,15 +124,20 @@ def read_whole(path: str, limit: int, what: str) -> bytes:
         IsADirectoryError, OSError: As `open_readonly` raises them.
         ValueError: If the file is larger than `limit` bytes.
     """
-    fd = open_readonly(path)
-    try:
-        _within(path, os.fstat(fd).st_size, limit, what)
-        with open(fd, "rb", closefd=False) as file:
-            content = file.read(limit + 1)
-    finally:
-        os.close(fd)
+    with _open_within(path, limit, what) as (fd, _), open(fd, "rb", closefd=False) as file:
+        content = file.read(limit + 1)
     _within(path, len(content), limit, what)  # the file grew since
     return content
+
+
+@contextlib.contextmanager
+def _open_within(path: str, limit: int, what: str) -> Iterator[tuple[int, int]]:
+    """The regular file at `path` open read-only, and its size, checked to be at most `limit` bytes."""
+    fd = open_readonly(path)
+    try:
+        yield fd, _within(path, os.fstat(fd).st_size, limit, what)
+    finally:
+        os.close(fd)
 
 
 def _within(path: str, size: int, limit: int, what: str) -> int:

@@ -36,7 +36,7 @@ from .formats import (
     registered_formats,
     resolve_formats,
 )
-from .formats._raw import RawLayout
+from .formats._raw_layout import RawLayout
 from .formats.eer import EerFormat
 
 __all__ = [

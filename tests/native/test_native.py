@@ -8,7 +8,6 @@ import ast
 import errno
 import os
 import struct
-import threading
 import weakref
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 import vitrio as vio
 from vitrio import _native
 from vitrio.formats import _raw
-from vitrio.formats._raw import value_kind
+from vitrio.formats._raw_layout import value_kind
 
 SOURCES = ("uint8", "int8", "uint16", "int16", "float16", "float32")
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -323,21 +322,22 @@ def test_whole_file_reads_at_once_share_the_processors(tmp_path: Path, monkeypat
     monkeypatch.setattr(_raw, "SPLIT_BYTES", 4096)
     values = np.arange(9 * 40 * 30, dtype=np.float32).reshape(9, 40, 30)
     vio.write_single(values, tmp_path / "volume.mrc")
-    started = []
-    real = threading.Thread.start
-    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self) or real(self))
+    parts = []
+    original = _native.convert
+    monkeypatch.setattr(_raw, "convert", lambda *args: parts.append(args) or original(*args))
     readers = vio.reader_provider()
     taken = 0
     while _raw._split_helpers.acquire(blocking=False):  # as if other reads had every helper
         taken += 1
     try:
         np.testing.assert_array_equal(vio.read(tmp_path / "volume.mrc", readers=readers), values)
-        assert started == []  # copied here, in one part
+        assert len(parts) == 1  # copied here, in one part
     finally:
         for _ in range(taken):
             _raw._split_helpers.release()
+    parts.clear()
     np.testing.assert_array_equal(vio.read(tmp_path / "volume.mrc", readers=readers), values)
-    assert len(started) == min(os.cpu_count() or 1, _raw.MAX_SPLIT) - 1
+    assert len(parts) == min(os.cpu_count() or 1, _raw.MAX_SPLIT)
 
 
 def test_consecutive_images_read_into_consecutive_slots(tmp_path: Path):

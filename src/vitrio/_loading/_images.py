@@ -14,7 +14,7 @@ from .._native import RUN_FILE, advise
 from .._providers import ImageReaderProvider
 from .._types import group_ids
 from ..formats import ImageReader
-from ..formats._raw import KnownFiles, read_runs
+from ..formats._raw_layout import KnownFiles, read_runs
 from ._loader import (
     ImageLoader,
     as_out,

@@ -14,7 +14,7 @@ import numpy as np
 from .._arrays import holds_values
 from .._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET
 from .._providers import ImageReaderProvider
-from ..formats._raw import KnownFiles
+from ..formats._raw_layout import KnownFiles
 
 __all__ = ["plan_known"]
 

@@ -2,11 +2,12 @@
 
 A format is a `Format` subclass registered with `register_format`; see
 `_contract` for what a reader and a writer do and `_registry` for how a
-file finds its format. Importing this package registers MRC, TIFF, DM and
-EER (EER after TIFF, so that an EER file, a TIFF container, is tried as EER
-first), and OME-Zarr (`OmeZarrFormat`, of `vitrio.formats.zarr`) where the
-`zarr` extra is installed: its stores are claimed by key, before any file is
-opened. `PartialFile` and `new_file` are how a format's writer creates its
+file finds its format. Importing this package registers the built-in
+formats of `_BUILT_IN`, in the order they are tried: OME-Zarr
+(`OmeZarrFormat`, of `vitrio.formats.zarr`) where the `zarr` extra is
+installed, its stores claimed by key before any file is opened; EER before
+TIFF, as an EER file is a TIFF container; then MRC and DM.
+`PartialFile` and `new_file` are how a format's writer creates its
 file: privately beside its path, moved there when complete; `writing_in`
 has the files made in a folder opened beforehand (by `open_subfolder`,
 without following links), whatever its path names by then. `open_readonly`
@@ -18,12 +19,10 @@ itself the first time no registered format claims a file, and from
 `registered_formats()`.
 """
 
-from . import dm, mrc, tiff  # noqa: F401, I001
-from . import eer  # noqa: F401, I001
-from .zarr import OmeZarrFormat, zarr_installed
 from .._fs import PartialFile, new_file, open_readonly, open_subfolder, writing_in
 from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
-from ._raw import RawArrayReader, RawArrayWriter, Statistics
+from ._raw import RawArrayReader
+from ._raw_writer import RawArrayWriter, Statistics
 from ._registry import (
     create_writer,
     load_plugin_formats,
@@ -38,9 +37,24 @@ from ._selectors import (
     ImageFileReadFormatSelector,
     ImageFileWriteFormatSelector,
 )
+from .dm import DigitalMicrographFormat
+from .eer import EerFormat
+from .mrc import MrcFormat
+from .tiff import TiffFormat
+from .zarr import OmeZarrFormat, zarr_installed
 
-if zarr_installed():
-    register_format(OmeZarrFormat)
+_BUILT_IN: tuple[type[Format], ...] = (
+    *((OmeZarrFormat,) if zarr_installed() else ()),
+    EerFormat,
+    TiffFormat,
+    MrcFormat,
+    DigitalMicrographFormat,
+)
+"""The built-in formats, in the order they are tried (after the plug-ins and formats registered later)."""
+
+for _format in reversed(_BUILT_IN):  # each registered format is tried before those registered earlier
+    register_format(_format)
+del _format
 
 __all__ = [
     "Format",

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import tifffile
 
+from .._numerical import NumericalType, numpy_dtype
 from .._types import ANGSTROMS_PER_UNIT
 
 __all__ = ["pixel_size", "written_layout"]
@@ -44,20 +45,11 @@ __all__ = ["pixel_size", "written_layout"]
 _IMAGEJ_UNITS = {**ANGSTROMS_PER_UNIT, "micron": 1e4, "microns": 1e4}
 _IMAGEJ_TYPES = tuple(np.dtype(t) for t in ("uint8", "uint16", "int16", "float32"))
 _OME_TYPES = tuple(
-    np.dtype(t)
-    for t in (
-        "int8",
-        "uint8",
-        "int16",
-        "uint16",
-        "int32",
-        "uint32",
-        "float32",
-        "float64",
-        "complex64",
-        "complex128",
-    )
+    numpy_dtype(t)
+    for t in NumericalType
+    if t.name not in ("boolean", "int64", "uint64", "float16", "complex_float16")
 )
+"""The types OME-XML names: every numerical type but booleans, 64-bit integers and half floats."""
 
 Sizes = list[float] | None
 

@@ -48,8 +48,7 @@ import numpy as np
 
 from .._types import ANGSTROMS_PER_UNIT, ImageDescriptor, NumericalType, numpy_dtype
 from ._contract import Format, FormatError
-from ._raw import Decoder, RawArrayReader
-from ._registry import register_format
+from ._raw import RawArrayReader
 
 __all__ = ["DigitalMicrographFormat", "DigitalMicrographReader"]
 
@@ -376,9 +375,7 @@ def _nonzero(stored: np.ndarray, out: np.ndarray) -> None:
 class DigitalMicrographReader(RawArrayReader):
     """The first image of a DM3 or DM4 file, with its spatial calibration.
 
-    Args:
-        key, fd, descriptor, file_dtype, offset, decoder: As `RawArrayReader` takes them.
-        pixel_size, pixel_units, image_path: The attributes below.
+    Made as `RawArrayReader`, then given the attributes below by `DigitalMicrographFormat.open`.
 
     Attributes:
         pixel_size: The size of a pixel along each axis of the descriptor's
@@ -391,37 +388,12 @@ class DigitalMicrographReader(RawArrayReader):
         image_path: The tag group of the image read, such as "ImageList/1".
     """
 
-    def __init__(
-        self,
-        key: str,
-        fd: int,
-        descriptor: ImageDescriptor,
-        file_dtype: np.dtype,
-        offset: int,
-        *,
-        decoder: Decoder | None = None,
-        pixel_size: tuple[float, ...],
-        pixel_units: tuple[str, ...],
-        image_path: str,
-    ):
-        sizes, units = pixel_size[-descriptor.core_rank :], pixel_units[-descriptor.core_rank :]
-        lengths = all(unit in ANGSTROMS_PER_UNIT for unit in units)
-        super().__init__(
-            key,
-            fd,
-            descriptor,
-            file_dtype,
-            offset,
-            decoder=decoder,
-            voxel_size=tuple(s * ANGSTROMS_PER_UNIT[u] for s, u in zip(sizes, units)) if lengths else None,
-        )
-        self.voxel_size_source = "DM calibration" if lengths else None
-        self.pixel_size = pixel_size
-        self.pixel_units = pixel_units
-        self.image_path = image_path
+    voxel_size_source: str | None
+    pixel_size: tuple[float, ...]
+    pixel_units: tuple[str, ...]
+    image_path: str
 
 
-@register_format
 class DigitalMicrographFormat(Format):
     """Gatan DigitalMicrograph DM3 and DM4 files, read only; see the module's notes."""
 
@@ -491,15 +463,13 @@ class DigitalMicrographFormat(Format):
         else:
             file_dtype = numpy_dtype(numerical).newbyteorder("<" if tree.little_endian else ">")
             decoder = None
-        axes = [str(i) for i in range(len(dimensions))]
-        return DigitalMicrographReader(
-            key,
-            fd,
-            ImageDescriptor(reversed(dimensions), 2, numerical),
-            file_dtype,
-            offset,
-            decoder=decoder,
-            pixel_size=tuple(image.scales.get(a, 1.0) for a in reversed(axes)),
-            pixel_units=tuple(image.units.get(a, "") for a in reversed(axes)),
-            image_path=where,
-        )
+        axes = [str(i) for i in reversed(range(len(dimensions)))]
+        sizes = tuple(image.scales.get(a, 1.0) for a in axes)
+        units = tuple(image.units.get(a, "") for a in axes)
+        lengths = all(unit in ANGSTROMS_PER_UNIT for unit in units[-2:])
+        voxel = tuple(s * ANGSTROMS_PER_UNIT[u] for s, u in zip(sizes[-2:], units[-2:])) if lengths else None
+        held = ImageDescriptor(reversed(dimensions), 2, numerical)
+        reader = DigitalMicrographReader(key, fd, held, file_dtype, offset, decoder=decoder, voxel_size=voxel)
+        reader.voxel_size_source = "DM calibration" if lengths else None
+        reader.pixel_size, reader.pixel_units, reader.image_path = sizes, units, where
+        return reader

@@ -35,7 +35,6 @@ empty stack is written (`nz` 0) and reads back as one.
 from __future__ import annotations
 
 import os
-import struct
 import time
 from typing import BinaryIO
 
@@ -43,8 +42,8 @@ import numpy as np
 
 from .._types import ImageDescriptor, NumericalType
 from ._contract import Format, FormatError, HeaderStatistics, ImageReader, ImageWriter, warn_header
-from ._raw import RawArrayReader, RawArrayWriter, Statistics
-from ._registry import register_format
+from ._raw import RawArrayReader
+from ._raw_writer import RawArrayWriter, Statistics
 
 __all__ = ["MrcFormat"]
 
@@ -76,24 +75,69 @@ _WRITE_MODES = {
     NumericalType.complex_float64: 4,
 }
 _STAMPS = {0x44: "<", 0x11: ">"}
-_FIELDS = "10i6f3i3f3i"  # nx..mz, cella, cellb, mapc..maps, dmin dmax dmean, ispg nsymbt
-_RMS_AT = 216
+_HEADER = np.dtype(
+    [
+        ("nx", "i4"),
+        ("ny", "i4"),
+        ("nz", "i4"),
+        ("mode", "i4"),
+        ("nxstart", "i4"),
+        ("nystart", "i4"),
+        ("nzstart", "i4"),
+        ("mx", "i4"),
+        ("my", "i4"),
+        ("mz", "i4"),
+        ("cella", "f4", 3),
+        ("cellb", "f4", 3),
+        ("mapc", "i4"),
+        ("mapr", "i4"),
+        ("maps", "i4"),
+        ("dmin", "f4"),
+        ("dmax", "f4"),
+        ("dmean", "f4"),
+        ("ispg", "i4"),
+        ("nsymbt", "i4"),
+        ("extra1", "V8"),
+        ("exttyp", "S4"),
+        ("nversion", "i4"),
+        ("extra2", "V84"),
+        ("origin", "f4", 3),
+        ("map", "S4"),
+        ("machst", "u1", 4),
+        ("rms", "f4"),
+        ("nlabl", "i4"),
+        ("label", "S80", 10),
+    ]
+).newbyteorder("<")
+"""The fields of the MRC2014 main header (`HEADER_BYTES`), by name, in its order; little endian here."""
+
+
+def _field_bytes(head: bytes, name: str) -> bytes:
+    """The bytes of field `name` of a header, however short `head` is."""
+    dtype, offset = _HEADER.fields[name][:2]
+    return head[offset : offset + dtype.itemsize]
+
+
+def _fields(head: bytes, order: str) -> np.void:
+    """The fields of the header that starts `head` (of at least `HEADER_BYTES`), in byte order `order`."""
+    return np.frombuffer(head, _HEADER.newbyteorder(order), count=1)[0]
 
 
 def _plausible(head: bytes, order: str) -> bool:
-    nx, ny, nz, mode = struct.unpack_from(order + "4i", head, 0)
-    return mode in _MODES and 0 < nx < 1 << 24 and 0 < ny < 1 << 24 and 0 <= nz < 1 << 31
+    fields = _fields(head, order)
+    nx, ny, nz = int(fields["nx"]), int(fields["ny"]), int(fields["nz"])
+    return int(fields["mode"]) in _MODES and 0 < nx < 1 << 24 and 0 < ny < 1 << 24 and 0 <= nz < 1 << 31
 
 
 def _byte_order(key: str, head: bytes) -> str:
-    stamp = head[212]
-    order = _STAMPS.get(stamp)
+    stamp = _field_bytes(head, "machst")
+    order = _STAMPS.get(stamp[0])
     if order is not None and _plausible(head, order):
         return order
     for guess in ("<", ">"):
         if _plausible(head, guess):
             warn_header(
-                f"{key}: machine stamp {head[212:216].hex()} is not a valid one; "
+                f"{key}: machine stamp {stamp.hex()} is not a valid one; "
                 f"the header reads as {'little' if guess == '<' else 'big'} endian",
                 stacklevel=4,
             )
@@ -107,18 +151,17 @@ class _Header:
     def __init__(self, key: str, head: bytes):
         if len(head) < HEADER_BYTES:
             raise FormatError(f"{key}: not an MRC file: {len(head)} bytes, shorter than a header")
-        order = _byte_order(key, head)
-        values = struct.unpack_from(order + _FIELDS, head, 0)
-        self.order = order
-        self.nx, self.ny, self.nz, self.mode = values[0:4]
-        self.mx, self.my, self.mz = values[7:10]
-        self.cell = values[10:13]
-        self.axes = values[16:19]
-        self.ispg, self.nsymbt = values[22], values[23]
-        (rms,) = struct.unpack_from(order + "f", head, _RMS_AT)
-        self.statistics = HeaderStatistics(*values[19:22], rms)
-        self.exttyp = head[104:108]
-        self.has_map = head[208:212] == b"MAP "
+        self.order = order = _byte_order(key, head)
+        fields = _fields(head, order)
+        self.nx, self.ny, self.nz, self.mode = (int(fields[name]) for name in ("nx", "ny", "nz", "mode"))
+        self.mx, self.my, self.mz = (int(fields[name]) for name in ("mx", "my", "mz"))
+        self.cell = tuple(float(c) for c in fields["cella"])
+        self.axes = tuple(int(fields[name]) for name in ("mapc", "mapr", "maps"))
+        self.ispg, self.nsymbt = int(fields["ispg"]), int(fields["nsymbt"])
+        self.statistics = HeaderStatistics(
+            *(float(fields[name]) for name in ("dmin", "dmax", "dmean", "rms"))
+        )
+        self.has_map = fields["map"] == b"MAP "
         if self.nsymbt < 0:
             raise FormatError(f"{key}: extended header size (nsymbt) is negative: {self.nsymbt}")
 
@@ -176,7 +219,6 @@ def _decode_complex_int16(stored: np.ndarray, out: np.ndarray) -> None:
     np.copyto(out, values, casting="unsafe")
 
 
-@register_format
 class MrcFormat(Format):
     """MRC2014 files: `.mrc .mrcs .map`, and `.st .rec .ali` when reading."""
 
@@ -186,7 +228,7 @@ class MrcFormat(Format):
 
     @classmethod
     def recognizes(cls, head: bytes, extension: str) -> bool:
-        return head[208:212] == b"MAP " or extension in cls.read_extensions
+        return _field_bytes(head, "map") == b"MAP " or extension in cls.read_extensions
 
     @classmethod
     def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
@@ -255,12 +297,12 @@ class MrcFormat(Format):
             raise ValueError(f"{key}: MRC holds images, volumes and stacks of one of them, not {descriptor}")
         dtype = _MODES[mode]
         cell = _cell((mz, ny, nx), voxel_size)
-        fields = (nx, ny, nz, mode, 0, 0, 0, nx, ny, mz, *cell, 90.0, 90.0, 90.0)
-        fields += (1, 2, 3)
+        fields = {"nx": nx, "ny": ny, "nz": nz, "mode": mode, "mx": nx, "my": ny, "mz": mz, "ispg": ispg}
+        fields.update(cella=cell, cellb=(90.0, 90.0, 90.0), mapc=1, mapr=2, maps=3)
         data_bytes = nx * ny * nz * dtype.itemsize
 
         def prepare(file: BinaryIO) -> int:
-            file.write(_header_bytes(fields, ispg, (0.0, -1.0, -2.0, -1.0)))
+            file.write(_header_bytes(fields, (0.0, -1.0, -2.0, -1.0)))
             file.truncate(HEADER_BYTES + data_bytes)
             return HEADER_BYTES
 
@@ -270,7 +312,7 @@ class MrcFormat(Format):
                 values = (0.0, -1.0, -2.0, rms)
             else:
                 values = (low, high, mean.real, rms)
-            os.pwrite(fd, _header_bytes(fields, ispg, values), 0)
+            os.pwrite(fd, _header_bytes(fields, values), 0)
 
         return RawArrayWriter(key, descriptor, dtype, prepare, complete)
 
@@ -286,14 +328,13 @@ def _cell(samples: tuple[int, int, int], voxel_size: tuple[float, ...] | None) -
     return tuple(float(n * size) for n, size in zip(reversed(samples), reversed(sizes)))
 
 
-def _header_bytes(fields: tuple, ispg: int, statistics: tuple[float, float, float, float]) -> bytes:
-    dmin, dmax, dmean, rms = statistics
-    header = bytearray(HEADER_BYTES)
-    struct.pack_into("<10i6f3i3f2i", header, 0, *fields, dmin, dmax, dmean, ispg, 0)
-    struct.pack_into("<i", header, 108, 20141)
-    header[208:212] = b"MAP "
-    header[212:216] = b"\x44\x44\x00\x00"
-    struct.pack_into("<fi", header, 216, rms, 1)
-    label = f"vitrio {time.strftime('%Y-%m-%d %H:%M:%S')}".encode()
-    header[224 : 224 + len(label)] = label
-    return bytes(header)
+def _header_bytes(fields: dict[str, object], statistics: tuple[float, float, float, float]) -> bytes:
+    """A little-endian MRC2014 header of `fields` and `(dmin, dmax, dmean, rms)`."""
+    header = np.zeros((), _HEADER)
+    for name, value in fields.items():
+        header[name] = value
+    header["dmin"], header["dmax"], header["dmean"], header["rms"] = statistics
+    header["nversion"], header["map"], header["machst"] = 20141, b"MAP ", (0x44, 0x44, 0, 0)
+    header["nlabl"] = 1
+    header["label"][0] = f"vitrio {time.strftime('%Y-%m-%d %H:%M:%S')}".encode()
+    return header.tobytes()

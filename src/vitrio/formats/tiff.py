@@ -57,8 +57,8 @@ import tifffile
 from .._native import lzw_check
 from .._types import ImageDescriptor, NumericalType, numpy_dtype
 from ._contract import Format, FormatError, ImageReader, ImageWriter
-from ._raw import RawArrayReader, RawArrayWriter
-from ._registry import register_format
+from ._raw import RawArrayReader
+from ._raw_writer import RawArrayWriter
 from ._tiff_metadata import pixel_size, written_layout
 
 __all__ = ["TiffFormat"]
@@ -361,7 +361,6 @@ class _TiffPagesReader(ImageReader):
             self._fd = -1
 
 
-@register_format
 class TiffFormat(Format):
     """TIFF and BigTIFF files: `.tif .tiff`.
 

@@ -14,7 +14,7 @@ from .._native import RUN_COUNT, RUN_FIELDS, RUN_OFFSET, advise
 from .._providers import FileImageReaderProvider, ImageReaderProvider
 from .._types import as_key
 from ..formats import ImageReader
-from ..formats._raw import KnownFiles
+from ..formats._raw_layout import KnownFiles
 from .plan import group
 from .store import ImageScratch
 

@@ -13,7 +13,6 @@ import numpy as np
 from ... import _native
 from ..._types import ImageDescriptor
 from .._contract import Format, FormatError, ImageReader
-from .._registry import register_format
 from ._gain import load_gain
 from ._layout import Layout
 from ._sniff import EER_COMPRESSIONS, TIFF_MAGICS, first_compression
@@ -206,7 +205,6 @@ class EerReader(ImageReader):
             os.close(fd)
 
 
-@register_format
 class EerFormat(Format):
     """Thermo Fisher's EER movies, read as one uint8 image per frame at the detector's resolution.
 
