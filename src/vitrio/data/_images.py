@@ -15,13 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import as_casting, check_destination_type
 from .._concurrency import Completion
 from .._functions import reader_provider
 from .._loading import ImageLoader, plan_locations, read_indexed_async
 from .._providers import ImageReaderProvider
-from .._types import ImageDescriptor, ImageLocation, numpy_dtype, past_the_end, section_view
-from ._source import Pendings, Source, describe_failure
+from .._types import ImageDescriptor, ImageLocation, past_the_end, section_view
+from ._source import FileSource, Pendings, describe_failure
 
 __all__ = ["ImageSource"]
 
@@ -49,7 +48,7 @@ def _location_rows(locations: Iterable[Any]) -> tuple[list[Any], int, bool]:
     return [location for row in rows for location in row], width, True
 
 
-class ImageSource(Source):
+class ImageSource(FileSource):
     """Images or volumes read from files, a location for each row.
 
     A row may have several locations instead, as many for every row: the
@@ -98,21 +97,9 @@ class ImageSource(Source):
         self._keys = keys
         self._key_ids = key_ids.reshape(-1, width)
         self._indices = indices.reshape(-1, width)
-        self._dtype = numpy_dtype(data_type if data_type is not None else first.data_type)
-        self._casting = as_casting(casting)
-        check_destination_type(keys[0], first.data_type, self._dtype, self._casting)
+        self._read_as(keys[0], first.data_type, data_type, casting)
         self._shape = (width, *image_shape) if multiple else image_shape
         self._multiple = multiple
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The shape of the value of one row: one image, or the images of a row stacked."""
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The data type of the values."""
-        return self._dtype
 
     def __len__(self) -> int:
         return len(self._key_ids)

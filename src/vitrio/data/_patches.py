@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import as_casting, check_destination_type
 from .._functions import reader_provider
 from .._loading import ImageLoader, read_patches_indexed_async
 from .._providers import ImageReaderProvider
@@ -24,11 +23,10 @@ from .._types import (
     ImageLocation,
     index_locations,
     integer_array,
-    numpy_dtype,
     past_the_end,
     section_view,
 )
-from ._source import Pendings, Source, describe_failure
+from ._source import FileSource, Pendings, describe_failure
 
 __all__ = ["PatchSource"]
 
@@ -56,7 +54,7 @@ def _centre_rows(centres: Any) -> np.ndarray:
     return values
 
 
-class PatchSource(Source):
+class PatchSource(FileSource):
     """Patches cropped out of larger images, a patch for each row.
 
     Each row names the image its patch is cropped from and the centre of the
@@ -145,20 +143,8 @@ class PatchSource(Source):
         self._centres = values
         self._shape = patch
         first = descriptors[distinct[0][0]]
-        self._dtype = numpy_dtype(data_type if data_type is not None else first.data_type)
-        self._casting = as_casting(casting)
-        check_destination_type(distinct[0][0], first.data_type, self._dtype, self._casting)
+        self._read_as(distinct[0][0], first.data_type, data_type, casting)
         self._fill = np.asarray(fill).astype(self._dtype).item()
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The shape of one patch."""
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The data type of the values."""
-        return self._dtype
 
     def __len__(self) -> int:
         return len(self._image_ids)

@@ -15,8 +15,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .._arrays import as_casting, check_destination_type
 from .._concurrency import Completion, run_tasks
 from .._loading import ImageLoader
+from .._numerical import numpy_dtype
 
 __all__ = ["Source", "ArraySource", "Pendings", "Waitable", "as_completion", "describe_failure"]
 
@@ -112,6 +114,30 @@ class Source(Protocol):
     def subset(self, rows: np.ndarray) -> Source:
         """Get the source of only these rows, in this order."""
         ...
+
+
+class FileSource(Source):
+    """A source whose values are read from files, as one data type given or the stored one."""
+
+    _shape: tuple[int, ...]
+    _dtype: np.dtype
+    _casting: str
+
+    def _read_as(self, key: str, stored: Any, data_type: Any, casting: Any) -> None:
+        """Read values as `data_type` (the type `key` stores when None), checked to hold what `key` holds."""
+        self._dtype = numpy_dtype(data_type if data_type is not None else stored)
+        self._casting = as_casting(casting)
+        check_destination_type(key, stored, self._dtype, self._casting)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the value of one row."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The data type of the values."""
+        return self._dtype
 
 
 class ArraySource(Source):
