@@ -293,7 +293,6 @@ def test_a_relion_location_given_as_a_key_points_to_the_parsers(tmp_path: Path, 
     "blocked, call, needed_by",
     [
         ("pandas", "read_particles('run_data.star')", "read_star"),
-        ("starfile", "read_particles('run_data.star')", "read_star"),
         ("pandas", "read_particles('J12_particles.cs')", "read_cs"),
         ("starfile", "write_star({}, 'out.star')", "write_star"),
         ("pandas", "particle_optics('micrographs.star', {}, None, 64, 1.0)", "particle_optics"),
