@@ -204,7 +204,7 @@ def test_read_star_equals_starfile_on_every_layout(tmp_path: Path, layout: str, 
     path = tmp_path / "file.star"
     path.write_bytes(LAYOUTS[layout].encode())
     theirs = starfile.read(path, always_dict=True)
-    for chunk in (8 << 20, 64):  # whole, and split into chunks of a few lines each
+    for chunk in (1 << 20, 64):  # whole, and split into chunks of a few lines each
         monkeypatch.setattr(vitrio.data._star_text, "CHUNK_BYTES", chunk)
         ours = read_star(path)
         assert list(ours) == list(theirs)

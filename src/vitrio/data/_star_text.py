@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["parse_star"]
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 1 << 20
 """How much of a loop's body is split at once."""
 
 _NOT_A_VALUE = np.zeros(256, dtype=bool)
