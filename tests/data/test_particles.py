@@ -3,6 +3,7 @@ RELION 3.0, 3.1 and 5, cryoSPARC and cryoDRGN write them, with mrcfile writing t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -368,3 +369,16 @@ def test_the_names_of_many_particles_share_their_few_paths(tmp_path: Path):
     assert [location.index_in_stack for location in located[:4]] == [0, 1, 2, 0]
     # each distinct path is one string, shared by its locations
     assert len({id(location.key) for location in located}) == 2
+
+
+def test_cs_paths_that_are_not_utf8_are_decoded_as_file_names(tmp_path: Path):
+    table = _cs_table(2)
+    table["blob/path"] = [b"J1/a.mrcs", b"J1/\xff.mrcs"]
+    cs = tmp_path / "odd.cs"
+    with open(cs, "wb") as file:
+        np.save(file, table)
+    assert read_cs(cs)["blob/path"].tolist() == ["J1/a.mrcs", os.fsdecode(b"J1/\xff.mrcs")]
+    table["blob/path"] = [b"J1/a.mrcs", b"J1/b.mrcs"]
+    with open(cs, "wb") as file:
+        np.save(file, table)
+    assert read_cs(cs)["blob/path"].tolist() == ["J1/a.mrcs", "J1/b.mrcs"]

@@ -79,7 +79,10 @@ def read_cs(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def _decoded(values: np.ndarray) -> Any:
     """Byte strings decoded as file names are: all at once by pyarrow where they are UTF-8 (a column of
-    pandas' own text), else one by one by `os.fsdecode`."""
+    pandas' own text), else one by one by `os.fsdecode` (a column of Python strings, which may hold
+    the surrogates it decodes other bytes to)."""
+    import pandas as pd
+
     try:
         import pyarrow as pa
     except ModuleNotFoundError:
@@ -89,7 +92,7 @@ def _decoded(values: np.ndarray) -> Any:
             return pa.array(values).cast(pa.string()).to_pandas()
         except pa.ArrowInvalid:
             pass
-    return [os.fsdecode(value) for value in values.tolist()]
+    return pd.Series([os.fsdecode(value) for value in values.tolist()], dtype=object)
 
 
 def _mapped(path: str | os.PathLike[str], file: BinaryIO) -> np.ndarray:
