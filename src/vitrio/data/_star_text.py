@@ -1,6 +1,6 @@
 """The text of a STAR file parsed into its blocks, as starfile parses it, at the speed of its size.
 
-The file is read a few megabytes at a time. The lines around the loops
+The file is read a megabyte at a time. The lines around the loops
 (block names, column names, single values) are taken one by one; the rows
 of a loop, nearly all of the file, go to pandas' C parser a chunk of lines
 at a time, values split at spaces and tabs, a `'` read as `"` (so `'a b'` is
@@ -25,10 +25,6 @@ __all__ = ["parse_star"]
 
 CHUNK_BYTES = 1 << 20
 """How much of a loop's body is split at once."""
-
-_NOT_A_VALUE = np.zeros(256, dtype=bool)
-_NOT_A_VALUE[[ord(" "), ord("\t"), ord("\r"), ord("\n")]] = True
-_MISSING = "<NA>"
 
 
 class _Lines:
@@ -118,6 +114,7 @@ def parse_star(
 
 
 def _text(path: str | os.PathLike[str], lines: _Lines, line: bytes) -> str:
+    """A line outside the rows of loops, decoded; a ValueError naming it if it is not UTF-8."""
     try:
         return line.decode()
     except UnicodeDecodeError as error:
