@@ -109,7 +109,7 @@ def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
         raise ValueError(f"{path}: optics groups {unknown.tolist()} of particles are not in data_optics")
     order = np.argsort(groups, kind="stable")
     rows = order[np.searchsorted(groups, wanted, sorter=order)]
-    merged = particles.copy()
+    merged = particles.copy(deep=False)  # new columns only: the rows read are not copied
     for column in optics.columns:
         if column not in merged.columns:
             merged[column] = optics[column].to_numpy()[rows]
