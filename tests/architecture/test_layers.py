@@ -58,6 +58,7 @@ OPTIONAL = (
     "tensordict",
     "starfile",
     "pandas",
+    "pyarrow",
     "matplotlib",
     "tqdm",
     "mrcfile",

@@ -3,6 +3,7 @@ RELION 3.0, 3.1 and 5, cryoSPARC and cryoDRGN write them, with mrcfile writing t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -293,7 +294,6 @@ def test_a_relion_location_given_as_a_key_points_to_the_parsers(tmp_path: Path, 
     "blocked, call, needed_by",
     [
         ("pandas", "read_particles('run_data.star')", "read_star"),
-        ("starfile", "read_particles('run_data.star')", "read_star"),
         ("pandas", "read_particles('J12_particles.cs')", "read_cs"),
         ("starfile", "write_star({}, 'out.star')", "write_star"),
         ("pandas", "particle_optics('micrographs.star', {}, None, 64, 1.0)", "particle_optics"),
@@ -336,3 +336,49 @@ def test_a_star_file_without_particles_names_its_blocks(tmp_path: Path):
     names = pd.DataFrame({"rlnImageName": ["000001@a.mrcs"]})
     starfile.write({"particles": pd.DataFrame({"rlnCoordinateX": [1.0]}), "found": names}, both)
     assert read_particles(both)["rlnImageName"].tolist() == ["000001@a.mrcs"]
+
+
+def test_image_names_of_every_spelling_locate_as_parsed_one_by_one(tmp_path: Path):
+    _stacks(tmp_path)
+    star = tmp_path / "particles.star"
+    a, b = (str(tmp_path / f"Extract/job007/Movies/{n}.mrcs") for n in "ab")
+    names = ["000003@Extract/job007/Movies/a.mrcs", " 12@Extract/job007/Movies/b.mrcs ", "1@" + a]
+    expected = [vio.ImageLocation(a, 2), vio.ImageLocation(b, 11), vio.ImageLocation(a, 0)]
+    # text columns of pandas (pyarrow's, or Python objects), numpy's text and bytes
+    for column in (
+        pd.Series(names),
+        pd.Series(names, dtype=object),
+        np.array(names),
+        np.array(names, dtype=bytes),
+    ):
+        assert particle_locations({"rlnImageName": column}, star) == expected
+    # a name without an index is a whole file; a name that is not a location is refused as from_string does
+    located = particle_locations({"rlnImageName": ["Extract/job007/Movies/a.mrcs", names[0]]}, star)
+    assert located == [vio.ImageLocation(a), expected[0]]
+    for wrong in ("0@Extract/job007/Movies/a.mrcs", "", "x@y@z"):
+        with pytest.raises(ValueError, match="not an image location"):
+            particle_locations({"rlnImageName": [names[0], wrong]}, star)
+
+
+def test_the_names_of_many_particles_share_their_few_paths(tmp_path: Path):
+    _stacks(tmp_path)
+    star = tmp_path / "particles.star"
+    count = 30_000
+    names = pd.Series([f"{i % 3 + 1:06d}@Extract/job007/Movies/{'ab'[i % 2]}.mrcs" for i in range(count)])
+    located = particle_locations(pd.DataFrame({"rlnImageName": names}), star)
+    assert [location.index_in_stack for location in located[:4]] == [0, 1, 2, 0]
+    # each distinct path is one string, shared by its locations
+    assert len({id(location.key) for location in located}) == 2
+
+
+def test_cs_paths_that_are_not_utf8_are_decoded_as_file_names(tmp_path: Path):
+    table = _cs_table(2)
+    table["blob/path"] = [b"J1/a.mrcs", b"J1/\xff.mrcs"]
+    cs = tmp_path / "odd.cs"
+    with open(cs, "wb") as file:
+        np.save(file, table)
+    assert read_cs(cs)["blob/path"].tolist() == ["J1/a.mrcs", os.fsdecode(b"J1/\xff.mrcs")]
+    table["blob/path"] = [b"J1/a.mrcs", b"J1/b.mrcs"]
+    with open(cs, "wb") as file:
+        np.save(file, table)
+    assert read_cs(cs)["blob/path"].tolist() == ["J1/a.mrcs", "J1/b.mrcs"]

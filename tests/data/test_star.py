@@ -12,6 +12,8 @@ import pytest
 import starfile
 
 import vitrio._fs
+import vitrio.data._star
+import vitrio.data._star_text
 from vitrio.data import particle_optics, read_star, star_table, write_star
 
 OPTICS = pd.DataFrame(
@@ -167,3 +169,94 @@ def test_write_star_keeps_every_digit_of_every_relion_column_type(tmp_path: Path
     pd.testing.assert_frame_equal(theirs["particles"], particles, check_dtype=False)
     assert (theirs["particles"]["rlnNormCorrection"].to_numpy() == particles["rlnNormCorrection"]).all()
     assert "1.929012e-06" in path.read_text()
+
+
+# Files as RELION 3.0, 3.1 and 5 and other tools write them: the layouts read_star must take as starfile does.
+LAYOUTS = {
+    "relion 3.0, a tab and padding": (
+        "# RELION; version 3.0\n\ndata_\n\nloop_\n_rlnImageName #1\n_rlnDefocusU #2\n_rlnClassNumber #3\n"
+        "000002@Extract/a.mrcs\t  10000.000000     1 \n  000001@Extract/b.mrcs 12000.5 2\n"
+    ),
+    "relion 3.1, optics then particles, comments between": (
+        "\n# version 30001\n\ndata_optics\n\nloop_\n_rlnOpticsGroupName #1\n_rlnOpticsGroup #2\n"
+        "_rlnImagePixelSize #3\nopticsGroup1 1 1.060000\nopticsGroup2 2 0.830000\n\n\n# version 30001\n\n"
+        "data_particles\n\nloop_\n_rlnImageName #1\n_rlnOpticsGroup #2\n_rlnAngleRot #3\n"
+        "000002@a.mrcs 2 -179.99999999999997\n# a comment line\n000001@b.mrcs 1 nan # the rest\n"
+    ),
+    "relion 5, single values then a loop, CRLF": (
+        "# version 50001\r\n\r\ndata_general\r\n\r\n_rlnTomoSubTomosAre2DStacks 1\r\n_rlnName 'a b'\r\n"
+        "_rlnSize 1.5e3\r\n\r\ndata_particles\r\n\r\nloop_\r\n_rlnTomoName #1\r\n"
+        "_rlnCenteredCoordinateXAngst #2\r\n"
+        "TS_01 -12.5\r\nTS_02 <NA>\r\n"
+    ),
+    "quoted values and an empty loop": (
+        "data_movies\n\nloop_\n_rlnMicrographMovieName #1\n_rlnNote #2\n_rlnCount #3\n"
+        "\"Movies/a b.tiff\" 'two words' 7\nMovies/c.tiff x 8\n\ndata_empty\n\nloop_\n_rlnA #1\n_rlnB #2\n"
+    ),
+    "a value of each kind in one column, and numbers as text": (
+        "data_\nloop_\n_rlnA #1\n_rlnB #2\n_rlnC #3\n1 1 x\n2 2.5 1\n9007199254740993 inf 2\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_read_star_equals_starfile_on_every_layout(tmp_path: Path, layout: str, monkeypatch):
+    path = tmp_path / "file.star"
+    path.write_bytes(LAYOUTS[layout].encode())
+    theirs = starfile.read(path, always_dict=True)
+    for chunk in (1 << 20, 64):  # whole, and split into chunks of a few lines each
+        monkeypatch.setattr(vitrio.data._star_text, "CHUNK_BYTES", chunk)
+        ours = read_star(path)
+        assert list(ours) == list(theirs)
+        for name, block in theirs.items():
+            expected = block if isinstance(block, pd.DataFrame) else pd.DataFrame([block])
+            pd.testing.assert_frame_equal(ours[name], expected, check_exact=True)
+
+
+def test_a_long_loop_read_in_chunks_equals_starfile(tmp_path: Path, monkeypatch):
+    # rows across many chunks, a block starting inside a chunk, and a last line without its line end
+    rng = np.random.default_rng(3)
+    particles = pd.DataFrame(
+        {
+            "rlnImageName": [f"{i:06d}@Extract/job007/Movies/m{i // 7}.mrcs" for i in range(1, 2001)],
+            "rlnDefocusU": rng.uniform(5000, 30000, 2000),
+            "rlnClassNumber": rng.integers(1, 50, 2000),
+        }
+    )
+    path = tmp_path / "run_data.star"
+    starfile.write({"optics": OPTICS, "particles": particles, "micrographs": MICROGRAPHS}, path)
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    monkeypatch.setattr(vitrio.data._star_text, "CHUNK_BYTES", 4096)
+    ours, theirs = read_star(path), starfile.read(path, always_dict=True)
+    assert list(ours) == ["optics", "particles", "micrographs"]
+    for name in theirs:
+        pd.testing.assert_frame_equal(ours[name], theirs[name], check_exact=True)
+
+
+@pytest.mark.parametrize(
+    "row, problem",
+    [
+        ("000003@a.mrcs 1.0 2 9", "4 values in a row of a loop of 3 columns"),
+        ("000003@a.mrcs 1.0", "2 values"),
+    ],
+)
+def test_a_row_of_the_wrong_length_names_its_line(tmp_path: Path, row: str, problem: str):
+    path = tmp_path / "bad.star"
+    rows = "".join(f"00000{i}@a.mrcs 1.0 2\n" for i in range(1, 3))
+    path.write_text(f"data_particles\n\nloop_\n_rlnImageName\n_rlnDefocusU\n_rlnClassNumber\n{rows}{row}\n")
+    with pytest.raises(ValueError, match=rf"bad.star: line 9: {problem}"):
+        read_star(path)
+
+
+def test_hostile_star_files_are_refused_with_the_file_named(tmp_path: Path, monkeypatch):
+    path = tmp_path / "x.star"
+    path.write_bytes(b"data_\nloop_\n_rlnA\n\xff\xfe\n")
+    with pytest.raises(ValueError, match="x.star"):
+        read_star(path)
+    path.write_text("data_general\n_rlnA 1 2\n")
+    with pytest.raises(ValueError, match="x.star: line 2: not a name and a value"):
+        read_star(path)
+    path.write_text("data_\nloop_\n_rlnA\n" + "1\n" * 1000)
+    monkeypatch.setattr(vitrio.data._star, "MAX_STAR_BYTES", 1000)
+    with pytest.raises(ValueError, match="x.star: more than the 1000 bytes a STAR file may have"):
+        read_star(path)

@@ -19,6 +19,8 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace) -> None:
     """Extract the particles `args` name, and say how many, how fast, and where."""
+    import starfile  # noqa: F401  (writes the STAR file at the end: a missing one is said before the work)
+
     with cluster(args) as client, progress(None, "extracting", "particle") as bar:
         try:
             result = extract_particles(

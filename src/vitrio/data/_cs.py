@@ -11,7 +11,7 @@ refused, never waited on), of at most `MAX_CS_BYTES`.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -69,12 +69,30 @@ def read_cs(path: str | os.PathLike[str]) -> pd.DataFrame:
     for name in array.dtype.names:
         values = np.array(array[name])
         if values.dtype.kind == "S":
-            columns[name] = [os.fsdecode(value) for value in values.tolist()]
+            columns[name] = _decoded(values)
         elif values.ndim > 1:
             columns[name] = list(values)
         else:
             columns[name] = values
     return pd.DataFrame(columns)
+
+
+def _decoded(values: np.ndarray) -> Any:
+    """Byte strings decoded as file names are: all at once by pyarrow where they are UTF-8 (a column of
+    pandas' own text), else one by one by `os.fsdecode` (a column of Python strings, which may hold
+    the surrogates it decodes other bytes to)."""
+    import pandas as pd
+
+    try:
+        import pyarrow as pa
+    except ModuleNotFoundError:
+        pa = None
+    if pa is not None:
+        try:
+            return pa.array(values).cast(pa.string()).to_pandas()
+        except pa.ArrowInvalid:
+            pass
+    return pd.Series([os.fsdecode(value) for value in values.tolist()], dtype=object)
 
 
 def _mapped(path: str | os.PathLike[str], file: BinaryIO) -> np.ndarray:

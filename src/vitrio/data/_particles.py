@@ -9,7 +9,10 @@ way the metadata means them (`PathResolver`).
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .._types import ImageLocation
 from ._cs import read_cs
@@ -73,15 +76,63 @@ def particle_locations(
             blob/idx, or an rlnImageName is not a location.
         FileNotFoundError: If a file is nowhere to be found, naming the paths tried.
     """
-    columns = as_columns(table)
+    pandas = sys.modules.get("pandas")
+    columns = table if pandas is not None and isinstance(table, pandas.DataFrame) else as_columns(table)
     resolve = PathResolver(metadata, root)
     if "rlnImageName" in columns:
-        locations = []
-        for text in columns["rlnImageName"].tolist():
-            written = ImageLocation.from_string(text)
-            locations.append(ImageLocation(resolve(written.key), written.index_in_stack))
-        return locations
+        return _relion_locations(columns["rlnImageName"], resolve)
     if "blob/path" in columns and "blob/idx" in columns:
-        paths = [resolve(path) for path in columns["blob/path"].tolist()]
-        return make_locations(paths, columns["blob/idx"])
+        return make_locations(_resolved(columns["blob/path"], resolve), columns["blob/idx"])
     raise ValueError(f"{metadata}: the particles have neither rlnImageName nor blob/path and blob/idx")
+
+
+_STACK_IMAGE = r"^\s*(?P<index>\d{1,18})@(?P<path>.*\S)\s*$"
+
+
+def _relion_locations(names: Any, resolve: PathResolver) -> list[ImageLocation]:
+    """The locations of rlnImageName's "index@path": split by pyarrow where every name is one, each
+    distinct path resolved once; else name by name, as `ImageLocation.from_string` parses them."""
+    split = _split(names)
+    if split is not None:
+        indices, codes, paths = split
+        found = np.array([resolve(path) for path in paths] or [""], dtype=object)
+        return list(map(ImageLocation, found[codes].tolist(), indices.tolist()))
+    locations = []
+    for text in np.asarray(names).tolist():
+        written = ImageLocation.from_string(text)
+        locations.append(ImageLocation(resolve(written.key), written.index_in_stack))
+    return locations
+
+
+def _split(names: Any) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
+    """Of each "index@path" of `names`, its index counting from zero and the number of its path among
+    the distinct paths; and those paths. None if a name is not one, or pyarrow is not installed."""
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+    except ModuleNotFoundError:
+        return None
+    try:
+        texts = pa.array(names)
+        texts = pa.chunked_array([texts]) if isinstance(texts, pa.Array) else texts
+        parts = pc.extract_regex(texts.cast(pa.large_string()), _STACK_IMAGE)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    if parts.null_count:
+        return None
+    indices = pc.struct_field(parts, "index").cast(pa.int64()).to_numpy() - 1
+    paths = pc.struct_field(parts, "path").combine_chunks().dictionary_encode()
+    if len(indices) and indices.min() < 0:
+        return None
+    return indices, paths.indices.to_numpy(), paths.dictionary.to_pylist()
+
+
+def _resolved(paths: Any, resolve: PathResolver) -> list[str]:
+    """Each of `paths` resolved, each distinct one once."""
+    try:
+        import pandas as pd
+    except ModuleNotFoundError:
+        return [resolve(path) for path in np.asarray(paths).tolist()]
+    codes, distinct = pd.factorize(np.asarray(paths) if not isinstance(paths, pd.Series) else paths)
+    found = np.array([resolve(path) for path in distinct.tolist()] or [""], dtype=object)
+    return found[codes].tolist()

@@ -1,10 +1,11 @@
 """STAR files as RELION writes them: their blocks read as tables, written whole, and the optics of particles.
 
-Reading and rendering are starfile's (the `star` extra, imported only when
-used, with pandas); what is added here is errors that name the file, the
-choice of a block by the columns it has, and a write that cannot be
-redirected: the text goes into a new private file beside the path
-(`vitrio._fs.new_file`), moved onto it only once complete.
+Reading is `parse_star`'s (pandas' parser over the loops, fed a chunk at a
+time), rendering starfile's: the `star` extra, imported only when used. What
+is added here is errors that name the file, the choice of a block by the
+columns it has, and a write that cannot be redirected: the text goes into a
+new private file beside the path (`vitrio._fs.new_file`), moved onto it only
+once complete.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._fs import new_file, regular_size
+from .._fs import new_file, open_readonly
 from ._extras import missing
+from ._star_text import parse_star
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["read_star", "read_star_particles", "star_table", "write_star", "particle_optics"]
 
 MAX_STAR_BYTES = 4 << 30
-"""The largest STAR file read: starfile holds it in memory whole, several times over."""
+"""The largest STAR file read: its table takes about as much memory as its text."""
 
 # The block of particles as RELION names it: 3.1 and later, some tools of 3.1, 3.0's unnamed block.
 _PARTICLE_BLOCKS = ("particles", "images", "")
@@ -44,25 +46,23 @@ def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
         FileNotFoundError: If there is no file at `path`.
         IsADirectoryError: If `path` is a directory.
         OSError: If it is not a regular file (a FIFO, a device: never waited on).
-        ValueError: If the file cannot be parsed as a STAR file, or is larger than `MAX_STAR_BYTES`.
-        ModuleNotFoundError: If pandas or starfile is not installed (`pip install 'vitrio[star]'`).
+        ValueError: If the file cannot be parsed as a STAR file (a row of a loop with more or fewer
+            values than it has columns, naming the line), or is larger than `MAX_STAR_BYTES`.
+        ModuleNotFoundError: If pandas is not installed (`pip install 'vitrio[star]'`).
     """
     try:
         import pandas as pd
-        import starfile
     except ModuleNotFoundError as error:
         raise missing(error, "read_star") from None
 
     try:
-        regular_size(os.fspath(path), MAX_STAR_BYTES, "STAR file")
+        fd = open_readonly(os.fspath(path))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise IsADirectoryError(f"{path}: is a directory, not a STAR file") from None
-    try:
-        blocks = starfile.read(path, always_dict=True)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not a readable STAR file: {error}") from error
+    with open(fd, "rb") as file:
+        blocks = parse_star(path, file, MAX_STAR_BYTES)
     return {
         name: block if isinstance(block, pd.DataFrame) else pd.DataFrame([block])
         for name, block in blocks.items()
@@ -109,7 +109,7 @@ def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
         raise ValueError(f"{path}: optics groups {unknown.tolist()} of particles are not in data_optics")
     order = np.argsort(groups, kind="stable")
     rows = order[np.searchsorted(groups, wanted, sorter=order)]
-    merged = particles.copy()
+    merged = particles.copy(deep=False)  # new columns only: the rows read are not copied
     for column in optics.columns:
         if column not in merged.columns:
             merged[column] = optics[column].to_numpy()[rows]
