@@ -15,6 +15,7 @@ for raw files.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from ._arrays import (
     holds_values,
 )
 from ._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
+from ._counters import ReadCounters, ReadStats, add_count, note_read, note_runs
 from ._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET, advise
 from ._providers import ImageReaderProvider
 from ._types import ImageLocation, IndexTable, as_key, group_ids, index_locations, integer_array
@@ -59,6 +61,7 @@ class ImageLoader:
             are read from disk many requests at a time while earlier batches are copied: worth
             it where batches are submitted ahead of their use, as a `vitrio.data.DataLoader`
             does. It costs the submitting thread a system call per run (and an open per file).
+        counters: What counts what its reads do (`stats()`). Defaults to counters of its own.
     """
 
     def __init__(
@@ -66,10 +69,23 @@ class ImageLoader:
         executor: ThreadPoolExecutor | SynchronousExecutor,
         readers: ImageReaderProvider,
         read_ahead: bool = False,
+        counters: ReadCounters | None = None,
     ):
         self.executor = executor
         self.readers = readers
         self.read_ahead = read_ahead
+        self.counters = ReadCounters() if counters is None else counters
+
+    def stats(self, reset: bool = False) -> ReadStats:
+        """What its reads did since it was made or last reset: images, files opened, rates by format.
+
+        Args:
+            reset: Whether to start counting from zero again afterwards.
+        """
+        stats = self.counters.stats()
+        if reset:
+            self.counters.reset()
+        return stats
 
     @property
     def worker_count(self) -> int:
@@ -225,7 +241,8 @@ def read_indexed_async(
             _read_group(readers, keys[key_id], out, positions[group], indices, whole, casting)
 
     tasks += [lambda a=a, b=b: task(left[a:b]) for a, b in task_bounds(len(left), loader.worker_count)]
-    return run_tasks(loader.executor, tasks, keep=(out, keep))
+    loader.counters.batch(count, out.nbytes)
+    return run_tasks(loader.executor, loader.counters.counted(tasks), keep=(out, keep))
 
 
 def _read_group(
@@ -238,6 +255,7 @@ def _read_group(
     casting: str | None = None,
 ) -> None:
     """Read the images of one file bound for `slots` of `out` through its reader."""
+    started = perf_counter()
     reader = readers.acquire(key)
     try:
         served = reader if whole else reader.indexed()  # a single volume's sections
@@ -250,6 +268,9 @@ def _read_group(
             served.read_images(indices[slots], out, slots)
     finally:
         readers.release(reader)
+    if reader.descriptor.data_type.dtype != out.dtype:
+        add_count("conversions", len(slots))
+    note_read(reader.format_name, key, len(slots), out.nbytes // len(out), perf_counter() - started)
 
 
 # The columns of `_plan_known`'s table of the known files: where image 0 lies, bytes and values per
@@ -328,8 +349,10 @@ def _read_known(
 ) -> None:
     """Read `runs` with one native call; the images of a file found changed go through its reader."""
     while len(runs):
+        started = perf_counter()
         failure = read_runs(files, runs, out, dst_kind)
         if failure is None:
+            note_runs(files, runs, slots, out.nbytes // len(out), perf_counter() - started, dst_kind)
             return
         run, bad = failure
         key = files.layouts[bad].key
@@ -453,6 +476,7 @@ def read_patches_indexed_async(
     shape = np.asarray(out.shape[1:], dtype=np.int64)
     origins = centres - shape // 2
     readers = loader.readers
+    patch_bytes = out.nbytes // count
 
     def crop(reader: ImageReader, index: int, slots: np.ndarray) -> None:
         extents = np.asarray(reader.core_extents, dtype=np.int64)
@@ -485,6 +509,7 @@ def read_patches_indexed_async(
     def task(first: int, last: int) -> None:
         for image_id, positions in group_ids(image_ids[first:last]):
             key, index = images[image_id]
+            started = perf_counter()
             reader = readers.acquire(key)
             try:
                 served = reader if index < 0 else reader.indexed()  # a single volume's sections
@@ -492,9 +517,11 @@ def read_patches_indexed_async(
                 crop(served, _patch_index(served, index, len(shape)), positions + first)
             finally:
                 readers.release(reader)
+            note_read(reader.format_name, key, len(positions), patch_bytes, perf_counter() - started)
 
     tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(count, loader.worker_count)]
-    return run_tasks(loader.executor, tasks, keep=(out, keep))
+    loader.counters.batch(count, out.nbytes, patches=count)
+    return run_tasks(loader.executor, loader.counters.counted(tasks), keep=(out, keep))
 
 
 def _patch_index(reader: ImageReader, index: int, rank: int) -> int:

@@ -35,6 +35,7 @@ FLOORS = (
         "vitrio._array",
         "vitrio._fs",
         "vitrio._native",
+        "vitrio._counters",
     ),
     ("vitrio.formats",),
     ("vitrio._providers", "vitrio._writers", "vitrio._event_images"),
