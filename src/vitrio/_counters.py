@@ -1,11 +1,12 @@
 """What a loader's reads did: images, files opened, scratch and open readers' share, rates by format.
 
-A loader (`vitrio._loading.ImageLoader`) holds a `ReadCounters`. Its reads run
-as tasks wrapped by `ReadCounters.counted`: while one runs, its thread holds
-a `_Tally` of its own, which the reader providers and the scratch add to
-(`add_count`, `note_read`, `note_runs`) without a lock, and which is added to the loader's
-counters, under their lock, once the task ends. Code that runs outside such
-a task (a scratch prefetched ahead, a read of the user's own) counts nothing.
+A loader (`vitrio._loading.ImageLoader`) holds a `ReadCounters`, which keeps
+a `_Tally` for each thread that reads for it. Its reads run as tasks wrapped
+by `ReadCounters.counted`: while one runs, its thread's tally is the one the
+reader providers and the scratch add to (`add_count`, `note_read`,
+`note_runs`), with no lock, since only that thread writes it; `stats()` adds
+the tallies up. Code that runs outside such a task (a scratch prefetched
+ahead, a read of the user's own) counts nothing.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ class FormatRate:
         return self.images / self.seconds if self.seconds > 0 else 0.0
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@dataclasses.dataclass(frozen=True)
 class FileRead:
-    """One read of images of one file: seconds per image first, so that the slowest sort last."""
+    """The slowest read of images of one file: seconds per image, the file, its images and seconds."""
 
     seconds_per_image: float
     key: str
@@ -109,19 +110,19 @@ class ReadStats:
 
 
 class _Tally:
-    """What the reads of one task did, added to by its thread alone."""
+    """What the reads of one thread did for one loader, added to by that thread alone."""
 
-    __slots__ = ("scratch_images", "files_opened", "readers_reused", "conversions", "remote_requests")
-    __slots__ += ("formats", "slowest")
+    __slots__ = ("images", "bytes", "patches", "scratch_images", "files_opened", "readers_reused")
+    __slots__ += ("conversions", "remote_requests", "formats", "slowest")
 
     def __init__(self) -> None:
-        self.scratch_images = self.files_opened = self.readers_reused = 0
-        self.conversions = self.remote_requests = 0
+        self.images = self.bytes = self.patches = self.scratch_images = 0
+        self.files_opened = self.readers_reused = self.conversions = self.remote_requests = 0
         self.formats: dict[str, list[float]] = {}
-        self.slowest: list[FileRead] = []
+        self.slowest: list[tuple] = []
 
 
-_COUNTED = _Tally.__slots__[:5]
+_COUNTED = _Tally.__slots__[:8]
 
 
 def add_count(name: str, number: int = 1) -> None:
@@ -140,9 +141,9 @@ def note_read(format_name: str | None, key: str, images: int, image_bytes: int, 
     tally = getattr(_local, "tally", None)
     if tally is None:
         return
-    _add_rate(tally.formats, format_name or "scratch", (images, images * image_bytes, seconds))
+    _add_rate(tally.formats, format_name or "scratch", images, images * image_bytes, seconds)
     if images:
-        _keep_slowest(tally.slowest, FileRead(seconds / images, key, images, seconds))
+        _keep_slowest(tally.slowest, (seconds / images, key, images, seconds))
 
 
 def note_runs(
@@ -153,51 +154,63 @@ def note_runs(
 
     Args:
         files: The `KnownFiles` read.
-        runs: The runs read, as `read_runs` takes them; `slots`, each run's first slot and images.
+        runs: The runs read, as `read_runs` takes them, those of one file together; `slots`, each
+            run's first slot and images.
         image_bytes: The bytes of one image of the destination.
         dst_kind: The kind of the destination's values.
     """
     tally = getattr(_local, "tally", None)
     if tally is None:
         return
-    numbers, images = runs[:, RUN_FILE], slots[:, 1]
-    per_file = np.bincount(numbers, weights=images, minlength=len(files.layouts))
-    read = np.flatnonzero(per_file).tolist()
-    reused = sum(files.maps[number] is not None for number in read)
-    tally.readers_reused += reused
-    tally.files_opened += len(read) - reused
-    tally.conversions += int(images[files.checks[numbers, CHECK_KIND] != dst_kind].sum())
-    total = int(images.sum())
-    _add_rate(tally.formats, "raw", (total, total * image_bytes, seconds))
-    for number in read:
-        share = int(per_file[number])
+    first, last = int(runs[0, RUN_FILE]), int(runs[-1, RUN_FILE])
+    if first == last:  # one file, as most tasks read: no numpy call but one, each costing microseconds
+        read, counts = [first], [sum(slots[:, 1].tolist())]
+    else:
+        numbers = runs[:, RUN_FILE]
+        firsts = np.flatnonzero(np.diff(numbers, prepend=-1))
+        read, counts = numbers[firsts].tolist(), np.add.reduceat(slots[:, 1], firsts).tolist()
+    total = sum(counts)
+    _add_rate(tally.formats, "raw", total, total * image_bytes, seconds)
+    for number, count in zip(read, counts):
+        if files.maps[number] is None:
+            tally.files_opened += 1
+        else:
+            tally.readers_reused += 1
+        if files.checks[number, CHECK_KIND] != dst_kind:
+            tally.conversions += count
         _keep_slowest(
-            tally.slowest,
-            FileRead(seconds / total, files.layouts[number].key, share, seconds * share / total),
+            tally.slowest, (seconds / total, files.layouts[number].key, count, seconds * count / total)
         )
 
 
-def _add_rate(formats: dict[str, list[float]], name: str, rate: Sequence[float]) -> None:
-    summed = formats.setdefault(name, [0, 0, 0.0])
-    for position, value in enumerate(rate):
-        summed[position] += value
+def _add_rate(formats: dict[str, list[float]], name: str, images: int, nbytes: int, seconds: float) -> None:
+    summed = formats.get(name)
+    if summed is None:
+        formats[name] = [images, nbytes, seconds]
+    else:
+        summed[0] += images
+        summed[1] += nbytes
+        summed[2] += seconds
 
 
-def _keep_slowest(slowest: list[FileRead], read: FileRead) -> None:
-    """Keep `read` in the heap `slowest` if it is among the slowest reads, one (the slowest) a file."""
-    same = next((position for position, kept in enumerate(slowest) if kept.key == read.key), None)
-    if same is not None:
-        if read > slowest[same]:
-            slowest[same] = read
-            heapq.heapify(slowest)
-    elif len(slowest) < _SLOWEST:
+def _keep_slowest(slowest: list[tuple], read: tuple) -> None:
+    """Keep `read` (the fields of a `FileRead`) in the heap `slowest` if it is among the slowest reads,
+    one (the slowest) a file."""
+    key = read[1]
+    for position, kept in enumerate(slowest):
+        if kept[1] == key:
+            if read > kept:
+                slowest[position] = read
+                heapq.heapify(slowest)
+            return
+    if len(slowest) < _SLOWEST:
         heapq.heappush(slowest, read)
     elif read > slowest[0]:
         heapq.heapreplace(slowest, read)
 
 
 class ReadCounters:
-    """The counters of one loader, added to by the threads that read for it.
+    """The counters of one loader: a tally for each thread that reads for it, added up when asked.
 
     Args:
         enabled: Whether to count at all; a loader that does not has `stats()` all zero.
@@ -205,24 +218,25 @@ class ReadCounters:
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
-        self._lock = threading.Lock()
-        self.reset()
+        self._tallies: dict[int, _Tally] = {}
 
     def reset(self) -> None:
-        """Start counting from zero."""
-        with self._lock:
-            self._totals = dict.fromkeys(("images", "bytes", "patches", *_COUNTED), 0)
-            self._formats: dict[str, list[float]] = {}
-            self._slowest: list[FileRead] = []
+        """Start counting from zero; what tasks under way count meanwhile is left out."""
+        self._tallies = {}
+
+    def _tally(self) -> _Tally:
+        """The tally of this thread."""
+        tallies, thread = self._tallies, threading.get_ident()
+        tally = tallies.get(thread)
+        return tallies.setdefault(thread, _Tally()) if tally is None else tally
 
     def batch(self, images: int, nbytes: int, patches: int = 0) -> None:
         """Count a batch submitted: its images (or patches) and the bytes of its destination."""
         if self.enabled:
-            with self._lock:
-                totals = self._totals
-                totals["images"] += images
-                totals["bytes"] += nbytes
-                totals["patches"] += patches
+            tally = self._tally()
+            tally.images += images
+            tally.bytes += nbytes
+            tally.patches += patches
 
     def counted(self, tasks: Sequence[Callable[[], None]]) -> Sequence[Callable[[], None]]:
         """The tasks, each made to count what its reads do into these counters."""
@@ -232,28 +246,29 @@ class ReadCounters:
 
     def _run(self, task: Callable[[], None]) -> None:
         outer = getattr(_local, "tally", None)  # a task run on the thread of another (synchronously)
-        tally = _local.tally = _Tally()
+        _local.tally = self._tally()
         try:
             task()
         finally:
             _local.tally = outer
-            self._add(tally)
 
-    def _add(self, tally: _Tally) -> None:
-        with self._lock:
-            for name in _COUNTED:
-                self._totals[name] += getattr(tally, name)
-            for name, rate in tally.formats.items():
-                _add_rate(self._formats, name, rate)
-            for read in tally.slowest:
-                _keep_slowest(self._slowest, read)
-
-    def stats(self) -> ReadStats:
-        """What the reads did so far, as of now."""
-        with self._lock:
-            formats = {name: FormatRate(int(i), int(b), s) for name, (i, b, s) in self._formats.items()}
-            slowest = tuple(sorted(self._slowest, reverse=True))
-            return ReadStats(**self._totals, formats=formats, slowest=slowest)
+    def stats(self, reset: bool = False) -> ReadStats:
+        """What the reads did so far, as of now; with `reset`, start counting from zero at once."""
+        tallies = list(self._tallies.values())
+        if reset:
+            self.reset()
+        formats: dict[str, list[float]] = {}
+        slowest: list[tuple] = []
+        for tally in tallies:
+            for name, rate in list(tally.formats.items()):
+                _add_rate(formats, name, *rate)
+            for read in list(tally.slowest):
+                _keep_slowest(slowest, read)
+        return ReadStats(
+            **{name: sum(getattr(tally, name) for tally in tallies) for name in _COUNTED},
+            formats={name: FormatRate(int(i), int(b), s) for name, (i, b, s) in formats.items()},
+            slowest=tuple(FileRead(*read) for read in sorted(slowest, reverse=True)),
+        )
 
     def __repr__(self) -> str:
-        return f"<ReadCounters {'on' if self.enabled else 'off'}: {self._totals}>"
+        return f"<ReadCounters {'on' if self.enabled else 'off'}: {len(self._tallies)} threads>"

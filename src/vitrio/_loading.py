@@ -77,15 +77,8 @@ class ImageLoader:
         self.counters = ReadCounters() if counters is None else counters
 
     def stats(self, reset: bool = False) -> ReadStats:
-        """What its reads did since it was made or last reset: images, files opened, rates by format.
-
-        Args:
-            reset: Whether to start counting from zero again afterwards.
-        """
-        stats = self.counters.stats()
-        if reset:
-            self.counters.reset()
-        return stats
+        """What its reads did since it was made or reset (`ReadStats`); `reset` counts from zero after."""
+        return self.counters.stats(reset)
 
     @property
     def worker_count(self) -> int:

@@ -134,30 +134,32 @@ class _TextBar:
         self._total = f"/{total}" if total is not None else ""
         self._file = sys.stderr
         self._shown = 0.0
+        self._batches = 0
 
     def show(self, stats: LoaderStats) -> None:
+        self._batches += 1
         now = perf_counter()
         if now - self._shown >= 0.5:
             self._shown = now
-            self._file.write(f"\r{_line(stats, self._total)}")
-            self._file.flush()
+            self._write(stats, "")
 
     def close(self, stats: LoaderStats) -> None:
-        self._file.write(f"\r{_line(stats, self._total)}\n")
+        self._write(stats, "\n")
+
+    def _write(self, stats: LoaderStats, end: str) -> None:
+        self._file.write(f"\rbatches {self._batches}{self._total}, {_figures(stats)}{end}")
         self._file.flush()
 
 
 class _TqdmBar:
-    """A tqdm bar of batches, its figures after it."""
+    """A tqdm bar of an epoch's batches, the figures after it."""
 
     def __init__(self, tqdm: Any, total: int | None):
         self._bar = tqdm.tqdm(total=total, unit="batch", desc="batches")
-        self._batches = 0
 
     def show(self, stats: LoaderStats) -> None:
         self._bar.set_postfix_str(_figures(stats), refresh=False)
-        self._bar.update(stats.batches - self._batches)
-        self._batches = stats.batches
+        self._bar.update()
 
     def close(self, stats: LoaderStats) -> None:
         self._bar.set_postfix_str(_figures(stats), refresh=False)
@@ -166,10 +168,6 @@ class _TqdmBar:
 
 def _figures(stats: LoaderStats) -> str:
     return f"{stats.images_per_second:,.0f} images/s, waiting for data {stats.waiting_share:.0%}"
-
-
-def _line(stats: LoaderStats, total: str) -> str:
-    return f"batches {stats.batches}{total}, {_figures(stats)}"
 
 
 def progress_bar(total: int | None) -> _TqdmBar | _TextBar:
