@@ -72,6 +72,17 @@ def test_a_star_file_of_stacks(vitrio, particles):
     assert all(rates["warm"] > 0 for rates in figures["expected"].values())
 
 
+def test_a_cryosparc_file_counts_the_images_it_names(vitrio, particles):
+    table = np.zeros(4, dtype=[("blob/path", "S64"), ("blob/idx", "<u4")])
+    table["blob/path"] = [b"Extract/a.mrcs", b"Extract/a.mrcs", b"Extract/b.mrcs", b"Extract/a.mrcs"]
+    table["blob/idx"] = [0, 3, 11, 3]
+    cs = particles.parent / "particles.cs"
+    with open(cs, "wb") as file:
+        np.save(file, table)
+    figures = doctor(vitrio, cs)
+    assert (figures["dataset"]["files"], figures["dataset"]["images"]) == (2, 3)
+
+
 def test_a_folder_of_tiff_movies_and_the_memory(vitrio, movies):
     images = 3 * 6 * 64 * 64 * 2
     small = doctor(vitrio, movies, "--memory", "1k", "--scratch-dir", movies)
