@@ -16,6 +16,7 @@ settings to read with, each with its reason. It writes nothing.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import shutil
@@ -43,7 +44,7 @@ SAMPLED_BYTES = 64 << 20
 SAMPLED_FILES = 8
 """The most files sampled."""
 WALKED = 1_000_000
-"""The most entries looked at under the folders given."""
+"""The most entries looked at under a folder given, or files of a store counted."""
 _STORE_FILES = ("zarr.json", ".zgroup", ".zattrs")
 
 
@@ -77,12 +78,10 @@ def _is_store(path: Path) -> bool:
     return path.is_dir() and any((path / name).is_file() for name in _STORE_FILES)
 
 
-def _store_size(path: Path) -> int:
-    total = 0
-    for folder, _, names in os.walk(path):
-        for name in names:
-            total += os.lstat(os.path.join(folder, name)).st_size
-    return total
+def _files_under(path: str | os.PathLike[str]) -> list[str]:
+    """The files under a store's folder, the first WALKED of them (links not followed)."""
+    found = (os.path.join(folder, name) for folder, _, names in os.walk(path) for name in names)
+    return list(itertools.islice(found, WALKED))
 
 
 def _readable(extension: str) -> bool:
@@ -123,7 +122,11 @@ def find_dataset(paths: Sequence[str | os.PathLike[str]]) -> Dataset:
     if not indices:
         raise ValueError(f"no image files in {', '.join(map(os.fspath, paths))}")
     sizes = {
-        key: None if "://" in key else _store_size(Path(key)) if os.path.isdir(key) else os.stat(key).st_size
+        key: None
+        if "://" in key
+        else sum(os.lstat(name).st_size for name in _files_under(key))
+        if os.path.isdir(key)
+        else os.stat(key).st_size
         for key in indices
     }
     return Dataset(indices, sizes)
@@ -161,10 +164,7 @@ def _evict(key: str) -> None:
     """Drop the pages of a local file, or of a store's files, from the page cache, where it may."""
     if "://" in key or not hasattr(os, "posix_fadvise"):
         return
-    if os.path.isdir(key):
-        evict([Path(folder, name) for folder, _, names in os.walk(key) for name in names])
-    else:
-        evict([Path(key)])
+    evict([Path(name) for name in _files_under(key)] if os.path.isdir(key) else [Path(key)])
 
 
 def _sample(key: str, wanted: np.ndarray | None) -> Sample:
