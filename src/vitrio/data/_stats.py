@@ -85,8 +85,8 @@ class EpochClock:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._asked: float | None = None
-        self._ready: float | None = None
+        self._since: float | None = None  # when the interval under way began
+        self._waiting_now = False
         self.reset()
 
     def reset(self) -> None:
@@ -94,37 +94,35 @@ class EpochClock:
         now = perf_counter()
         with self._lock:
             self.batches = self.rows = 0
-            self._waiting = self._working = 0.0
-            self._asked = now if self._asked is not None else None
-            self._ready = now if self._ready is not None else None
+            self._seconds = [0.0, 0.0]  # working, waiting
+            self._since = now if self._since is not None else None
+
+    def _switch(self, waiting: bool, rows: int) -> None:
+        now = perf_counter()
+        with self._lock:
+            if self._since is not None:
+                self._seconds[self._waiting_now] += now - self._since
+            self._since, self._waiting_now = now, waiting
+            if not waiting:  # a batch is ready
+                self.batches += 1
+                self.rows += rows
 
     def ask(self) -> None:
         """The program asks for the next batch."""
-        now = perf_counter()
-        with self._lock:
-            if self._ready is not None:
-                self._working += now - self._ready
-                self._ready = None
-            self._asked = now
+        self._switch(True, 0)
 
     def ready(self, rows: int) -> None:
         """The batch asked for, of `rows` rows, is ready."""
-        now = perf_counter()
-        with self._lock:
-            if self._asked is not None:
-                self._waiting += now - self._asked
-                self._asked = None
-            self._ready = now
-            self.batches += 1
-            self.rows += rows
+        self._switch(False, rows)
 
     def figures(self, reads: ReadStats) -> LoaderStats:
         """The figures so far, the interval under way counted up to now."""
         now = perf_counter()
         with self._lock:
-            waiting = self._waiting + (now - self._asked if self._asked is not None else 0.0)
-            working = self._working + (now - self._ready if self._ready is not None else 0.0)
-            return LoaderStats(self.batches, self.rows, waiting, working, reads)
+            seconds = list(self._seconds)
+            if self._since is not None:
+                seconds[self._waiting_now] += now - self._since
+            return LoaderStats(self.batches, self.rows, seconds[True], seconds[False], reads)
 
 
 class _TextBar:
