@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ._counters import add_count
 from ._fs import guard_sigterm
 from ._types import DeclaredTwiceError, ImageDescriptor, IncompleteFileError, as_key, as_voxel_size
 from ._writers import ImageWriterProvider, TrackedWriter
@@ -100,6 +101,7 @@ class FileImageReaderProvider(ImageReaderProvider):
 
     def acquire(self, key) -> ImageReader:
         reader = open_reader(key, self._formats)
+        add_count("files_opened")
         layout = reader.layout() if isinstance(reader, RawArrayReader) else None
         if layout is not None:
             with self._layouts_lock:
@@ -181,6 +183,7 @@ class CachingImageReaderProvider(ImageReaderProvider):
                 entry = self._entries[key] = _Entry()
             else:
                 self._entries.move_to_end(key)
+                add_count("readers_reused")
             entry.users += 1
         if opening:
             try:

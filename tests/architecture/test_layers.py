@@ -36,6 +36,7 @@ FLOORS = (
         "vitrio._fs",
         "vitrio._native",
         "vitrio._concurrency",
+        "vitrio._counters",
     ),
     ("vitrio.formats",),
     ("vitrio._providers", "vitrio._writers", "vitrio._event_images"),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
 import numpy as np
 
 from .._arrays import as_casting, as_destination, check_destination_type
 from .._concurrency import Completion, run_tasks
+from .._counters import add_count, note_read, note_runs
 from .._errors import concerning
 from .._native import RUN_FILE, advise
 from .._providers import ImageReaderProvider
@@ -114,7 +116,8 @@ def read_indexed_async(
             _read_group(readers, keys[key_id], out, positions[group], indices, whole, casting)
 
     tasks += [lambda a=a, b=b: task(left[a:b]) for a, b in task_bounds(len(left), loader.worker_count)]
-    return run_tasks(loader.executor, tasks, keep=(out, keep))
+    loader.counters.batch(count, out.nbytes)
+    return run_tasks(loader.executor, loader.counters.counted(tasks), keep=(out, keep))
 
 
 def _read_group(
@@ -127,6 +130,7 @@ def _read_group(
     casting: str | None = None,
 ) -> None:
     """Read the images of one file bound for `slots` of `out` through its reader."""
+    started = perf_counter()
     with concerning(key):
         reader = readers.acquire(key)
         try:
@@ -140,6 +144,9 @@ def _read_group(
                 served.read_images(indices[slots], out, slots)
         finally:
             readers.release(reader)
+    if reader.descriptor.data_type.dtype != out.dtype:
+        add_count("conversions", len(slots))
+    note_read(reader.format_name, key, len(slots), out.nbytes // len(out), perf_counter() - started)
 
 
 def _read_known(
@@ -153,8 +160,10 @@ def _read_known(
 ) -> None:
     """Read `runs` with one native call; the images of a file found changed go through its reader."""
     while len(runs):
+        started = perf_counter()
         failure = read_runs(files, runs, out, dst_kind)
         if failure is None:
+            note_runs(files, runs, slots, out.nbytes // len(out), perf_counter() - started, dst_kind)
             return
         run, bad = failure
         key = files.layouts[bad].key

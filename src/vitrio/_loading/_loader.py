@@ -9,6 +9,7 @@ import numpy as np
 
 from .._arrays import check_numeric_destination
 from .._concurrency import SynchronousExecutor, ThreadPoolExecutor
+from .._counters import ReadCounters, ReadStats
 from .._providers import ImageReaderProvider
 from .._types import index_locations, integer_array
 
@@ -37,6 +38,7 @@ class ImageLoader:
             are read from disk many requests at a time while earlier batches are copied: worth
             it where batches are submitted ahead of their use, as a `vitrio.data.DataLoader`
             does. It costs the submitting thread a system call per run (and an open per file).
+        counters: What counts what its reads do (`stats()`). Defaults to counters of its own.
     """
 
     def __init__(
@@ -44,10 +46,16 @@ class ImageLoader:
         executor: ThreadPoolExecutor | SynchronousExecutor,
         readers: ImageReaderProvider,
         read_ahead: bool = False,
+        counters: ReadCounters | None = None,
     ):
         self.executor = executor
         self.readers = readers
         self.read_ahead = read_ahead
+        self.counters = ReadCounters() if counters is None else counters
+
+    def stats(self, reset: bool = False) -> ReadStats:
+        """What its reads did since it was made or reset (`ReadStats`); `reset` counts from zero after."""
+        return self.counters.stats(reset)
 
     @property
     def worker_count(self) -> int:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
 import numpy as np
 
 from .._arrays import as_casting, as_destination, check_destination_type
 from .._concurrency import Completion, run_tasks
+from .._counters import note_read
 from .._errors import concerning
 from .._types import ImageLocation, IndexTable, as_key, group_ids, integer_array
 from ..formats import ImageReader, RawArrayReader
@@ -97,6 +99,7 @@ def read_patches_indexed_async(
     shape = np.asarray(out.shape[1:], dtype=np.int64)
     origins = centres - shape // 2
     readers = loader.readers
+    patch_bytes = out.nbytes // count
 
     def crop(reader: ImageReader, index: int, slots: np.ndarray) -> None:
         extents = np.asarray(reader.core_extents, dtype=np.int64)
@@ -129,6 +132,7 @@ def read_patches_indexed_async(
     def task(first: int, last: int) -> None:
         for image_id, positions in group_ids(image_ids[first:last]):
             key, index = images[image_id]
+            started = perf_counter()
             with concerning(key):
                 reader = readers.acquire(key)
                 try:
@@ -137,9 +141,11 @@ def read_patches_indexed_async(
                     crop(served, _patch_index(served, index, len(shape)), positions + first)
                 finally:
                     readers.release(reader)
+            note_read(reader.format_name, key, len(positions), patch_bytes, perf_counter() - started)
 
     tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(count, loader.worker_count)]
-    return run_tasks(loader.executor, tasks, keep=(out, keep))
+    loader.counters.batch(count, out.nbytes, patches=count)
+    return run_tasks(loader.executor, loader.counters.counted(tasks), keep=(out, keep))
 
 
 def _patch_index(reader: ImageReader, index: int, rank: int) -> int:

@@ -6,6 +6,7 @@
     vitrio fractionate movie.eer... --fractions N [--binning B] [--gain gain.mrc] -o movie.mrc [--local N]
     vitrio montage FILE... [--star particles.star [--label COLUMN]] -o picture.png
     vitrio bench [--quick]
+    vitrio doctor PATH... [--json] [--seconds S] [--memory BYTES] [--scratch-dir DIR]
     vitrio demo [--out DIR]
 
 Each subcommand lives in a module of its own (`_info`, `_convert`, ...) with
@@ -153,6 +154,50 @@ def _add_montage(commands: argparse._SubParsersAction) -> None:
         "-j", "--threads", type=_positive, default=os.cpu_count() or 1, help="threads that read"
     )
     _add_force(montage)
+
+
+def _bytes(text: str) -> int:
+    """A `--memory` argument: bytes, or a number with a unit of k, M, G or T (powers of 1,000)."""
+    units = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    scale = units.get(text[-1:].lower(), 1)
+    try:
+        value = float(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a size in bytes (such as 64G): {text!r}")
+    return int(value)
+
+
+def _add_doctor(commands: argparse._SubParsersAction) -> None:
+    doctor = commands.add_parser(
+        "doctor",
+        help="where reading a dataset's time would go, and the settings to use",
+        description="Measure, on a sample of a few seconds, what reading a dataset costs: each format's "
+        "open, cold and warm read of an image on one thread, one thread's memcpy; count its files and "
+        "bytes, compare them with the memory and the scratch directory's free space, and print where the "
+        "time would go, the images per second to expect on 1, 2 and N threads, and the settings to read "
+        "with (workers, cache, scratch and its budget, read-ahead, converting compressed files), each "
+        "with its reason. Reads only the sample; writes nothing.",
+    )
+    doctor.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a STAR or .cs file of particles, a .txt list of stacks, image files, folders, OME-Zarr "
+        "stores or their URLs",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the figures as JSON")
+    doctor.add_argument(
+        "--seconds", type=float, default=3.0, help="how long to spend sampling files (default: 3)"
+    )
+    doctor.add_argument(
+        "--memory", type=_bytes, help="the memory to plan for, such as 64G (default: what is available now)"
+    )
+    doctor.add_argument(
+        "--scratch-dir", help="where a directory scratch would go (default: the temporary directory)"
+    )
+    doctor.add_argument("--threads", type=_positive, help="the most threads to plan for (default: the cores)")
 
 
 def _add_cluster(parser: argparse.ArgumentParser) -> None:
@@ -324,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--plot", type=Path, default=Path("vitrio-bench.png"), help="the bar chart to save (a PNG)"
     )
+
+    _add_doctor(commands)
 
     demo = commands.add_parser(
         "demo",

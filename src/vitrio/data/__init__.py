@@ -31,7 +31,9 @@ error names).
 
 A read given no loader goes through `shared_loader()`, the process's own.
 A RecyclingAllocator reads batches into the memory of those the program
-has let go of.
+has let go of. A DataLoader's `stats` (a LoaderStats) say how long the
+program waited for data and what the reads did (a ReadStats, as the core's
+`ImageLoader.stats()` gives it).
 
 Needs numpy. PyTorch and JAX are imported only to hand batches to them.
 """
@@ -48,6 +50,7 @@ from ._sampler import BatchSampler
 from ._shared import shared_loader
 from ._source import ArraySource, Source
 from ._star import particle_optics, read_star, read_star_particles, star_table, write_star
+from ._stats import LoaderStats, ReadStats
 from ._tables import as_columns, make_locations, parse_locations
 
 __all__ = [
@@ -56,9 +59,11 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "ImageSource",
+    "LoaderStats",
     "PatchSource",
     "PathResolver",
     "PendingBatch",
+    "ReadStats",
     "RecyclingAllocator",
     "Source",
     "as_columns",

@@ -12,7 +12,9 @@ finishes, so the loader's threads are free for the next epoch.
 
 An iteration counts the batches it hands out, which is all its state adds to
 that of the batch sampler as the iteration began: resuming loads the one and
-skips the other.
+skips the other. It also tells an `EpochClock` when the program asks for a
+batch and when it has it, and its loader counts what the reads do, which
+`stats` hands out together.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ import numpy as np
 
 from .._arrays import as_destination
 from .._concurrency import Completion
+from .._counters import ReadCounters
 from .._loading import ImageLoader
 from ._dataset import Allocator, Dataset, PendingBatch, resolve_rows
 from ._extras import missing
 from ._output import jax_output, pinned_allocator, torch_output
+from ._pytorch import Batches, refuse_workers, seed_of
 from ._sampler import BatchSampler, check_state, state_count
 from ._shared import shared_loader
+from ._stats import EpochClock, LoaderStats, progress_bar
 
 __all__ = ["DataLoader"]
 
@@ -137,6 +142,12 @@ class DataLoader:
         prefetch_factor: prefetch under PyTorch's name.
         persistent_workers: Taken for PyTorch's sake: the loader's threads
             last from one epoch to the next anyway.
+        progress: Whether to show a bar of each epoch's batches on standard
+            error, with the images read a second and the share of the time
+            the program waited for data: tqdm's where it is installed, else
+            a line of text.
+        count_reads: Whether the reads count what they do for `stats`
+            (images, files, rates); the time waited for data is counted anyway.
 
     Other arguments of PyTorch's DataLoader have no place here, and raise a
     TypeError that says what to do instead: num_workers (other than 0) and
@@ -180,15 +191,17 @@ class DataLoader:
         collate_fn: Callable[[Any], Any] | None = None,
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
+        progress: bool = False,
+        count_reads: bool = True,
         **pytorch: Any,
     ):
-        _refuse_workers(pytorch)
+        refuse_workers(pytorch)
         if sampler is not None and (batch_sampler is not None or shuffle or seed is not None):
             raise ValueError("sampler draws the rows; give it without batch_sampler, shuffle or seed")
         if generator is not None:
             if seed is not None or sampler is not None:
                 raise ValueError("generator is drawn the seed from; give it without seed or sampler")
-            seed = _seed_of(generator)
+            seed = seed_of(generator)
         if collate_fn is not None:
             if transform is not None:
                 raise ValueError("collate_fn is a transform of each batch; give it or transform, not both")
@@ -211,7 +224,7 @@ class DataLoader:
             raise ValueError(f"the dataset has a field named {valid!r}, the name of the field pad_last adds")
         self._dataset = dataset
         if sampler is not None:
-            self._batch_sampler: Iterable[Sequence[int]] = _Batches(sampler, batch_size, drop_last)
+            self._batch_sampler: Iterable[Sequence[int]] = Batches(sampler, batch_size, drop_last)
         elif batch_sampler is not None:
             self._batch_sampler = batch_sampler
         else:
@@ -226,6 +239,9 @@ class DataLoader:
         self._hand_out: Callable[[dict[str, np.ndarray]], Any] | None = None
         self._resume = 0
         self._progress: _Progress | None = None
+        self._show_progress = bool(progress)
+        self._counters = ReadCounters(enabled=count_reads)
+        self._clock = EpochClock()
         if named == "torch":
             try:
                 import torch
@@ -257,12 +273,28 @@ class DataLoader:
         """What draws the rows of each batch."""
         return self._batch_sampler
 
+    @property
+    def stats(self) -> LoaderStats:
+        """What the epoch so far did: the time the program waited for data and the time it worked
+        between batches, and what the reads did (images and bytes, the scratch's and open readers'
+        share, files opened, rates by format and the slowest files, conversions, patches).
+
+        It counts from the start of the latest iteration, `set_epoch` or `reset_stats`, whichever came
+        last, up to now; `as_dict()` gives the figures to a logger.
+        """
+        return self._clock.figures(self._counters.stats())
+
+    def reset_stats(self) -> None:
+        """Count `stats` from zero, from now."""
+        self._clock.reset()
+        self._counters.reset()
+
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next iteration goes through, as PyTorch's samplers are told.
 
         It is passed on to the batch sampler and, for a BatchSampler of
         PyTorch, to the sampler it batches (a DistributedSampler, say), or
-        to the sampler given as sampler.
+        to the sampler given as sampler. `stats` count from zero again.
 
         Raises:
             ValueError: If the epoch is negative.
@@ -280,6 +312,7 @@ class DataLoader:
             raise TypeError(f"the batch sampler has no set_epoch: {self._batch_sampler!r}")
         for part in told:
             part.set_epoch(epoch)
+        self.reset_stats()
 
     def __len__(self) -> int:
         """How many batches an epoch has, as the batch sampler says."""
@@ -337,7 +370,10 @@ class DataLoader:
 
     def _epoch(self) -> Iterator[Any]:
         given = self._loader or shared_loader()
-        loader = ImageLoader(given.executor, given.readers, read_ahead=True)
+        loader = ImageLoader(given.executor, given.readers, read_ahead=True, counters=self._counters)
+        self.reset_stats()
+        clock = self._clock
+        clock.ask()
         skip, self._resume = self._resume, 0
         samples = iter(self._batch_sampler)
         progress = self._progress = _Progress(self._sampler_state(), skip)
@@ -359,6 +395,9 @@ class DataLoader:
 
         for rows in itertools.islice(samples, skip):
             size_up(rows)
+        bar = None
+        if self._show_progress:
+            bar = progress_bar(len(self) - skip if hasattr(self._batch_sampler, "__len__") else None)
         try:
             start_next()
             while pending:
@@ -366,14 +405,20 @@ class DataLoader:
                 values = batch.get()
                 while len(pending) < self._prefetch and start_next():
                     pass
+                clock.ready(len(next(iter(values.values()), ())))
                 handed = self._finish(values, extra)
                 progress.batches += 1
+                if bar is not None:
+                    bar.show(self.stats)
                 yield handed
+                clock.ask()
             if self._progress is progress:
                 self._progress = None
         finally:
             for batch, _ in pending:
                 batch.wait()
+            if bar is not None:
+                bar.close(self.stats)
 
     def _start(
         self, rows: Any, loader: ImageLoader, pad_to: int | None
@@ -398,60 +443,6 @@ class DataLoader:
 
     def __repr__(self) -> str:
         return f"<DataLoader over {self._dataset!r}, {len(self)} batches an epoch>"
-
-
-# What PyTorch's DataLoader takes that has no place here, and what to do instead.
-_WORKER_ARGUMENTS = {
-    "num_workers": "reads run on threads: pass loader=vio.loader(workers=N)",
-    "worker_init_fn": "no worker process starts: set up before iterating; pass loader=vio.loader(workers=N)",
-    "multiprocessing_context": "no worker process starts: reads run on threads: loader=vio.loader(workers=N)",
-    "timeout": "a batch has no time limit; a read that fails raises, naming the file",
-    "pin_memory_device": "pin_memory pins for the device given as device=",
-    "in_order": "batches are always handed out in order",
-}
-
-
-def _refuse_workers(given: Mapping[str, Any]) -> None:
-    """Refuse arguments of PyTorch's DataLoader that do not map, saying the way here; num_workers=0 maps."""
-    for name, value in given.items():
-        if name == "num_workers" and value == 0:
-            continue
-        if name not in _WORKER_ARGUMENTS:
-            raise TypeError(f"DataLoader() got an unexpected keyword argument {name!r}")
-        raise TypeError(f"DataLoader takes no {name}: {_WORKER_ARGUMENTS[name]}")
-
-
-def _seed_of(generator: Any) -> int:
-    """A seed drawn from a numpy Generator or a torch.Generator, as PyTorch draws its base seed from one."""
-    if isinstance(generator, np.random.Generator):
-        return int(generator.integers(1 << 63))
-    if callable(getattr(generator, "initial_seed", None)):
-        import torch
-
-        return int(torch.empty((), dtype=torch.int64).random_(generator=generator))
-    raise TypeError(f"generator is a numpy Generator or a torch.Generator, not {type(generator).__name__}")
-
-
-class _Batches:
-    """The rows a sampler draws one at a time, in batches, as PyTorch's BatchSampler makes them."""
-
-    def __init__(self, sampler: Iterable[int], batch_size: int, drop_last: bool):
-        if operator.index(batch_size) < 1:
-            raise ValueError(f"the batch size must be positive: {batch_size}")
-        self.sampler, self.batch_size, self._drop_last = sampler, batch_size, drop_last
-
-    def __iter__(self) -> Iterator[list[int]]:
-        rows = iter(self.sampler)
-        while batch := list(itertools.islice(rows, self.batch_size)):
-            if len(batch) == self.batch_size or not self._drop_last:
-                yield batch
-
-    def __len__(self) -> int:
-        count = len(self.sampler)  # type: ignore[arg-type]
-        return count // self.batch_size if self._drop_last else -(-count // self.batch_size)
-
-    def __repr__(self) -> str:
-        return f"<batches of {self.batch_size} of {self.sampler!r}>"
 
 
 def _is_stateful(sampler: Any) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
+from .._counters import add_count
 from .._native import RUN_COUNT, RUN_FIELDS, RUN_OFFSET, advise
 from .._providers import FileImageReaderProvider, ImageReaderProvider
 from .._types import as_key
@@ -31,7 +32,7 @@ class _ScratchReader(ImageReader):
 
     def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
         self.check_indices(indices)
-        self._scratch.serve(self.key, indices, out, slots, self._files)
+        add_count("scratch_images", self._scratch.serve(self.key, indices, out, slots, self._files))
 
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         self.check_run(start, len(outs))

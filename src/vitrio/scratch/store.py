@@ -175,10 +175,13 @@ class ImageScratch:
 
     def serve(
         self, key: str, indices: np.ndarray, out: np.ndarray, slots: np.ndarray, files: ImageReaderProvider
-    ) -> None:
+    ) -> int:
         """Read image `indices[j]` of the file at `key` into `out[slots[j]]`, taking in what is missing.
 
         Images the scratch has no room for are read from `files`.
+
+        Returns:
+            How many of the images were served from what the scratch held already.
         """
         file = self._files[key]
         positions, held = self._positions(file, indices)
@@ -189,9 +192,13 @@ class ImageScratch:
             finally:
                 files.release(reader)
             positions, slots = positions[held], slots[held]
+        served = len(positions)
         if key not in self._complete:
+            runs = file.first_run + positions // self._run_length
+            served = int(np.count_nonzero(self._states[runs] == PRESENT))
             self._take_in(file, positions, files)
         gather(self._images[key], positions, out, slots)
+        return served
 
     def image(self, key: str, index: int, files: ImageReaderProvider) -> np.ndarray:
         """Image `index` of the file at `key` as the scratch holds it, taken in if missing.
