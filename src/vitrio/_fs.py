@@ -50,7 +50,7 @@ import threading
 import types
 import zlib
 from collections.abc import Iterator, Mapping
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 __all__ = [
     "PartialFile",
@@ -104,6 +104,24 @@ def open_readonly(path: str) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def open_named(path: str | os.PathLike[str], what: str) -> BinaryIO:
+    """The regular file at `path` open to read, as `open_readonly` opens it; errors name `path`
+    and what it should have been (`what`, such as "a STAR file").
+
+    Raises:
+        FileNotFoundError: If there is no file at `path`.
+        IsADirectoryError: If `path` is a directory.
+        OSError: As `open_readonly` raises it.
+    """
+    try:
+        fd = open_readonly(os.fspath(path))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{path}: is a directory, not {what}") from None
+    return open(fd, "rb")
 
 
 def regular_size(path: str, limit: int, what: str) -> int:

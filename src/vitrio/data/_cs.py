@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from .._fs import open_readonly
+from .._fs import open_named
 from ._extras import missing
 
 if TYPE_CHECKING:
@@ -55,13 +55,7 @@ def read_cs(path: str | os.PathLike[str]) -> pd.DataFrame:
     except ModuleNotFoundError as error:
         raise missing(error, "read_cs") from None
 
-    try:
-        fd = open_readonly(os.fspath(path))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise IsADirectoryError(f"{path}: is a directory, not a .cs file") from None
-    with open(fd, "rb") as file:
+    with open_named(path, "a .cs file") as file:
         array = _mapped(path, file)
     if array.dtype.names is None or array.ndim != 1:
         raise ValueError(f"{path}: not a cryoSPARC .cs file: it holds no table of fields, one row a particle")

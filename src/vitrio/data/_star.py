@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._fs import new_file, open_readonly
+from .._fs import new_file, open_named
 from ._extras import missing
 from ._star_text import parse_star
 
@@ -55,13 +55,7 @@ def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
     except ModuleNotFoundError as error:
         raise missing(error, "read_star") from None
 
-    try:
-        fd = open_readonly(os.fspath(path))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise IsADirectoryError(f"{path}: is a directory, not a STAR file") from None
-    with open(fd, "rb") as file:
+    with open_named(path, "a STAR file") as file:
         blocks = parse_star(path, file, MAX_STAR_BYTES)
     return {
         name: block if isinstance(block, pd.DataFrame) else pd.DataFrame([block])
