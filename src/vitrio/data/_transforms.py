@@ -1,0 +1,303 @@
+"""Transforms of a batch of images: Fourier cropping, normalisation against the background, inverted contrast.
+
+Each works on a whole batch at once, the last two axes of an array being
+the image: on numpy arrays with numpy, and on PyTorch tensors with
+torch.fft on the tensor's device, so that a DataLoader that hands batches
+to a GPU prepares them there. Every transform computes in float32 and
+returns float32; `Compose` stores the result in the type asked for
+(float16 or bfloat16 halve the memory; see docs/preparing.md for the
+precision each keeps). Given a batch (a dict of fields), a transform
+changes the field "image", or the one `Compose` names.
+"""
+
+from __future__ import annotations
+
+import operator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ._dataset import Dataset
+from ._source import ArraySource
+
+__all__ = ["Compose", "FourierCrop", "Invert", "Normalize", "Transform", "as_data_type", "cast_fields"]
+
+_HALF_TYPES = ("float16", "bfloat16", "float32")
+
+
+def _is_torch(values: Any) -> bool:
+    return type(values).__module__.startswith("torch")
+
+
+def as_data_type(values: Any, data_type: str) -> Any:
+    """`values`, a numpy array or a PyTorch tensor, in the floating type named `data_type`.
+
+    Raises:
+        ValueError: If `data_type` is not float16, bfloat16 or float32.
+        ModuleNotFoundError: For bfloat16 in numpy without ml_dtypes (which JAX installs).
+    """
+    if data_type not in _HALF_TYPES:
+        raise ValueError(f"data_type is one of {_HALF_TYPES}, not {data_type!r}")
+    if _is_torch(values):
+        import torch
+
+        return values.to(getattr(torch, data_type))
+    if data_type == "bfloat16":
+        from ml_dtypes import bfloat16
+
+        return np.asarray(values, dtype=bfloat16)
+    return np.asarray(values, dtype=data_type)
+
+
+def cast_fields(dataset: Dataset, data_type: str | None) -> Callable[[Any], Any]:
+    """What puts the fields of `dataset` read from files (not columns) of a batch in `data_type`.
+
+    A batch that is not a dict, as a DataLoader's transform may make it, is left as it is.
+
+    Raises:
+        ValueError: If `data_type` is not None, float16, bfloat16 or float32.
+    """
+    if data_type is None:
+        return lambda batch: batch
+    as_data_type(np.zeros(0, np.float32), data_type)
+    read = [name for name, source in dataset.fields.items() if not isinstance(source, ArraySource)]
+
+    def cast(batch: Any) -> Any:
+        if not isinstance(batch, Mapping):
+            return batch
+        return {
+            name: as_data_type(values, data_type) if name in read else values
+            for name, values in batch.items()
+        }
+
+    return cast
+
+
+def _float32(images: Any) -> Any:
+    if _is_torch(images):
+        import torch
+
+        return images.to(torch.float32)
+    return np.asarray(images, dtype=np.float32)
+
+
+def _on_batch(batch: Any, field: str, function: Callable[[Any], Any]) -> Any:
+    """`function` applied to `batch`, an array of images, or to its field `field` if it is a dict."""
+    if isinstance(batch, Mapping):
+        if field not in batch:
+            raise KeyError(f"the batch has no field {field!r} to transform; its fields are {list(batch)}")
+        return {**batch, field: function(batch[field])}
+    return function(batch)
+
+
+class Transform(ABC):
+    """A step that prepares a batch of images, the last two axes of an array being each image.
+
+    Called with a numpy array or a PyTorch tensor, it returns the transformed
+    images as float32, of the same kind and on the same device; called with
+    a batch (a dict of fields), it returns the batch with its field "image"
+    transformed. Transforms are equal when of one class and parameters, which
+    is what a `PreparedSource` is keyed by.
+    """
+
+    def __call__(self, batch: Any) -> Any:
+        """Transform `batch`: an array of images, or a dict whose field "image" holds them."""
+        return _on_batch(batch, "image", lambda images: self.apply(_float32(images)))
+
+    @abstractmethod
+    def apply(self, images: Any) -> Any:
+        """The transform of float32 `images` (numpy or torch), of shape (..., height, width)."""
+
+    @property
+    @abstractmethod
+    def parameters(self) -> tuple:
+        """What decides the result, besides the images."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.parameters == self.parameters  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.parameters))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self.parameters))})"
+
+
+class FourierCrop(Transform):
+    """Shrink images by keeping the centre of their 2-D Fourier transform, as cryoDRGN's downsample does.
+
+    The images' centred Hartley transform (the real minus the imaginary part
+    of the Fourier transform, the zero frequency at index n // 2) is cropped
+    to `size` around that centre, and transformed back, divided by the
+    cropped image's pixel count: so the sum of an image is kept (a constant
+    image of value c becomes one of c * (n / size)^2), and for even sizes the
+    result is that of cryoDRGN's `downsample -D size` to float32 rounding.
+    Odd sizes keep the same centre, n // 2. The pixel size grows by n / size.
+
+    Args:
+        size: The side of the cropped images, or their (height, width).
+
+    Raises:
+        ValueError: If a side is not positive; when applied, if it exceeds the images'.
+    """
+
+    def __init__(self, size: int | tuple[int, int]):
+        sides = (size, size) if isinstance(size, int) or np.ndim(size) == 0 else tuple(size)
+        if len(sides) != 2 or any(operator.index(side) < 1 for side in sides):
+            raise ValueError(f"a Fourier crop's size is a positive side or (height, width): {size!r}")
+        self._size = (operator.index(sides[0]), operator.index(sides[1]))
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """The (height, width) of the cropped images."""
+        return self._size
+
+    @property
+    def parameters(self) -> tuple:
+        """The size."""
+        return (self._size,)
+
+    def apply(self, images: Any) -> Any:
+        """The cropped images, float32, as the class says."""
+        (height, width), (m, k) = images.shape[-2:], self._size
+        if m > height or k > width:
+            raise ValueError(f"a Fourier crop to {m} x {k} of images of {height} x {width}: it only shrinks")
+        fft, axes = _fourier(images)
+        spectrum = fft.fftshift(fft.fft2(fft.ifftshift(images, **axes)), **axes)
+        top, left = height // 2 - m // 2, width // 2 - k // 2
+        cropped = spectrum[..., top : top + m, left : left + k]
+        back = fft.fft2(fft.ifftshift(cropped.real - cropped.imag, **axes))
+        return fft.fftshift(back.real - back.imag, **axes) / (m * k)
+
+
+def _fourier(images: Any) -> tuple[Any, dict[str, tuple[int, int]]]:
+    """The FFT module for `images` (numpy's or torch's), and how it names the axes of the image."""
+    if _is_torch(images):
+        import torch
+
+        return torch.fft, {"dim": (-2, -1)}
+    return np.fft, {"axes": (-2, -1)}
+
+
+class Normalize(Transform):
+    """Give each image a mean of 0 and a standard deviation of 1 over its background, as RELION does.
+
+    The background is the pixels farther than `background_radius` from the
+    centre, (height // 2, width // 2); their mean is subtracted from the
+    image and it is divided by their standard deviation (of the population,
+    as RELION's particle normalisation computes it). An image whose
+    background is flat is only shifted.
+
+    Args:
+        background_radius: The radius, in pixels of the images it is given, of the circle left out.
+
+    Raises:
+        ValueError: If the radius is negative; when applied, if no pixel lies outside the circle.
+    """
+
+    def __init__(self, background_radius: float):
+        if not float(background_radius) >= 0:
+            raise ValueError(f"a background radius is not negative: {background_radius!r}")
+        self._radius = float(background_radius)
+
+    @property
+    def background_radius(self) -> float:
+        """The radius of the circle left out, in pixels."""
+        return self._radius
+
+    @property
+    def parameters(self) -> tuple:
+        """The background radius."""
+        return (self._radius,)
+
+    def apply(self, images: Any) -> Any:
+        """The normalised images, float32."""
+        height, width = images.shape[-2:]
+        y, x = np.ogrid[:height, :width]
+        outside = (y - height // 2) ** 2 + (x - width // 2) ** 2 > self._radius**2
+        if not outside.any():
+            raise ValueError(
+                f"no pixel of images of {height} x {width} lies outside a background radius of {self._radius}"
+            )
+        if _is_torch(images):
+            import torch
+
+            outside = torch.from_numpy(outside).to(images.device)
+        background = images[..., outside]
+        mean = background.mean(-1)[..., None]
+        deviation = (((background - mean) ** 2).mean(-1) ** 0.5)[..., None, None]
+        return (images - mean[..., None]) / (deviation + (deviation == 0))
+
+
+class Invert(Transform):
+    """Invert the contrast: every value negated."""
+
+    @property
+    def parameters(self) -> tuple:
+        """None: the transform has none."""
+        return ()
+
+    def apply(self, images: Any) -> Any:
+        """The negated images, float32."""
+        return -images
+
+
+class Compose:
+    """Transforms applied one after the other, the result stored in the type asked for.
+
+    Args:
+        *steps: The transforms, in order.
+        data_type: The type of the result: 'float32' (the default), 'float16' or 'bfloat16'.
+        field: The field of a batch (a dict) the steps transform.
+
+    Raises:
+        ValueError: If there is no step, one is not a `Transform`, or `data_type` is none of the three.
+    """
+
+    def __init__(self, *steps: Transform, data_type: str = "float32", field: str = "image"):
+        if not steps or not all(isinstance(step, Transform) for step in steps):
+            raise ValueError(f"Compose takes one or more transforms, not {steps!r}")
+        if data_type not in _HALF_TYPES:
+            raise ValueError(f"data_type is one of {_HALF_TYPES}, not {data_type!r}")
+        self._steps, self._data_type, self._field = steps, data_type, field
+
+    @property
+    def steps(self) -> tuple[Transform, ...]:
+        """The transforms, in order."""
+        return self._steps
+
+    @property
+    def data_type(self) -> str:
+        """The type of the result."""
+        return self._data_type
+
+    @property
+    def parameters(self) -> tuple:
+        """Each step, and the type of the result."""
+        return (*self._steps, self._data_type)
+
+    def apply(self, images: Any) -> Any:
+        """The images through every step, in the type of the result."""
+        images = _float32(images)
+        for step in self._steps:
+            images = step.apply(images)
+        return as_data_type(images, self._data_type)
+
+    def __call__(self, batch: Any) -> Any:
+        """Transform `batch`: an array of images, or a dict whose field `field` holds them."""
+        return _on_batch(batch, self._field, self.apply)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Compose) and (other.parameters, other._field) == (
+            self.parameters,
+            self._field,
+        )
+
+    def __hash__(self) -> int:
+        return hash((Compose, self.parameters, self._field))
+
+    def __repr__(self) -> str:
+        steps = ", ".join(map(repr, self._steps))
+        return f"Compose({steps}, data_type={self._data_type!r}, field={self._field!r})"
