@@ -1,7 +1,8 @@
 """The `vitrio` command: look at image files, convert them, extract particles, and see what vitrio does.
 
     vitrio info FILE... [--json]
-    vitrio convert IN... OUT [--data-type T [--scale | --clip]] [--scheduler ADDRESS | --local N]
+    vitrio convert IN... OUT [--data-type T [--scale | --clip]] [--fourier-crop N] [--normalize R] [--invert]
+                   [--scheduler ADDRESS | --local N]
     vitrio extract --micrographs M.star --coordinates C.star --box-size N -o particles.star [--local N]
     vitrio fractionate movie.eer... --fractions N [--binning B] [--gain gain.mrc] -o movie.mrc [--local N]
     vitrio montage FILE... [--star particles.star [--label COLUMN]] -o picture.png
@@ -184,6 +185,24 @@ def _add_casting(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGr
     )
 
 
+def _add_preparing(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fourier-crop",
+        type=_positive,
+        metavar="SIZE",
+        help="shrink each 2-D image to SIZE x SIZE by cropping its Fourier transform, as cryoDRGN's "
+        "downsample does; the pixel size written grows by the ratio",
+    )
+    parser.add_argument(
+        "--normalize",
+        type=float,
+        metavar="RADIUS",
+        help="give each image mean 0 and standard deviation 1 over the pixels farther than RADIUS (in "
+        "pixels, after any crop) from its centre, as RELION normalises particles",
+    )
+    parser.add_argument("--invert", action="store_true", help="invert the contrast (after the above)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the `vitrio` command and its subcommands."""
     parser = argparse.ArgumentParser(
@@ -233,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stop the conversion)",
     )
     _add_casting(values)
+    _add_preparing(convert)
     _add_force(convert)
     _add_cluster(convert)
 
@@ -270,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-type", type=_data_type, default=np.dtype("float32"), help="of the stacks (default: float32)"
     )
     _add_casting(extract)
+    _add_preparing(extract)
     extract.add_argument(
         "-j", "--threads", type=_positive, default=os.cpu_count() or 1, help="threads that read and write"
     )

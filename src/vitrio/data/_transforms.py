@@ -22,6 +22,11 @@ import numpy as np
 from ._dataset import Dataset
 from ._source import ArraySource
 
+try:  # numpy has no bfloat16; ml_dtypes (which JAX installs) gives one
+    from ml_dtypes import bfloat16
+except ModuleNotFoundError:  # pragma: no cover (JAX is a test dependency)
+    bfloat16 = None
+
 __all__ = ["Compose", "FourierCrop", "Invert", "Normalize", "Transform", "as_data_type", "cast_fields"]
 
 _HALF_TYPES = ("float16", "bfloat16", "float32")
@@ -45,8 +50,8 @@ def as_data_type(values: Any, data_type: str) -> Any:
 
         return values.to(getattr(torch, data_type))
     if data_type == "bfloat16":
-        from ml_dtypes import bfloat16
-
+        if bfloat16 is None:
+            raise ModuleNotFoundError("bfloat16 in numpy needs ml_dtypes: pip install ml_dtypes")
         return np.asarray(values, dtype=bfloat16)
     return np.asarray(values, dtype=data_type)
 
