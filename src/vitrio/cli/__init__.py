@@ -4,7 +4,8 @@
     vitrio convert IN... OUT [--data-type T [--scale | --clip]] [--fourier-crop N] [--normalize R] [--invert]
                    [--scheduler ADDRESS | --local N]
     vitrio extract --micrographs M.star --coordinates C.star --box-size N -o particles.star [--local N]
-    vitrio fractionate movie.eer... --fractions N [--binning B] [--gain gain.mrc] -o movie.mrc [--local N]
+    vitrio fractionate movie.eer... (--fractions N | --dose-per-fraction E --total-dose D) [--binning B]
+                       [--gain gain.mrc] -o movie.mrc [--local N]
     vitrio montage FILE... [--star particles.star [--label COLUMN]] -o picture.png
     vitrio bench [--quick]
     vitrio demo [--out DIR]
@@ -305,7 +306,19 @@ def build_parser() -> argparse.ArgumentParser:
         "are written into the folder OUTPUT, each as NAME.mrc.",
     )
     fractionate.add_argument("input", type=Path, nargs="+", metavar="MOVIE", help="the EER files")
-    fractionate.add_argument("--fractions", type=_positive, required=True, help="how many images to make")
+    count = fractionate.add_mutually_exclusive_group(required=True)
+    count.add_argument("--fractions", type=_positive, help="how many images to make")
+    count.add_argument(
+        "--dose-per-fraction",
+        type=float,
+        metavar="E",
+        help="instead, group whole frames into fractions of about E e/A^2 each, the last taking the frames "
+        "left (as RELION groups EER frames); the grouping is written beside each movie, NAME.fractions.txt",
+    )
+    fractionate.add_argument("--total-dose", type=float, metavar="D", help="the dose of each movie, e/A^2")
+    fractionate.add_argument(
+        "--dose-per-frame", type=float, metavar="R", help="or its dose rate, e/A^2 per frame"
+    )
     fractionate.add_argument(
         "--binning", type=_positive, default=1, help="1, 2, 4, ...: detector pixels per pixel"
     )
