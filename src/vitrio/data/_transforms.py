@@ -12,6 +12,7 @@ changes the field "image", or the one `Compose` names.
 
 from __future__ import annotations
 
+import functools
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -169,21 +170,47 @@ class FourierCrop(Transform):
         (height, width), (m, k) = images.shape[-2:], self._size
         if m > height or k > width:
             raise ValueError(f"a Fourier crop to {m} x {k} of images of {height} x {width}: it only shrinks")
-        fft, axes = _fourier(images)
-        spectrum = fft.fftshift(fft.fft2(fft.ifftshift(images, **axes)), **axes)
-        top, left = height // 2 - m // 2, width // 2 - k // 2
-        cropped = spectrum[..., top : top + m, left : left + k]
+        fft, axes, axis = _fourier(images)
+        rows, columns, conjugate, phase = _crop_plan(height, width, m, k)
+        if _is_torch(images):
+            import torch
+
+            rows, columns, conjugate, phase = (
+                torch.from_numpy(a).to(images.device) for a in (rows, columns, conjugate, phase)
+            )
+        # the kept frequencies of the real input's half spectrum (rfft2, its columns of the crop alone),
+        # those of negative x by symmetry, shifted as if the image's centre were at 0
+        half = fft.fft(fft.rfft(images, **{axis: -1})[..., : k // 2 + 1], **{axis: -2})[..., rows, columns]
+        cropped = (half.real + 1j * (half.imag * conjugate)) * phase
         back = fft.fft2(fft.ifftshift(cropped.real - cropped.imag, **axes))
         return fft.fftshift(back.real - back.imag, **axes) / (m * k)
 
 
-def _fourier(images: Any) -> tuple[Any, dict[str, tuple[int, int]]]:
-    """The FFT module for `images` (numpy's or torch's), and how it names the axes of the image."""
+@functools.lru_cache(maxsize=16)
+def _crop_plan(height: int, width: int, m: int, k: int) -> tuple[np.ndarray, ...]:
+    """Where each frequency of an m x k crop (zero at m // 2, k // 2) lies in the half spectrum of
+    an image of height x width (numpy's rfft2): its rows and columns, +1 where it is read as it is
+    and -1 where conjugated (a negative x frequency), and the phase that centres the image at
+    (height // 2, width // 2)."""
+    fy = (np.arange(m) - m // 2)[:, None]
+    fx = (np.arange(k) - k // 2)[None, :]
+    negative = np.broadcast_to(fx < 0, (m, k))
+    rows = np.where(negative, -fy, fy) % height
+    columns = np.abs(np.broadcast_to(fx, (m, k)))
+    conjugate = np.where(negative, -1, 1).astype(np.float32)
+    phase = np.exp(2j * np.pi * (fy * (height // 2) / height + fx * (width // 2) / width)).astype(
+        np.complex64
+    )
+    return rows, columns, conjugate, phase
+
+
+def _fourier(images: Any) -> tuple[Any, dict[str, tuple[int, int]], str]:
+    """The FFT module for `images` (numpy's or torch's), the axes of the image, and its name of one axis."""
     if _is_torch(images):
         import torch
 
-        return torch.fft, {"dim": (-2, -1)}
-    return np.fft, {"axes": (-2, -1)}
+        return torch.fft, {"dim": (-2, -1)}, "dim"
+    return np.fft, {"axes": (-2, -1)}, "axis"
 
 
 class Normalize(Transform):
