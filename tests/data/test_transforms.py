@@ -114,6 +114,14 @@ def test_a_loader_hands_out_half_precision_from_any_stored_type(data_type: str, 
     )
 
 
+def test_jax_batches_stay_jax_arrays_in_half_precision(tmp_path):
+    mrcfile.write(tmp_path / "stack.mrcs", np.arange(3 * 8 * 8, dtype=np.int16).reshape(3, 8, 8))
+    images = ImageSource([ImageLocation(tmp_path / "stack.mrcs", i) for i in range(3)])
+    (batch,) = DataLoader(Dataset({"image": images}), 3, output="jax", data_type="bfloat16")
+    assert type(batch["image"]).__module__.startswith("jax") and batch["image"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(np.asarray(batch["image"], np.float32)[0, 0], np.arange(8))
+
+
 def test_transforms_refuse_what_they_cannot_do(stack: np.ndarray):
     with pytest.raises(ValueError, match="only shrinks"):
         FourierCrop(64)(stack)

@@ -38,11 +38,13 @@ def _is_torch(values: Any) -> bool:
 
 
 def as_data_type(values: Any, data_type: str) -> Any:
-    """`values`, a numpy array or a PyTorch tensor, in the floating type named `data_type`.
+    """`values`, a numpy array, a PyTorch tensor or a JAX array, in the floating type named `data_type`.
+
+    Tensors and JAX arrays stay where they are; anything else becomes a numpy array.
 
     Raises:
         ValueError: If `data_type` is not float16, bfloat16 or float32.
-        ModuleNotFoundError: For bfloat16 in numpy without ml_dtypes (which JAX installs).
+        ModuleNotFoundError: For bfloat16 outside PyTorch without ml_dtypes (which JAX installs).
     """
     if data_type not in _HALF_TYPES:
         raise ValueError(f"data_type is one of {_HALF_TYPES}, not {data_type!r}")
@@ -50,11 +52,12 @@ def as_data_type(values: Any, data_type: str) -> Any:
         import torch
 
         return values.to(getattr(torch, data_type))
-    if data_type == "bfloat16":
-        if bfloat16 is None:
-            raise ModuleNotFoundError("bfloat16 in numpy needs ml_dtypes: pip install ml_dtypes")
-        return np.asarray(values, dtype=bfloat16)
-    return np.asarray(values, dtype=data_type)
+    if data_type == "bfloat16" and bfloat16 is None:
+        raise ModuleNotFoundError("bfloat16 in numpy needs ml_dtypes: pip install ml_dtypes")
+    dtype = bfloat16 if data_type == "bfloat16" else np.dtype(data_type)
+    if isinstance(values, np.ndarray) or not hasattr(values, "astype"):
+        return np.asarray(values, dtype=dtype)
+    return values.astype(dtype)  # a JAX array, on its device
 
 
 def cast_fields(dataset: Dataset, data_type: str | None) -> Callable[[Any], Any]:
