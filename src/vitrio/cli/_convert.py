@@ -44,7 +44,17 @@ from ._common import CliError, check_output, describe_briefly, folders_for, prog
 if TYPE_CHECKING:
     import distributed
 
-__all__ = ["STORED_TYPES", "cluster", "copy_images", "outputs_of", "preparing", "run", "run_per_file"]
+__all__ = [
+    "STORED_TYPES",
+    "cluster",
+    "copy_images",
+    "outputs_of",
+    "prepared_shape",
+    "preparing",
+    "run",
+    "run_per_file",
+    "scaled_voxel_size",
+]
 
 # How many bytes of images one chunk holds: two chunks are in memory at once, one read and one written.
 CHUNK_BYTES = 64 << 20

@@ -234,7 +234,7 @@ class Normalize(Transform):
 
     def __init__(self, background_radius: float):
         if not float(background_radius) >= 0:
-            raise ValueError(f"a background radius is not negative: {background_radius!r}")
+            raise ValueError(f"a background radius is 0 or more pixels, not {background_radius!r}")
         self._radius = float(background_radius)
 
     @property

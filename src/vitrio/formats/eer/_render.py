@@ -166,7 +166,7 @@ class DetectorEventFractionation:
 def _positive_dose(value: float, name: str) -> float:
     dose = float(value)
     if not (math.isfinite(dose) and dose > 0):
-        raise ValueError(f"{name} is a positive dose in e/Å²: {value!r}")
+        raise ValueError(f"{name} is a positive, finite dose in e/Å², not {value!r}")
     return dose
 
 
