@@ -38,6 +38,7 @@ import numpy as np
 import vitrio as vio
 from vitrio.dask import client_for, remove_leftovers, run_jobs
 from vitrio.data import Compose, FourierCrop, Invert, Normalize, Transform
+from vitrio.data._transforms import prepare_batch
 
 from ._common import CliError, check_output, describe_briefly, folders_for, progress, replacing
 
@@ -317,7 +318,7 @@ def copy_images(
                 if prepare is not None:
                     read = np.empty((last - first, *read_shape), dtype=np.float32)
                     vio.read_batch_async(loader, read, sources[first:last], "unsafe").get()
-                    convert(prepare.apply(read), values)
+                    convert(prepare_batch(prepare.apply, read, loader.executor), values)
                 elif convert.checked:
                     read = np.empty(values.shape, dtype=source_type)
                     vio.read_batch_async(loader, read, sources[first:last]).get()

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from .._concurrency import Executor
 from .._loading import ImageLoader
 from ._source import Pendings, Source, Waitable, waitables
-from ._transforms import as_data_type
+from ._transforms import as_data_type, prepare_batch
 
 __all__ = ["PreparedSource"]
 
@@ -29,9 +30,9 @@ class PreparedSource(Source):
     The first read of a row reads it through `source` and prepares it, with
     the rows read with it as one batch; every later read copies it from
     memory, reading no file and calling no transform. Preparing runs as the
-    batch is waited for. The rows held are of this source's transform and
-    type alone (`key`): a source made with other parameters prepares its
-    rows anew.
+    batch is waited for, a few rows at a time on the loader's threads. The
+    rows held are of this source's transform and type alone (`key`): a
+    source made with other parameters prepares its rows anew.
 
     Args:
         source: Where the images come from, such as an ImageSource.
@@ -98,10 +99,10 @@ class PreparedSource(Source):
             return Pendings()
         raw = np.empty((len(new), *self._source.shape), dtype=self._source.dtype)
         reads = waitables(self._source.read_async(loader, new, raw))
-        return Pendings([_Preparing(self, new, raw, reads, rows, out)])
+        return Pendings([_Preparing(self, new, raw, reads, rows, out, getattr(loader, "executor", None))])
 
-    def _take_in(self, new: np.ndarray, raw: np.ndarray) -> None:
-        prepared = self._prepare(raw)
+    def _take_in(self, new: np.ndarray, raw: np.ndarray, executor: Executor | None) -> None:
+        prepared = prepare_batch(self._prepare, raw, executor)
         with self._lock:
             self._held[new] = prepared
             self._done[new] = True
@@ -125,9 +126,10 @@ class _Preparing:
         reads: list[Waitable],
         rows: np.ndarray,
         out: np.ndarray,
+        executor: Executor | None,
     ):
         self._source, self._new, self._raw, self._reads = source, new, raw, reads
-        self._rows, self._out = rows, out
+        self._rows, self._out, self._executor = rows, out, executor
         self._failure: BaseException | None = None
         self._finished = False
         self._lock = threading.Lock()
@@ -145,7 +147,7 @@ class _Preparing:
             try:
                 for read in self._reads:
                     read.get()
-                self._source._take_in(self._new, self._raw)
+                self._source._take_in(self._new, self._raw, self._executor)
                 np.take(self._source._held, self._rows, axis=0, out=self._out)
             except Exception as error:
                 self._failure = error

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._concurrency import Executor, SynchronousExecutor, run_tasks
 from ._dataset import Dataset
 from ._source import ArraySource
 
@@ -28,9 +29,20 @@ try:  # numpy has no bfloat16; ml_dtypes (which JAX installs) gives one
 except ModuleNotFoundError:  # pragma: no cover (JAX is a test dependency)
     bfloat16 = None
 
-__all__ = ["Compose", "FourierCrop", "Invert", "Normalize", "Transform", "as_data_type", "cast_fields"]
+__all__ = [
+    "Compose",
+    "FourierCrop",
+    "Invert",
+    "Normalize",
+    "Transform",
+    "as_data_type",
+    "cast_fields",
+    "prepare_batch",
+]
 
 _HALF_TYPES = ("float16", "bfloat16", "float32")
+# How many rows of a numpy batch are transformed at once.
+_ROWS_AT_ONCE = 8
 
 
 def _is_torch(values: Any) -> bool:
@@ -92,13 +104,36 @@ def _float32(images: Any) -> Any:
     return np.asarray(images, dtype=np.float32)
 
 
+def prepare_batch(transform: Callable[[Any], Any], images: Any, executor: Executor | None = None) -> Any:
+    """`transform` of `images`; of a numpy array, a few rows at a time, on `executor`'s threads if given.
+
+    numpy's FFTs of a whole batch of large images at once spill the caches,
+    and release the GIL: a few images at a time, on several threads, go
+    faster. A tensor is transformed whole, on its device.
+    """
+    if _is_torch(images) or len(images) <= _ROWS_AT_ONCE:
+        return transform(images)
+    first = transform(images[:_ROWS_AT_ONCE])
+    out = np.empty((len(images), *first.shape[1:]), dtype=first.dtype)
+    out[:_ROWS_AT_ONCE] = first
+
+    def rows_from(start: int) -> None:
+        out[start : start + _ROWS_AT_ONCE] = transform(images[start : start + _ROWS_AT_ONCE])
+
+    starts = range(_ROWS_AT_ONCE, len(images), _ROWS_AT_ONCE)
+    run_tasks(
+        executor or SynchronousExecutor(), [functools.partial(rows_from, s) for s in starts], (out, images)
+    ).get()
+    return out
+
+
 def _on_batch(batch: Any, field: str, function: Callable[[Any], Any]) -> Any:
     """`function` applied to `batch`, an array of images, or to its field `field` if it is a dict."""
     if isinstance(batch, Mapping):
         if field not in batch:
             raise KeyError(f"the batch has no field {field!r} to transform; its fields are {list(batch)}")
-        return {**batch, field: function(batch[field])}
-    return function(batch)
+        return {**batch, field: prepare_batch(function, batch[field])}
+    return prepare_batch(function, batch)
 
 
 class Transform(ABC):

@@ -19,6 +19,7 @@ from .._saving import write_batch_async
 from .._types import ImageDescriptor, ImageLocation
 from ..dask import remove_leftovers, run_jobs
 from ..data import Compose
+from ..data._transforms import prepare_batch
 from ._picks import Picks
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def crop(
             completion.get()
             reads.popleft()
             if prepare is not None:
-                values = np.asarray(prepare.apply(values), dtype=dtype)
+                values = np.asarray(prepare_batch(prepare.apply, values, executor), dtype=dtype)
             writes.append((first, last, write_batch_async(writing, values, targets[first:last])))
 
         def finish_oldest_write() -> None:
