@@ -69,6 +69,11 @@ def test_a_crop_keeps_the_sum_and_a_crop_to_the_same_size_keeps_the_image(stack:
     np.testing.assert_allclose(FourierCrop(48)(stack), stack, atol=1e-5)
 
 
+def test_a_single_image_is_transformed_as_a_batch_of_one(stack: np.ndarray):
+    steps = Compose(FourierCrop(24), Normalize(8), Invert())
+    np.testing.assert_allclose(steps(stack[2]), steps(stack)[2], atol=1e-5)
+
+
 def test_normalize_is_relion_per_image(stack: np.ndarray):
     expected = np.stack([normalized(image, 17.5) for image in stack])
     np.testing.assert_allclose(Normalize(17.5)(stack), expected, atol=1e-5)

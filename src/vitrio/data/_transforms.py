@@ -109,9 +109,9 @@ def prepare_batch(transform: Callable[[Any], Any], images: Any, executor: Execut
 
     numpy's FFTs of a whole batch of large images at once spill the caches,
     and release the GIL: a few images at a time, on several threads, go
-    faster. A tensor is transformed whole, on its device.
+    faster. A tensor, or a single image, is transformed whole.
     """
-    if _is_torch(images) or len(images) <= _ROWS_AT_ONCE:
+    if _is_torch(images) or np.ndim(images) < 3 or len(images) <= _ROWS_AT_ONCE:
         return transform(images)
     first = transform(images[:_ROWS_AT_ONCE])
     out = np.empty((len(images), *first.shape[1:]), dtype=first.dtype)
