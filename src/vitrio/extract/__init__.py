@@ -43,7 +43,7 @@ import numpy as np
 
 from .._arrays import as_casting
 from ..data import Compose, particle_optics, read_star, star_table, write_star
-from ._cropping import CLUSTER_THREADS, crop, crop_on
+from ._cropping import CLUSTER_THREADS, Boxes, crop, crop_on
 from ._picks import header_pixel_size, match_picks, stack_names, stack_pixel_sizes, star_path
 
 if TYPE_CHECKING:
@@ -200,12 +200,12 @@ def extract_particles(
         casting = as_casting(casting)
         report = progress or (lambda _: None)
         sizes = stack_pixel_sizes(found, table, optics)
+        workers = threads or ((os.cpu_count() or 1) if client is None else CLUSTER_THREADS)
+        boxes = Boxes(box, dtype, workers, casting, prepare)
         if client is None:
-            workers = threads or os.cpu_count() or 1
-            crop(found, stacks, box, dtype, workers, finished, report, sizes, casting, prepare)
+            crop(found, stacks, boxes, finished, report, sizes)
         else:
-            workers = threads or CLUSTER_THREADS
-            crop_on(client, found, stacks, box, dtype, workers, finished, report, sizes, casting, prepare)
+            crop_on(client, found, stacks, boxes, finished, report, sizes)
         seconds = time.perf_counter() - start
         write_star({"optics": optics, "particles": table}, output)
     except BaseException:

@@ -25,7 +25,7 @@ from ._picks import Picks
 if TYPE_CHECKING:
     import distributed
 
-__all__ = ["BATCH_BYTES", "CLUSTER_THREADS", "IN_FLIGHT", "crop", "crop_on"]
+__all__ = ["BATCH_BYTES", "CLUSTER_THREADS", "IN_FLIGHT", "Boxes", "crop", "crop_on"]
 
 # How many bytes of particles a batch holds, and how many batches are read (and written) at once.
 BATCH_BYTES = 16 << 20
@@ -34,27 +34,47 @@ IN_FLIGHT = 2
 CLUSTER_THREADS = 2
 
 
+@dataclass(frozen=True)
+class Boxes:
+    """How the particles are cropped and written.
+
+    Attributes:
+        box: The side of a particle's box.
+        dtype: The type of the stacks.
+        threads: How many threads read and write.
+        casting: As `vitrio.read` takes it.
+        prepare: What transforms each batch of boxes, read as float32, into the images written; or None.
+    """
+
+    box: int
+    dtype: np.dtype
+    threads: int
+    casting: str | None = None
+    prepare: Compose | None = None
+
+
 def crop(
     found: Picks,
     stacks: list[Path],
-    box: int,
-    dtype: np.dtype,
-    threads: int,
+    boxes: Boxes,
     finished: list[Path],
     progress: Callable[[int], object],
     pixel_sizes: Sequence[float | None],
-    casting: str | None = None,
-    prepare: Compose | None = None,
 ) -> None:
     """Crop the particles into their stacks, a few batches under way; each stack done joins `finished`.
 
-    Each stack's header says its pixel size, `pixel_sizes[i]` Å (None for none); `casting` is
-    as `vitrio.read` takes it. `prepare` transforms each batch of boxes, read as float32, into
-    the images written.
+    Each stack's header says its pixel size, `pixel_sizes[i]` Å (None for none).
 
     A failure or an interruption discards the stacks not finished; those
     finished are for the caller to remove.
     """
+    box, dtype, threads, casting, prepare = (
+        boxes.box,
+        boxes.dtype,
+        boxes.threads,
+        boxes.casting,
+        boxes.prepare,
+    )
     order = found.order
     images, centres = found.images[order], found.centres[order]
     targets = [ImageLocation(stacks[i], k) for i, k in zip(images.tolist(), found.in_stack[order].tolist())]
@@ -125,23 +145,15 @@ class _StackJob:
         micrograph: The micrograph's path.
         centres: The centre of each particle, (y, x), in the order of the stack.
         stack: The stack to write.
-        box: The side of a particle's box.
-        data_type: The type of the stack.
-        threads: How many threads read and write.
+        boxes: How the particles are cropped and written.
         pixel_size: The pixel size its header says, in Å.
-        casting: As `vitrio.read` takes it.
-        prepare: What transforms the boxes, or None.
     """
 
     micrograph: str
     centres: np.ndarray
     stack: str
-    box: int
-    data_type: str
-    threads: int
+    boxes: Boxes
     pixel_size: float | None
-    casting: str | None = None
-    prepare: Compose | None = None
 
 
 def _crop_stack(job: _StackJob) -> int:
@@ -149,9 +161,7 @@ def _crop_stack(job: _StackJob) -> int:
     count = len(job.centres)
     zeros, order = np.zeros(count, np.int64), np.arange(count)
     found = Picks(np.array([job.micrograph]), [Path(job.micrograph)], zeros, zeros, job.centres, order, order)
-    stack, data_type = [Path(job.stack)], np.dtype(job.data_type)
-    sizes = [job.pixel_size]
-    crop(found, stack, job.box, data_type, job.threads, [], lambda _: None, sizes, job.casting, job.prepare)
+    crop(found, [Path(job.stack)], job.boxes, [], lambda _: None, [job.pixel_size])
     return count
 
 
@@ -159,14 +169,10 @@ def crop_on(
     client: distributed.Client,
     found: Picks,
     stacks: list[Path],
-    box: int,
-    dtype: np.dtype,
-    threads: int,
+    boxes: Boxes,
     finished: list[Path],
     progress: Callable[[int], object],
     pixel_sizes: Sequence[float | None],
-    casting: str | None = None,
-    prepare: Compose | None = None,
 ) -> None:
     """Crop the particles into their stacks on the cluster of `client`, one task per micrograph.
 
@@ -175,17 +181,7 @@ def crop_on(
     centres = found.centres[found.order]
     ends = np.cumsum(np.bincount(found.images, minlength=len(stacks))).tolist()
     jobs = [
-        _StackJob(
-            os.path.abspath(path),
-            centres[end - count : end],
-            os.path.abspath(stack),
-            box,
-            dtype.str,
-            threads,
-            size,
-            casting,
-            prepare,
-        )
+        _StackJob(os.path.abspath(path), centres[end - count : end], os.path.abspath(stack), boxes, size)
         for path, stack, end, count, size in zip(
             found.paths, stacks, ends, np.diff([0, *ends]).tolist(), pixel_sizes
         )
