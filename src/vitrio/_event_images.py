@@ -40,7 +40,7 @@ class _EventImageReader(ImageReader):
         renderer: Any,
     ):
         descriptor = events.descriptor
-        count = fractionation.fraction_count
+        count = fractionation.count_for(descriptor.time_extent)
         if count > descriptor.time_extent:
             raise ValueError(
                 f"{key}: {count} fractions of {descriptor.time_extent} time quanta: at most one per quantum"

@@ -12,7 +12,7 @@ import starfile
 import tifffile
 
 import vitrio as vio
-from vitrio import extract as _extract
+from vitrio.extract import _cropping as _extract
 
 from .conftest import Picked
 from .helpers import assert_fails, leftovers

@@ -1,9 +1,11 @@
 """The `vitrio` command: look at image files, convert them, extract particles, and see what vitrio does.
 
     vitrio info FILE... [--json]
-    vitrio convert IN... OUT [--data-type T [--scale | --clip]] [--scheduler ADDRESS | --local N]
+    vitrio convert IN... OUT [--data-type T [--scale | --clip]] [--fourier-crop N] [--normalize R] [--invert]
+                   [--scheduler ADDRESS | --local N]
     vitrio extract --micrographs M.star --coordinates C.star --box-size N -o particles.star [--local N]
-    vitrio fractionate movie.eer... --fractions N [--binning B] [--gain gain.mrc] -o movie.mrc [--local N]
+    vitrio fractionate movie.eer... (--fractions N | --dose-per-fraction E --total-dose D) [--binning B]
+                       [--gain gain.mrc] -o movie.mrc [--local N]
     vitrio montage FILE... [--star particles.star [--label COLUMN]] -o picture.png
     vitrio bench [--quick]
     vitrio doctor PATH... [--json] [--seconds S] [--memory BYTES] [--scratch-dir DIR]
@@ -229,6 +231,24 @@ def _add_casting(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGr
     )
 
 
+def _add_preparing(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fourier-crop",
+        type=_positive,
+        metavar="SIZE",
+        help="shrink each 2-D image to SIZE x SIZE by cropping its Fourier transform, as cryoDRGN's "
+        "downsample does; the pixel size written grows by the ratio",
+    )
+    parser.add_argument(
+        "--normalize",
+        type=float,
+        metavar="RADIUS",
+        help="give each image mean 0 and standard deviation 1 over the pixels farther than RADIUS (in "
+        "pixels, after any crop) from its centre, as RELION normalises particles",
+    )
+    parser.add_argument("--invert", action="store_true", help="invert the contrast (after the above)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the `vitrio` command and its subcommands."""
     parser = argparse.ArgumentParser(
@@ -278,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stop the conversion)",
     )
     _add_casting(values)
+    _add_preparing(convert)
     _add_force(convert)
     _add_cluster(convert)
 
@@ -315,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-type", type=_data_type, default=np.dtype("float32"), help="of the stacks (default: float32)"
     )
     _add_casting(extract)
+    _add_preparing(extract)
     extract.add_argument(
         "-j", "--threads", type=_positive, default=os.cpu_count() or 1, help="threads that read and write"
     )
@@ -329,7 +351,19 @@ def build_parser() -> argparse.ArgumentParser:
         "are written into the folder OUTPUT, each as NAME.mrc.",
     )
     fractionate.add_argument("input", type=Path, nargs="+", metavar="MOVIE", help="the EER files")
-    fractionate.add_argument("--fractions", type=_positive, required=True, help="how many images to make")
+    count = fractionate.add_mutually_exclusive_group(required=True)
+    count.add_argument("--fractions", type=_positive, help="how many images to make")
+    count.add_argument(
+        "--dose-per-fraction",
+        type=float,
+        metavar="E",
+        help="instead, group whole frames into fractions of about E e/A^2 each, the last taking the frames "
+        "left (as RELION groups EER frames); the grouping is written beside each movie, NAME.fractions.txt",
+    )
+    fractionate.add_argument("--total-dose", type=float, metavar="D", help="the dose of each movie, e/A^2")
+    fractionate.add_argument(
+        "--dose-per-frame", type=float, metavar="R", help="or its dose rate, e/A^2 per frame"
+    )
     fractionate.add_argument(
         "--binning", type=_positive, default=1, help="1, 2, 4, ...: detector pixels per pixel"
     )

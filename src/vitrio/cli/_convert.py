@@ -14,6 +14,10 @@ type, or not finite) stop it, naming the file and their range,
 unless the user asks for them to be scaled onto the type's range
 (`--scale`) or rounded and clipped into it (`--clip`). The voxel size of
 the input is written into the output where its format stores one.
+
+`--fourier-crop`, `--normalize` and `--invert` prepare 2-D images on the
+way (vitrio.data's transforms, in float32, before the conversion to the
+type written); a Fourier crop grows the pixel size written by its ratio.
 """
 
 from __future__ import annotations
@@ -33,13 +37,25 @@ import numpy as np
 
 import vitrio as vio
 from vitrio.dask import client_for, remove_leftovers, run_jobs
+from vitrio.data import Compose, FourierCrop, Invert, Normalize, Transform
+from vitrio.data._transforms import prepare_batch
 
 from ._common import CliError, check_output, describe_briefly, folders_for, progress, replacing
 
 if TYPE_CHECKING:
     import distributed
 
-__all__ = ["STORED_TYPES", "cluster", "copy_images", "outputs_of", "run", "run_per_file"]
+__all__ = [
+    "STORED_TYPES",
+    "cluster",
+    "copy_images",
+    "outputs_of",
+    "prepared_shape",
+    "preparing",
+    "run",
+    "run_per_file",
+    "scaled_voxel_size",
+]
 
 # How many bytes of images one chunk holds: two chunks are in memory at once, one read and one written.
 CHUNK_BYTES = 64 << 20
@@ -76,6 +92,40 @@ def _stored_type(output: Path, dtype: np.dtype, given: bool) -> np.dtype:
     names = ", ".join(t.name for t in stored)
     advice = "" if given else "; give --data-type"
     raise CliError(f"{output}: {format_name} cannot store {dtype.name} values; it stores {names}{advice}")
+
+
+def preparing(args: argparse.Namespace) -> Compose | None:
+    """The transforms `--fourier-crop`, `--normalize` and `--invert` ask for, in that order; None if none."""
+    steps: list[Transform] = []
+    if args.fourier_crop is not None:
+        steps.append(FourierCrop(args.fourier_crop))
+    if args.normalize is not None:
+        steps.append(Normalize(args.normalize))
+    if args.invert:
+        steps.append(Invert())
+    return Compose(*steps) if steps else None
+
+
+def prepared_shape(prepare: Compose, source: Path | str, shape: tuple[int, ...]) -> tuple[int, int]:
+    """The shape of the images of `shape` once prepared.
+
+    Raises:
+        CliError: If they are not 2-D, or the transforms refuse them.
+    """
+    if len(shape) != 2:
+        raise CliError(f"{source}: --fourier-crop, --normalize and --invert prepare 2-D images, not {shape}")
+    try:
+        return prepare.apply(np.zeros((1, *shape), dtype=np.float32)).shape[1:]
+    except ValueError as error:
+        raise CliError(f"{source}: {error}") from None
+
+
+def scaled_voxel_size(voxel_size: Any, before: Sequence[int], after: Sequence[int]) -> Any:
+    """The voxel size of images of shape `before` resampled to `after`: each axis grown by the ratio."""
+    if voxel_size is None:
+        return None
+    sizes = np.broadcast_to(np.asarray(voxel_size, dtype=np.float64), (len(before),))
+    return tuple(float(size * old / new) for size, old, new in zip(sizes, before, after))
 
 
 def _bounds(dtype: np.dtype) -> tuple[float, float] | None:
@@ -182,6 +232,7 @@ def copy_images(
     data_type: np.dtype | None,
     force: bool,
     mode: str | None = None,
+    prepare: Compose | None = None,
 ) -> vio.ImageDescriptor:
     """Copy what the file at `source` holds, as `loader` reads it, into a new file at `output`.
 
@@ -201,6 +252,8 @@ def copy_images(
         mode: What to do with values `data_type` cannot hold: None to
             refuse them, "scale" to map the file's range onto the type's
             (reading the file twice), "clip" to round and clip them into it.
+        prepare: Transforms of the 2-D images, run in float32 before the
+            conversion to the type written; a crop grows the voxel size by its ratio.
 
     Returns:
         What the written file holds.
@@ -208,7 +261,8 @@ def copy_images(
     Raises:
         CliError: If `output` exists and `force` is false, or is `source`;
             if the format of `output` does not store the type as it is, or a
-            value cannot be held by it and `mode` is None.
+            value cannot be held by it and `mode` is None; if `prepare` is
+            given with `mode` "scale" or for images that are not 2-D.
     """
     reader = loader.readers.acquire(str(source))
     try:
@@ -219,17 +273,24 @@ def copy_images(
     if isinstance(source, Path) and output.exists() and output.resolve() == source.resolve():
         raise CliError(f"{output}: is the input file; write to another path")
     source_type = descriptor.data_type.dtype
-    dtype = _stored_type(output, data_type or source_type, data_type is not None)
     core = descriptor.core_extents
+    if prepare is not None:
+        if mode == "scale":
+            raise CliError("--scale maps the input's range; it does not go with transforms of the images")
+        prepared = prepared_shape(prepare, source, core)
+        voxel_size = scaled_voxel_size(voxel_size, core, prepared)
+        core, read_shape, source_type = prepared, core, np.dtype(np.float32)
+    dtype = _stored_type(output, data_type or source_type, data_type is not None)
     if descriptor.is_stack:
         count = descriptor.image_count
         written = vio.ImageDescriptor((count, *core), descriptor.core_rank, dtype)
         sources = [vio.ImageLocation(source, i) for i in range(count)]
         targets = [vio.ImageLocation(output, i) for i in range(count)]
-        chunk = max(1, CHUNK_BYTES // max(1, math.prod(core) * max(dtype.itemsize, source_type.itemsize)))
+        largest = max(math.prod(core), math.prod(descriptor.core_extents))
+        chunk = max(1, CHUNK_BYTES // max(1, largest * max(dtype.itemsize, source_type.itemsize)))
         shape = core
     else:
-        count, chunk, shape = 1, 1, descriptor.extents
+        count, chunk, shape = 1, 1, core if prepare is not None else descriptor.extents
         written = vio.ImageDescriptor(shape, descriptor.core_rank, dtype)
         sources, targets = [str(source)], [str(output)]
     span = _span(loader, sources, shape, source_type, chunk) if mode == "scale" else None
@@ -254,7 +315,11 @@ def copy_images(
             for first in range(0, count, chunk):
                 last = min(first + chunk, count)
                 values = np.empty((last - first, *shape), dtype=dtype)
-                if convert.checked:
+                if prepare is not None:
+                    read = np.empty((last - first, *read_shape), dtype=np.float32)
+                    vio.read_batch_async(loader, read, sources[first:last], "unsafe").get()
+                    convert(prepare_batch(prepare.apply, read, loader.executor), values)
+                elif convert.checked:
                     read = np.empty(values.shape, dtype=source_type)
                     vio.read_batch_async(loader, read, sources[first:last]).get()
                     convert(read, values)
@@ -327,15 +392,16 @@ def run_per_file(
             remove_leftovers(outputs)
 
 
-def _convert_file(job: tuple[Path, Path, np.dtype | None, str | None]) -> vio.ImageDescriptor:
+def _convert_file(job: tuple[Path, Path, np.dtype | None, str | None, Compose | None]) -> vio.ImageDescriptor:
     """Convert one file on a worker, replacing what an earlier run of the task wrote."""
-    source, output, data_type, mode = job
-    return copy_images(vio.loader(cache=1), source, output, data_type, True, mode)
+    source, output, data_type, mode, prepare = job
+    return copy_images(vio.loader(cache=1), source, output, data_type, True, mode, prepare)
 
 
 def run(args: argparse.Namespace) -> None:
     """Convert `args.input` into `args.output`, as `args.data_type` if given, scaled or clipped if asked."""
     mode = "scale" if args.scale else "clip" if args.clip else "unsafe" if args.casting else None
+    prepare = preparing(args)
     outputs = outputs_of(args.input, args.output, args.suffix)
     if len(outputs) > 1:
         for output in outputs:
@@ -344,7 +410,7 @@ def run(args: argparse.Namespace) -> None:
     with cluster(args) as client:
         if client is None:
             [
-                copy_images(vio.loader(cache=1), source, output, args.data_type, args.force, mode)
+                copy_images(vio.loader(cache=1), source, output, args.data_type, args.force, mode, prepare)
                 for source, output in zip(args.input, outputs)
             ]
         else:
@@ -356,6 +422,7 @@ def run(args: argparse.Namespace) -> None:
                     Path(os.path.abspath(output)),
                     args.data_type,
                     mode,
+                    prepare,
                 )
                 for source, output in zip(args.input, outputs)
             ]

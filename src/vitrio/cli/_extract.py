@@ -12,7 +12,7 @@ import argparse
 from vitrio.extract import extract_particles
 
 from ._common import CliError, progress
-from ._convert import cluster
+from ._convert import cluster, preparing
 
 __all__ = ["run"]
 
@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> None:
                 pixel_size=args.pixel_size,
                 data_type=args.data_type,
                 casting=args.casting,
+                prepare=preparing(args),
                 threads=args.threads,
                 force=args.force,
                 progress=bar.update,
@@ -40,8 +41,8 @@ def run(args: argparse.Namespace) -> None:
             )
         except FileExistsError as error:
             raise CliError(f"{error}; give --force to replace it") from error
-    count = len(result.particles)
+    count, side = len(result.particles), int(result.optics["rlnImageSize"].iloc[0])
     print(
-        f"extracted {count} particles of {args.box_size} x {args.box_size} into {len(result.stacks)} stacks "
+        f"extracted {count} particles of {side} x {side} into {len(result.stacks)} stacks "
         f"in {result.stacks[0].parent} ({count / result.seconds:,.0f} particles/s); wrote {args.output}"
     )

@@ -2,6 +2,10 @@
 
 Several movies are written into a folder, one after the other, or one task
 per movie on a Dask cluster (`--scheduler`, `--local`).
+
+Cut by dose (`--dose-per-fraction`, with `--total-dose` or `--dose-per-frame`),
+a movie's fractions group whole frames as `DetectorEventFractionation` does,
+and the grouping is written beside it, in NAME.fractions.txt.
 """
 
 from __future__ import annotations
@@ -13,18 +17,38 @@ from pathlib import Path
 import numpy as np
 
 import vitrio as vio
+from vitrio._fs import new_file
 from vitrio.formats.eer import EerReader
 
-from ._common import CliError, check_output, describe_briefly
+from ._common import CliError, check_output, describe_briefly, folders_for
 from ._convert import cluster, copy_images, outputs_of, run_per_file
 
-__all__ = ["fractionate", "run"]
+__all__ = ["fractionate", "grouping_path", "run", "write_grouping"]
+
+
+def grouping_path(output: Path) -> Path:
+    """Where the grouping of frames of the movie written at `output` goes: NAME.fractions.txt beside it."""
+    return output.with_suffix(".fractions.txt")
+
+
+def write_grouping(movie: Path, output: Path, fractionation: vio.DetectorEventFractionation) -> None:
+    """Write the frames and dose of each fraction of `movie`, cut by dose, at `grouping_path(output)`."""
+    frames = vio.query_descriptor(movie).extents[0]
+    dose = fractionation.frame_dose(frames)
+    lines = [f"# {movie.name}: {frames} frames of {dose:.6g} e/A^2", "fraction\tfirst_frame\tframes\tdose"]
+    for fraction in range(fractionation.count_for(frames)):
+        first = fractionation.get_fraction_begin(fraction, frames)
+        count = fractionation.get_fraction_begin(fraction + 1, frames) - first
+        lines.append(f"{fraction + 1}\t{first}\t{count}\t{count * dose:.6g}")
+    path = grouping_path(output)
+    with folders_for(path), new_file(path) as partial, partial.file() as file:
+        file.write(("\n".join(lines) + "\n").encode())
 
 
 def fractionate(
     movie: Path,
     output: Path,
-    fractions: int,
+    fractions: int | vio.DetectorEventFractionation,
     binning: int = 1,
     superres: int = 1,
     gain: Path | None = None,
@@ -32,6 +56,8 @@ def fractionate(
     force: bool = False,
 ) -> vio.ImageDescriptor:
     """Render the EER movie at `movie` into `fractions` images and write them to `output`.
+
+    Cut by dose, the grouping of frames is written beside it (`write_grouping`).
 
     Returns:
         What the written file holds.
@@ -49,7 +75,10 @@ def fractionate(
     finally:
         readers.release(reader)
     loader = vio.ImageLoader(vio.ThreadPoolExecutor(os.cpu_count() or 1), readers)
-    return copy_images(loader, movie, output, data_type, force)
+    written = copy_images(loader, movie, output, data_type, force)
+    if isinstance(fractions, vio.DetectorEventFractionation) and fractions.fraction_count is None:
+        write_grouping(movie, output, fractions)
+    return written
 
 
 def _fractionate_movie(job: tuple) -> vio.ImageDescriptor:
@@ -64,7 +93,7 @@ def run(args: argparse.Namespace) -> None:
         for output in outputs:
             check_output(output, args.force)
         args.output.mkdir(parents=True, exist_ok=True)
-    options = (args.fractions, args.binning, args.superres, args.gain, args.data_type)
+    options = (_fractions(args), args.binning, args.superres, args.gain, args.data_type)
     with cluster(args) as client:
         if client is None:
             [
@@ -88,3 +117,26 @@ def run(args: argparse.Namespace) -> None:
             run_per_file(client, _fractionate_movie, jobs, outputs, "fractionate")
     for output in outputs:
         print(f"wrote {output}: {describe_briefly(vio.query_descriptor(output))}")
+        if args.fractions is None:
+            print(f"wrote {grouping_path(output)}: the frames and dose of each fraction")
+
+
+def _fractions(args: argparse.Namespace) -> int | vio.DetectorEventFractionation:
+    """`--fractions`, or the fractionation by dose the options ask for.
+
+    Raises:
+        CliError: If a dose is given with `--fractions`, or the doses do not make a fractionation.
+    """
+    doses = {"total_dose": args.total_dose, "dose_per_frame": args.dose_per_frame}
+    if args.fractions is not None:
+        if any(dose is not None for dose in doses.values()):
+            raise CliError("--total-dose and --dose-per-frame go with --dose-per-fraction, not --fractions")
+        return args.fractions
+    if (args.total_dose is None) == (args.dose_per_frame is None):
+        raise CliError(
+            "--dose-per-fraction needs the movie's --total-dose or its --dose-per-frame, one of them"
+        )
+    try:
+        return vio.DetectorEventFractionation(dose_per_fraction=args.dose_per_fraction, **doses)
+    except ValueError as error:
+        raise CliError(str(error)) from None

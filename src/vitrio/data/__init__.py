@@ -33,7 +33,9 @@ A read given no loader goes through `shared_loader()`, the process's own.
 A RecyclingAllocator reads batches into the memory of those the program
 has let go of. A DataLoader's `stats` (a LoaderStats) say how long the
 program waited for data and what the reads did (a ReadStats, as the core's
-`ImageLoader.stats()` gives it).
+`ImageLoader.stats()` gives it). FourierCrop, Normalize and Invert (or their
+Compose) prepare a batch of images, as a DataLoader's transform or, through a
+PreparedSource, once for every epoch (docs/preparing.md).
 
 Needs numpy. PyTorch and JAX are imported only to hand batches to them.
 """
@@ -45,6 +47,7 @@ from ._loader import DataLoader
 from ._particles import particle_locations, read_particles
 from ._patches import PatchSource
 from ._paths import PathResolver, read_stack_list, stack_locations
+from ._prepared import PreparedSource
 from ._recycling import RecyclingAllocator
 from ._sampler import BatchSampler
 from ._shared import shared_loader
@@ -52,20 +55,27 @@ from ._source import ArraySource, Source
 from ._star import particle_optics, read_star, read_star_particles, star_table, write_star
 from ._stats import LoaderStats, ReadStats
 from ._tables import as_columns, make_locations, parse_locations
+from ._transforms import Compose, FourierCrop, Invert, Normalize, Transform
 
 __all__ = [
     "ArraySource",
     "BatchSampler",
+    "Compose",
     "DataLoader",
     "Dataset",
+    "FourierCrop",
     "ImageSource",
+    "Invert",
     "LoaderStats",
+    "Normalize",
     "PatchSource",
     "PathResolver",
     "PendingBatch",
+    "PreparedSource",
     "ReadStats",
     "RecyclingAllocator",
     "Source",
+    "Transform",
     "as_columns",
     "make_locations",
     "parse_locations",

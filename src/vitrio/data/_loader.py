@@ -39,6 +39,7 @@ from ._pytorch import Batches, refuse_workers, seed_of
 from ._sampler import BatchSampler, check_state, state_count
 from ._shared import shared_loader
 from ._stats import EpochClock, LoaderStats, progress_bar
+from ._transforms import cast_fields
 
 __all__ = ["DataLoader"]
 
@@ -132,6 +133,9 @@ class DataLoader:
         transform: What to do with each batch once it is handed out as output
             says, such as normalizing it on the GPU.
         valid: The name of the field pad_last adds.
+        data_type: The type the fields read from files are handed out in,
+            after transform: 'float16', 'bfloat16' or 'float32', from any
+            stored type. Defaults to the type each source reads.
         sampler: What draws the rows one at a time, as PyTorch's samplers do
             (a DistributedSampler, say): batched by batch_size, drop_last
             leaving out a short last batch. Not with batch_sampler, shuffle or seed.
@@ -186,6 +190,7 @@ class DataLoader:
         allocator: Allocator | None = None,
         transform: Callable[[Any], Any] | None = None,
         valid: str = "valid",
+        data_type: str | None = None,
         sampler: Iterable[int] | None = None,
         generator: Any = None,
         collate_fn: Callable[[Any], Any] | None = None,
@@ -236,6 +241,7 @@ class DataLoader:
         self._prefetch = int(prefetch)
         self._allocator = allocator
         self._transform = transform
+        self._cast = cast_fields(dataset, data_type)
         self._hand_out: Callable[[dict[str, np.ndarray]], Any] | None = None
         self._resume = 0
         self._progress: _Progress | None = None
@@ -439,7 +445,8 @@ class DataLoader:
     def _finish(self, values: dict[str, np.ndarray], extra: dict[str, np.ndarray]) -> Any:
         values.update(extra)
         handed = self._hand_out(values) if self._hand_out is not None else values
-        return self._transform(handed) if self._transform is not None else handed
+        handed = self._transform(handed) if self._transform is not None else handed
+        return self._cast(handed)
 
     def __repr__(self) -> str:
         return f"<DataLoader over {self._dataset!r}, {len(self)} batches an epoch>"

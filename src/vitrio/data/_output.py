@@ -21,8 +21,9 @@ Batch = dict[str, np.ndarray]
 
 
 def holds_numbers(dtype: np.dtype) -> bool:
-    """Whether a type is of numbers (booleans, integers, floats, complex), which frameworks take."""
-    return dtype.kind in "biufc"
+    """Whether a type is of numbers (booleans, integers, floats, complex, ml_dtypes' bfloat16), which
+    frameworks take."""
+    return dtype.kind in "biufc" or dtype.name == "bfloat16"
 
 
 def torch_output(device: Any, non_blocking: bool) -> Callable[[Batch], dict[str, Any]]:
@@ -37,7 +38,10 @@ def torch_output(device: Any, non_blocking: bool) -> Callable[[Batch], dict[str,
             if not holds_numbers(values.dtype):
                 tensors[name] = values
                 continue
-            tensor = torch.from_numpy(values)
+            if values.dtype.name == "bfloat16":  # torch takes ml_dtypes' bfloat16 as its bits
+                tensor = torch.from_numpy(values.view(np.uint16)).view(torch.bfloat16)
+            else:
+                tensor = torch.from_numpy(values)
             tensors[name] = tensor if target is None else tensor.to(target, non_blocking=non_blocking)
         return tensors
 

@@ -15,6 +15,7 @@ from ..._types import ImageDescriptor
 from .._contract import Format, FormatError, ImageReader
 from ._gain import load_gain
 from ._layout import Layout
+from ._render import DetectorEventFractionation
 from ._sniff import EER_COMPRESSIONS, TIFF_MAGICS, first_compression
 from ._timeline import EerTimelineReader
 
@@ -85,6 +86,9 @@ class EerReader(ImageReader):
         frames, height, width = layout.frame_count, layout.height, layout.width
         if fractions is None:
             self._bounds = np.arange(frames + 1, dtype=np.int64)
+        elif isinstance(fractions, DetectorEventFractionation):  # by dose
+            count = fractions.count_for(frames)
+            self._bounds = np.array([fractions.get_fraction_begin(i, frames) for i in range(count + 1)])
         elif fractions > frames:
             raise ValueError(
                 f"{key}: {fractions} fractions of {frames} frames: at most one fraction per frame"
@@ -125,7 +129,7 @@ class EerReader(ImageReader):
             else:
                 dtype = np.dtype(np.uint16 if most <= 0xFFFF else np.uint32)
             self._direct = {t for t in _KINDS if t.kind == "f" or np.iinfo(t).max >= most}
-        stack = () if fractions == 1 else (len(self._bounds) - 1,)
+        stack = () if fractions is not None and len(self._bounds) == 2 else (len(self._bounds) - 1,)
         super().__init__(key, ImageDescriptor((*stack, out_height, out_width), 2, dtype))
         if layout.pixel_size is not None:
             self.voxel_size = tuple(size * binning / superres for size in layout.pixel_size)
@@ -216,7 +220,7 @@ class EerFormat(Format):
     name = "eer"
     read_extensions = (".eer",)
     events = True
-    fractions: ClassVar[int | None] = None
+    fractions: ClassVar[int | DetectorEventFractionation | None] = None
     binning: ClassVar[int] = 1
     superres: ClassVar[int] = 1
     gain: ClassVar[np.ndarray | None] = None
@@ -260,7 +264,8 @@ class EerFormat(Format):
         gain, float32. One fraction is a single 2-D image, more a stack of them.
 
         Args:
-            fractions: How many images to cut the frames into; at most the number of frames.
+            fractions: How many images to cut the frames into, at most the number of frames; or a
+                `DetectorEventFractionation` by dose, whose grouping of frames it follows.
             binning: 1, 2, 4, ...: the images have the detector's size divided by `binning`, each
                 pixel the events of `binning` x `binning` detector pixels. It must divide the size.
             superres: 1, 2, 4, ...: the images have the detector's size times `superres`, placing
@@ -276,8 +281,11 @@ class EerFormat(Format):
             ValueError: If an argument is out of range, or the gain is not one 2-D image.
             TypeError: If `fractions`, `binning` or `superres` is not an integer.
         """
-        fractions = operator.index(fractions)
-        if fractions < 1:
+        if isinstance(fractions, DetectorEventFractionation):
+            fractions = fractions if fractions.fraction_count is None else fractions.fraction_count
+        else:
+            fractions = operator.index(fractions)
+        if isinstance(fractions, int) and fractions < 1:
             raise ValueError(f"fractions must be positive: {fractions}")
         binning = _power_of_two(binning, "binning")
         superres = _power_of_two(superres, "superres")

@@ -8,6 +8,7 @@ fraction into one image. `CountingDetectorEventRenderer` counts them.
 
 from __future__ import annotations
 
+import math
 import operator
 from abc import ABC, abstractmethod
 from typing import Any
@@ -30,59 +31,143 @@ _MOST_COUNT = 2**32 - 1
 
 
 class DetectorEventFractionation:
-    """How an acquisition's time is cut into the fractions of a movie, whatever the acquisition.
+    """How an acquisition's time is cut into the fractions of a movie: into a count, or by dose.
 
     Fraction `i` of `N` over a time extent `T` covers
     `[floor(i*T/N), floor((i+1)*T/N))`: no quantum is dropped, fractions
     differ in length by one quantum at most, and the longer ones are spread
     through the acquisition.
 
+    Cut by dose instead (`dose_per_fraction`, with the acquisition's
+    `total_dose` or its `dose_per_frame`), each fraction groups the whole
+    frames (time quanta) whose dose comes nearest `dose_per_fraction`, at
+    least one: `k = max(1, round(dose_per_fraction / frame dose))` frames,
+    as many fractions as `T // k`, the last absorbing the `T % k` frames left,
+    as RELION groups EER frames. How many fractions that makes depends on `T`
+    (`count_for`).
+
     Args:
-        fraction_count: How many fractions.
+        fraction_count: How many fractions; None when cut by dose.
+        dose_per_fraction: The dose a fraction is to hold, in e/Å².
+        total_dose: The dose of the whole acquisition, in e/Å².
+        dose_per_frame: Or the dose rate, in e/Å² per frame (time quantum).
 
     Raises:
-        ValueError: If `fraction_count` is 0 or greater than `max_fraction_count`.
+        ValueError: If `fraction_count` is 0 or greater than `max_fraction_count`;
+            if it is given with a dose, or a dose is given without one of the other two,
+            or both; if a dose is not positive and finite.
+        TypeError: If neither `fraction_count` nor `dose_per_fraction` is given.
     """
 
-    __slots__ = ("_count",)
+    __slots__ = ("_count", "_dose", "_total", "_rate")
 
     max_fraction_count = _MOST_COUNT
     """The most fractions: 2**32 - 1."""
 
-    def __init__(self, fraction_count: int):
+    def __init__(
+        self,
+        fraction_count: int | None = None,
+        *,
+        dose_per_fraction: float | None = None,
+        total_dose: float | None = None,
+        dose_per_frame: float | None = None,
+    ):
+        self._dose, self._total, self._rate = (
+            None if value is None else _positive_dose(value, name)
+            for value, name in (
+                (dose_per_fraction, "dose_per_fraction"),
+                (total_dose, "total_dose"),
+                (dose_per_frame, "dose_per_frame"),
+            )
+        )
+        if fraction_count is None:
+            if self._dose is None:
+                raise TypeError("DetectorEventFractionation needs fraction_count or dose_per_fraction")
+            if (self._total is None) == (self._rate is None):
+                raise ValueError("a fractionation by dose needs total_dose or dose_per_frame, one of them")
+            self._count = None
+            return
+        if self._dose is not None or self._total is not None or self._rate is not None:
+            raise ValueError("give fraction_count or dose_per_fraction, not both")
         count = operator.index(fraction_count)
         if not 1 <= count <= _MOST_COUNT:
             raise ValueError(f"fraction_count is within 1 and 2**32 - 1: {fraction_count}")
         self._count = count
 
     @property
-    def fraction_count(self) -> int:
-        """How many fractions."""
+    def fraction_count(self) -> int | None:
+        """How many fractions; None when cut by dose (see `count_for`)."""
         return self._count
 
-    def get_fraction_begin(self, fraction: int, time_extent: int) -> int:
-        """The first time quantum of `fraction`: `floor(fraction * time_extent / fraction_count)`.
+    @property
+    def dose_per_fraction(self) -> float | None:
+        """The dose a fraction is to hold, in e/Å², when cut by dose."""
+        return self._dose
 
-        `fraction == fraction_count` gives `time_extent`.
+    def frame_dose(self, time_extent: int) -> float | None:
+        """The dose of one frame of an acquisition of `time_extent` frames, in e/Å²; None if not by dose."""
+        if self._count is not None:
+            return None
+        return self._rate if self._rate is not None else self._total / operator.index(time_extent)
+
+    def frames_per_fraction(self, time_extent: int) -> int:
+        """How many frames a fraction by dose groups (the last may group more); for a count, the fewest."""
+        if self._count is not None:
+            return operator.index(time_extent) // self._count
+        return max(1, round(self._dose / self.frame_dose(time_extent)))
+
+    def count_for(self, time_extent: int) -> int:
+        """How many fractions an acquisition of `time_extent` quanta is cut into.
 
         Raises:
-            IndexError: If `fraction` is greater than `fraction_count`.
+            ValueError: If `time_extent` is not positive.
+        """
+        time_extent = operator.index(time_extent)
+        if time_extent < 1:
+            raise ValueError(f"a time extent is positive: {time_extent}")
+        if self._count is not None:
+            return self._count
+        return max(1, time_extent // self.frames_per_fraction(time_extent))
+
+    def get_fraction_begin(self, fraction: int, time_extent: int) -> int:
+        """The first time quantum of `fraction`: `floor(fraction * time_extent / fraction_count)` for a
+        count, `fraction * frames_per_fraction` by dose; the fraction past the last gives `time_extent`.
+
+        Raises:
+            IndexError: If `fraction` is greater than the count of fractions.
         """
         fraction, time_extent = operator.index(fraction), operator.index(time_extent)
-        if not 0 <= fraction <= self._count:
-            raise IndexError(f"fraction {fraction} of {self._count}")
-        return fraction * time_extent // self._count
+        count = self._count if self._count is not None else self.count_for(time_extent)
+        if not 0 <= fraction <= count:
+            raise IndexError(f"fraction {fraction} of {count}")
+        if self._count is not None:
+            return fraction * time_extent // self._count
+        return time_extent if fraction == count else fraction * self.frames_per_fraction(time_extent)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DetectorEventFractionation):
             return NotImplemented
-        return self._count == other._count
+        return self._key() == other._key()
+
+    def _key(self) -> tuple:
+        return (self._count, self._dose, self._total, self._rate)
 
     def __hash__(self) -> int:
-        return hash((DetectorEventFractionation, self._count))
+        return hash((DetectorEventFractionation, self._key()))
 
     def __repr__(self) -> str:
-        return f"DetectorEventFractionation(fraction_count={self._count})"
+        if self._count is not None:
+            return f"DetectorEventFractionation(fraction_count={self._count})"
+        given = "total_dose" if self._total is not None else "dose_per_frame"
+        value = self._total if self._total is not None else self._rate
+        return f"DetectorEventFractionation(dose_per_fraction={self._dose}, {given}={value})"
+
+
+def _positive_dose(value: float, name: str) -> float:
+    dose = float(value)
+    if not (math.isfinite(dose) and dose > 0):
+        raise ValueError(f"{name} is a positive, finite dose in e/Å², not {value!r}")
+    return dose
 
 
 class DetectorEventBinning:

@@ -1,0 +1,163 @@
+"""`PreparedSource`: the images of a source passed through a transform once, and held for later epochs.
+
+A row is read and transformed the first time a batch asks for it, with the
+other new rows of that batch in one call of the transform; afterwards it is
+copied out of memory, so later epochs neither read files nor compute. What
+is held is that of one transform and one type: a source prepared otherwise
+is another `PreparedSource`, with rows of its own, so a changed parameter
+never serves images prepared with the old one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._concurrency import Executor
+from .._loading import ImageLoader
+from ._source import Pendings, Source, Waitable, waitables
+from ._transforms import as_data_type, prepare_batch
+
+__all__ = ["PreparedSource"]
+
+
+class PreparedSource(Source):
+    """The images of a source, prepared once by a transform and held in memory for the epochs after.
+
+    The first read of a row reads it through `source` and prepares it, with
+    the rows read with it as one batch; every later read copies it from
+    memory, reading no file and calling no transform. Preparing runs as the
+    batch is waited for, a few rows at a time on the loader's threads. The
+    rows held are of this source's transform and type alone (`key`): a
+    source made with other parameters prepares its rows anew.
+
+    Args:
+        source: Where the images come from, such as an ImageSource.
+        transform: What prepares an array of images of shape (rows, *source.shape): a
+            `FourierCrop`, `Normalize`, `Invert`, their `Compose`, or any callable
+            that returns an array of as many prepared images.
+        data_type: The type the images are held and handed out in: 'float32',
+            'float16' or 'bfloat16' (needs ml_dtypes, which JAX installs).
+
+    Raises:
+        ValueError: If `data_type` is none of the three, or the transform
+            returns other than one image per row.
+    """
+
+    def __init__(self, source: Source, transform: Callable[[Any], Any], data_type: str = "float32"):
+        self._source, self._transform, self._data_type = source, transform, data_type
+        probe = self._prepare(np.zeros((1, *source.shape), dtype=source.dtype))
+        self._held = np.empty((len(source), *probe.shape[1:]), dtype=probe.dtype)
+        self._done = np.zeros(len(source), dtype=bool)
+        self._lock = threading.Lock()
+
+    def _prepare(self, images: np.ndarray) -> np.ndarray:
+        prepared = as_data_type(self._transform(images), self._data_type)
+        if prepared.shape[:1] != images.shape[:1]:
+            raise ValueError(
+                f"the transform {self._transform!r} made {prepared.shape[:1]} images of {len(images)}"
+            )
+        return prepared
+
+    @property
+    def source(self) -> Source:
+        """Where the images come from."""
+        return self._source
+
+    @property
+    def key(self) -> tuple[Any, str]:
+        """What the held images are of: the transform (equal to another of the same parameters) and type."""
+        return (self._transform, self._data_type)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of one prepared image."""
+        return self._held.shape[1:]
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The type the images are held in."""
+        return self._held.dtype
+
+    @property
+    def prepared_count(self) -> int:
+        """How many rows are held, prepared."""
+        return int(self._done.sum())
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Pendings:
+        """Start reading the values of some rows, as Source.read_async: those not held yet are read."""
+        rows = np.asarray(rows, dtype=np.int64)
+        new = np.unique(rows[~self._done[rows]])
+        if not len(new):
+            np.take(self._held, rows, axis=0, out=out)
+            return Pendings()
+        raw = np.empty((len(new), *self._source.shape), dtype=self._source.dtype)
+        reads = waitables(self._source.read_async(loader, new, raw))
+        return Pendings([_Preparing(self, new, raw, reads, rows, out, getattr(loader, "executor", None))])
+
+    def _take_in(self, new: np.ndarray, raw: np.ndarray, executor: Executor | None) -> None:
+        prepared = prepare_batch(self._prepare, raw, executor)
+        with self._lock:
+            self._held[new] = prepared
+            self._done[new] = True
+
+    def subset(self, rows: np.ndarray) -> PreparedSource:
+        """Get the source of only these rows, in this order, prepared anew by the same transform."""
+        return PreparedSource(self._source.subset(rows), self._transform, self._data_type)
+
+    def __repr__(self) -> str:
+        return f"PreparedSource({self._source!r}, {self._transform!r}, data_type={self._data_type!r})"
+
+
+class _Preparing:
+    """The reads of the new rows of a batch; once they are done, the rows are prepared and copied out."""
+
+    def __init__(
+        self,
+        source: PreparedSource,
+        new: np.ndarray,
+        raw: np.ndarray,
+        reads: list[Waitable],
+        rows: np.ndarray,
+        out: np.ndarray,
+        executor: Executor | None,
+    ):
+        self._source, self._new, self._raw, self._reads = source, new, raw, reads
+        self._rows, self._out, self._executor = rows, out, executor
+        self._failure: BaseException | None = None
+        self._finished = False
+        self._lock = threading.Lock()
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether the rows are read and prepared."""
+        return self._finished
+
+    def wait(self) -> None:
+        """Wait for the reads, then prepare the new rows and copy every row out. Raises nothing."""
+        with self._lock:
+            if self._finished:
+                return
+            try:
+                for read in self._reads:
+                    read.get()
+                self._source._take_in(self._new, self._raw, self._executor)
+                np.take(self._source._held, self._rows, axis=0, out=self._out)
+            except Exception as error:
+                self._failure = error
+            finally:
+                for read in self._reads:
+                    read.wait()
+                self._finished, self._raw = True, None
+
+    def get(self) -> None:
+        """Wait, then raise what a read or the transform raised, if anything."""
+        self.wait()
+        if self._failure is not None:
+            raise self._failure

@@ -1,0 +1,153 @@
+"""The picks of `extract_particles` matched with their micrographs; what the stacks are named and sized."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._functions import query_descriptor
+from ..data import PathResolver
+from ..formats import FormatWarning, open_reader
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Picks", "header_pixel_size", "match_picks", "stack_names", "stack_pixel_sizes", "star_path"]
+
+
+def stack_names(micrographs: Sequence[str]) -> list[str]:
+    """A stack name for each micrograph: its stem, numbered where stems repeat."""
+    taken: set[str] = set()
+    names = []
+    for micrograph in micrographs:
+        stem = Path(micrograph).stem
+        name, number = f"{stem}.mrcs", 1
+        while name in taken:
+            number += 1
+            name = f"{stem}_{number}.mrcs"
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+def star_path(path: Path, root: Path) -> str:
+    """How a STAR file names `path`: relative to `root` when inside it, absolute otherwise."""
+    relative = os.path.relpath(path, root)
+    return os.path.abspath(path) if relative.startswith("..") else relative
+
+
+def _column(path: Path, table: pd.DataFrame, name: str) -> np.ndarray:
+    """The numbers of column `name` of the table read from `path`, checked to be finite."""
+    try:
+        values = table[name].to_numpy(dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: {name} holds values that are not numbers ({error})") from error
+    if not np.isfinite(values).all():
+        raise ValueError(
+            f"{path}: {name} of row {int(np.flatnonzero(~np.isfinite(values))[0]) + 1} is not a number"
+        )
+    return values
+
+
+def header_pixel_size(path: Path) -> float | None:
+    """The pixel size in Å along x that the header of the micrograph at `path` gives, or None."""
+    with warnings.catch_warnings():  # reading its descriptor warned already
+        warnings.simplefilter("ignore", FormatWarning)
+        with open_reader(str(path)) as reader:
+            voxel_size = reader.voxel_size
+    return None if voxel_size is None else voxel_size[-1]
+
+
+@dataclass
+class Picks:
+    """The picks matched with the micrographs they were picked on.
+
+    Attributes:
+        names: The micrographs picked on, as the STAR files name them, in the order of the micrographs STAR.
+        paths: Where each of them is.
+        rows: The row of each pick's micrograph in the micrographs table.
+        images: The number of each pick's micrograph in `names`.
+        centres: The centre of each pick, (y, x), rounded.
+        order: The picks sorted by micrograph, in the order of the coordinates within each.
+        in_stack: The index of each pick in the stack of its micrograph, in the order of the coordinates.
+    """
+
+    names: np.ndarray
+    paths: list[Path]
+    rows: np.ndarray
+    images: np.ndarray
+    centres: np.ndarray
+    order: np.ndarray
+    in_stack: np.ndarray
+
+
+def match_picks(
+    micrographs: Path,
+    mics: pd.DataFrame,
+    coordinates: Path,
+    picks: pd.DataFrame,
+    root: Path | None,
+    box: int,
+) -> Picks:
+    """Match each pick with its micrograph, and check that every box has its centre on its micrograph.
+
+    Raises:
+        ValueError: If a pick names a micrograph `micrographs` does not list, a micrograph is not one image
+            or is smaller than the box, or a centre lies outside its micrograph.
+    """
+    number = {name: i for i, name in enumerate(mics["rlnMicrographName"].astype(str))}
+    rows = np.array([number.get(name, -1) for name in picks["rlnMicrographName"].astype(str)], np.int64)
+    if (rows < 0).any():
+        row = int(np.flatnonzero(rows < 0)[0])
+        name = picks["rlnMicrographName"].iloc[row]
+        raise ValueError(f"{coordinates}: micrograph {name} of particle {row + 1} is not in {micrographs}")
+    used, images = np.unique(rows, return_inverse=True)
+    names = mics["rlnMicrographName"].astype(str).to_numpy()[used]
+    resolve = PathResolver(micrographs, root)
+    paths = [Path(resolve(name)) for name in names]
+    extents = np.empty((len(paths), 2), dtype=np.int64)
+    for i, path in enumerate(paths):
+        descriptor = query_descriptor(path)
+        if descriptor.is_stack or descriptor.core_rank != 2:
+            kind = "a stack" if descriptor.is_stack else "a volume"
+            shape = " x ".join(map(str, descriptor.extents))
+            raise ValueError(f"{path}: holds {kind} of {shape}, not one micrograph")
+        if box > min(descriptor.extents):
+            height, width = descriptor.extents
+            raise ValueError(
+                f"{path}: a box of {box} pixels is larger than the micrograph, {height} x {width}"
+            )
+        extents[i] = descriptor.extents
+    y, x = _column(coordinates, picks, "rlnCoordinateY"), _column(coordinates, picks, "rlnCoordinateX")
+    centres = np.rint(np.column_stack([y, x])).astype(np.int64)
+    outside = ((centres < 0) | (centres >= extents[images])).any(axis=1)
+    if outside.any():
+        row = int(np.flatnonzero(outside)[0])
+        height, width = extents[images[row]]
+        raise ValueError(
+            f"{coordinates}: particle {row + 1} at x {centres[row, 1]}, y {centres[row, 0]} lies outside "
+            f"micrograph {names[images[row]]} of {height} x {width}"
+        )
+    order = np.argsort(images, kind="stable")
+    counts = np.bincount(images)
+    in_stack = np.empty(len(order), dtype=np.int64)
+    in_stack[order] = np.arange(len(order)) - (np.cumsum(counts) - counts)[images[order]]
+    return Picks(names, paths, rows, images, centres, order, in_stack)
+
+
+def stack_pixel_sizes(found: Picks, table: pd.DataFrame, optics: pd.DataFrame) -> list[float | None]:
+    """The pixel size in Å of each micrograph's stack: its optics group's, None where that is unknown."""
+    by_group = dict(zip(optics["rlnOpticsGroup"].tolist(), optics["rlnImagePixelSize"].tolist()))
+    groups = table["rlnOpticsGroup"].to_numpy()
+    first_pick = np.unique(found.images, return_index=True)[1]
+    sizes: list[float | None] = [None] * len(found.paths)
+    for image, pick in zip(np.unique(found.images).tolist(), first_pick.tolist()):
+        size = by_group.get(groups[pick])
+        sizes[image] = float(size) if size is not None and size > 0 and size == size else None
+    return sizes
