@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .._concurrency import Executor
+from .._concurrency import Completion, Executor
 from .._loading import ImageLoader
-from ._source import Pendings, Source, Waitable, waitables
+from ._source import Pendings, Source, as_completion
 from ._transforms import as_data_type, prepare_batch
 
 __all__ = ["PreparedSource"]
@@ -98,7 +98,7 @@ class PreparedSource(Source):
             np.take(self._held, rows, axis=0, out=out)
             return Pendings()
         raw = np.empty((len(new), *self._source.shape), dtype=self._source.dtype)
-        reads = waitables(self._source.read_async(loader, new, raw))
+        reads = as_completion(self._source.read_async(loader, new, raw))
         return Pendings([_Preparing(self, new, raw, reads, rows, out, getattr(loader, "executor", None))])
 
     def _take_in(self, new: np.ndarray, raw: np.ndarray, executor: Executor | None) -> None:
@@ -123,7 +123,7 @@ class _Preparing:
         source: PreparedSource,
         new: np.ndarray,
         raw: np.ndarray,
-        reads: list[Waitable],
+        reads: Completion,
         rows: np.ndarray,
         out: np.ndarray,
         executor: Executor | None,
@@ -145,15 +145,13 @@ class _Preparing:
             if self._finished:
                 return
             try:
-                for read in self._reads:
-                    read.get()
+                self._reads.get()
                 self._source._take_in(self._new, self._raw, self._executor)
                 np.take(self._source._held, self._rows, axis=0, out=self._out)
             except Exception as error:
                 self._failure = error
             finally:
-                for read in self._reads:
-                    read.wait()
+                self._reads.wait()
                 self._finished, self._raw = True, None
 
     def get(self) -> None:
