@@ -123,6 +123,11 @@ class RawArrayReader(ImageReader):
             self._map = None
             values = np.empty((self.image_count, *self.core_extents), self._dtype)
         self._images = values
+        raw = decoder is None and self._axes is None and self._map is not None
+        mapped = self._map if raw and self._map.guarded else None
+        self._layout = (
+            RawLayout(key, descriptor, self._offset, self._dtype, self._status, mapped) if raw else None
+        )
 
     @property
     def file_dtype(self) -> np.dtype:
@@ -135,12 +140,9 @@ class RawArrayReader(ImageReader):
         return self._offset
 
     def layout(self) -> RawLayout | None:
-        """Where the file's images lie, for `read_runs`; None where numpy must read them (a
-        decoder or a permutation of the axes)."""
-        if self._decoder is not None or self._axes is not None or self._map is None:
-            return None
-        mapped = self._map if self._map.guarded else None
-        return RawLayout(self.key, self.descriptor, self._offset, self._dtype, self._status, mapped)
+        """Where the file's images lie, for `read_runs` (made once, its plans kept); None where numpy
+        must read them (a decoder or a permutation of the axes)."""
+        return self._layout
 
     def read_patches(
         self,
