@@ -52,7 +52,7 @@
  *
  * And the memory maps the raw readers copy images out of:
  *
- *   map_file(fd, length) -> FileMap
+ *   map_file(fd, length, random=False) -> FileMap
  *     Maps the first `length` bytes of the open file `fd`, read only and shared, into an object
  *     that exposes them through the buffer protocol and is unmapped when the last reference to it
  *     (numpy views included) goes. Reading a page of a map that the file no longer holds (it was
@@ -61,7 +61,13 @@
  *     map_file installs maps a page of zeros in place of such a page instead, so that the copy
  *     goes on, and counts it in the map's `faults`, which readers check after they copy. A SIGBUS
  *     outside every map goes to the handler installed before. Up to 4096 maps are guarded at a
- *     time; more are mapped unguarded (`guarded` False).
+ *     time; more are mapped unguarded (`guarded` False). `random` tells the kernel the map is read
+ *     at random (MADV_RANDOM): a page fault reads its page alone, not the read-around of the
+ *     device's read-ahead (megabytes: on a cold stack, the first images read most of the file).
+ *
+ *   advise_map(map, ranges)
+ *     Tells the kernel the ranges of a FileMap (int64 rows of offset and bytes) will be read soon
+ *     (MADV_WILLNEED): what is not in the page cache is read while the copies wait for it.
  *
  * And batch reads of raw images, with no Python per image (the GIL released throughout):
  *
@@ -583,9 +589,9 @@ static Guard *guard(void *address, Py_ssize_t length) {
 }
 
 static PyObject *map_file(PyObject *self, PyObject *args) {
-    int fd;
+    int fd, random = 0;
     Py_ssize_t length;
-    if (!PyArg_ParseTuple(args, "in:map_file", &fd, &length)) return NULL;
+    if (!PyArg_ParseTuple(args, "in|p:map_file", &fd, &length, &random)) return NULL;
     if (length < 1) {
         PyErr_SetString(PyExc_ValueError, "a map holds at least one byte");
         return NULL;
@@ -601,6 +607,7 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
     }
     void *address = mmap(NULL, (size_t)length, PROT_READ, MAP_SHARED, fd, 0);
     if (address == MAP_FAILED) return PyErr_SetFromErrno(PyExc_OSError);
+    if (random) madvise(address, (size_t)length, MADV_RANDOM); /* a hint: the map works without it */
     FileMap *map = PyObject_New(FileMap, FileMapType);
     if (map == NULL) {
         munmap(address, (size_t)length);
@@ -1143,6 +1150,34 @@ static PyObject *advise(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *advise_map(PyObject *self, PyObject *args) {
+    PyObject *map;
+    Py_buffer ranges = {0};
+    if (!PyArg_ParseTuple(args, "O!y*:advise_map", FileMapType, &map, &ranges)) return NULL;
+    const int64_t *range = (const int64_t *)ranges.buf;
+    Py_ssize_t n = ranges.len / 16;
+    int ok = ranges.len % 16 == 0;
+    uint8_t *address = ((FileMap *)map)->address;
+    int64_t length = ((FileMap *)map)->length;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok = range[2 * i] >= 0 && range[2 * i + 1] >= 0 && range[2 * i] <= length &&
+             range[2 * i + 1] <= length - range[2 * i];
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "ranges are int64 rows (offset, bytes) within the map");
+        release_views((Py_buffer *const[]){&ranges, NULL});
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uintptr_t start = (uintptr_t)(address + range[2 * i]), end = start + (uintptr_t)range[2 * i + 1];
+        start &= ~(uintptr_t)(page_size - 1);
+        if (end > start) madvise((void *)start, (size_t)(end - start), MADV_WILLNEED);
+    }
+    Py_END_ALLOW_THREADS;
+    release_views((Py_buffer *const[]){&ranges, NULL});
+    Py_RETURN_NONE;
+}
+
 /* Fills n values of `size` bytes at dst with `value`: one value, then copies of what is filled. */
 static void fill_values(uint8_t *dst, size_t n, const uint8_t *value, size_t size) {
     if (n == 0) return;
@@ -1282,6 +1317,7 @@ static PyMethodDef methods[] = {
     {"map_file", map_file, METH_VARARGS, "Map the start of a file; pages that cannot be read read as zeros."},
     {"read_runs", read_runs, METH_VARARGS, "Read runs of values of files into an array, converting them."},
     {"advise", advise, METH_VARARGS, "Tell the kernel runs of files will be read soon."},
+    {"advise_map", advise_map, METH_VARARGS, "Tell the kernel ranges of a map will be read soon."},
     {"convert", convert, METH_VARARGS, "Convert values of one kind into another."},
     {"crop", crop, METH_VARARGS, "Crop patches out of an image, converting them."},
     {"simd", simd, METH_VARARGS, "Whether conversions use the processor's vector extensions (for tests)."},

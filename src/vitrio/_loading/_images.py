@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from .._errors import concerning
 from .._native import RUN_FILE, advise
 from .._providers import ImageReaderProvider
 from .._types import group_ids
-from ..formats import ImageReader
+from ..formats import ImageReader, RawArrayReader
 from ..formats._raw_layout import KnownFiles, read_runs
 from ._loader import (
     ImageLoader,
@@ -110,7 +111,11 @@ def read_indexed_async(
                 )
 
     def task(positions: np.ndarray) -> None:
-        for key_id, group in group_ids(key_ids[positions]):
+        groups = list(group_ids(key_ids[positions]))
+        if loader.read_ahead and not whole:  # the disk reads every file's images while the first are copied
+            for key_id, group in groups:
+                _hint_group(readers, keys[key_id], indices[positions[group]])
+        for key_id, group in groups:
             _read_group(readers, keys[key_id], out, positions[group], indices, whole, casting)
 
     tasks += [lambda a=a, b=b: task(left[a:b]) for a, b in task_bounds(len(left), loader.worker_count)]
@@ -140,6 +145,22 @@ def _read_group(
                 served.read_images(indices[slots], out, slots)
         finally:
             readers.release(reader)
+
+
+def _hint_group(readers: ImageReaderProvider, key: str, indices: np.ndarray) -> None:
+    """Tell the kernel the images `indices` of the raw stack at `key` are read soon; failures are
+    passed over (the read that follows raises them)."""
+    try:
+        reader = readers.acquire(key)
+    except Exception:  # noqa: BLE001 - the read raises it, naming the file
+        return
+    try:
+        if isinstance(reader, RawArrayReader) and reader.descriptor.is_stack:
+            with contextlib.suppress(IndexError):
+                reader.check_indices(indices)
+                reader.will_read(indices)
+    finally:
+        readers.release(reader)
 
 
 def _read_known(

@@ -15,7 +15,9 @@ W6p: read_patches_async of 64 patches 64x128x128 of that tomogram, 4 calls.
 W1c, W2c: W1 and W2 with the files' readers closed and the files evicted
     from the page cache before each epoch (posix_fadvise DONTNEED), read by a
     loader that reads ahead (as the DataLoader's) against one that does not,
-    in the same run; and the time to read one batch of a cold epoch alone.
+    in the same run; and the time to read one batch of a cold epoch alone, and
+    the bytes read from storage meanwhile, by those loaders and by a new one
+    that knows no layout yet (as a program's first epoch).
 
 Each row gives images/s, bytes/s, the share of one-thread memcpy (np.copyto
 of 512 MB, best of 3, measured in the same run) and the ratio to the
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import statistics
 import time
 from collections import deque
@@ -49,7 +52,7 @@ import numpy as np
 import vitrio as vio
 from vitrio.data import RecyclingAllocator
 
-from .counters import Counters, describe
+from .counters import Counters, describe, storage_bytes
 from .workloads import (
     MrcfileImages,
     Workloads,
@@ -400,24 +403,36 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
             evict(paths)
             return vitrio_images(loader, locations, order, shape, allocate=recycled)
 
-        def first_batch(loader, locations=locations, paths=paths) -> float:
-            """Seconds to read one batch of a cold epoch, alone."""
+        def first_batch(make, locations=locations, paths=paths) -> tuple[float, float]:
+            """Seconds to read one batch of a cold epoch alone by the loader `make()` gives, and the MB
+            the process read from storage meanwhile (NaN where the system does not say)."""
             (rows,) = batches_of(len(locations), 1, rng)
+            loader = make()
             loader.readers.clear()
             evict(paths)
-            start = time.perf_counter()
+            before, start = storage_bytes(), time.perf_counter()
             vitrio_images(loader, locations, [rows], shape, allocate=recycled)
-            return time.perf_counter() - start
+            seconds, after = time.perf_counter() - start, storage_bytes()
+            return seconds, (after - before) / 1e6 if None not in (before, after) else math.nan
+
+        def new_loader(cache=cache) -> vio.ImageLoader:
+            """A loader that reads ahead and knows no layout yet, as a program's first epoch has."""
+            made = vio.loader(workers=threads, cache=cache)
+            return vio.ImageLoader(made.executor, made.readers, read_ahead=True)
 
         epoch(plain)  # learns the layouts, as a first epoch does
         measure(name, lambda a=ahead: epoch(a), image_bytes, [("no hints", lambda p=plain: epoch(p))])
-        latency = {
-            label: statistics.median(first_batch(x) for _ in range(repeats))
-            for label, x in [("hints", ahead), ("no hints", plain)]
-        }
+        latency = {}
+        makers = [("hints", lambda a=ahead: a), ("no hints", lambda p=plain: p), ("new loader", new_loader)]
+        for label, make in makers:
+            runs = [first_batch(make) for _ in range(repeats)]
+            latency[label] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
         print(
             f"{'  its first batch':<24}"
-            + "  ".join(f"{label} {seconds * 1e3:,.1f} ms" for label, seconds in latency.items())
+            + "  ".join(
+                f"{label} {seconds * 1e3:,.1f} ms ({megabytes:,.0f} MB read)"
+                for label, (seconds, megabytes) in latency.items()
+            )
         )
 
 

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import time
 
-__all__ = ["Counters", "PERF_EVENTS", "describe"]
+__all__ = ["Counters", "PERF_EVENTS", "describe", "storage_bytes"]
 
 PERF_EVENTS = ("cycles", "dTLB-load-misses", "page-faults", "context-switches", "task-clock")
 """The events asked of `perf stat`."""
@@ -68,6 +68,20 @@ class Counters:
         self.counts.update(dict.fromkeys((f"perf {event}" for event in PERF_EVENTS), None))
         if self._process is not None:
             self.counts.update(_perf_counts(self._process))
+
+
+def storage_bytes() -> int | None:
+    """The bytes this process has had read from storage (`read_bytes` of /proc/self/io), or None
+    where the system does not say."""
+    try:
+        with open("/proc/self/io") as io:
+            for line in io:
+                name, _, value = line.partition(":")
+                if name == "read_bytes":
+                    return int(value)
+    except OSError:
+        return None
+    return None
 
 
 def _perf_counts(process: subprocess.Popen) -> dict[str, float | None]:
