@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -113,6 +114,8 @@ def read_indexed_async(
     def task(positions: np.ndarray) -> None:
         groups = list(group_ids(key_ids[positions]))
         if loader.read_ahead and not whole:  # the disk reads every file's images while the first are copied
+            for key_id, _ in groups:
+                _hint_header(readers, keys[key_id])
             for key_id, group in groups:
                 _hint_group(readers, keys[key_id], indices[positions[group]])
         for key_id, group in groups:
@@ -145,6 +148,23 @@ def _read_group(
                 served.read_images(indices[slots], out, slots)
         finally:
             readers.release(reader)
+
+
+HEADER_BYTES = 64 << 10
+"""The bytes at the start of a file of unknown layout that the kernel is told are read soon: its header."""
+
+
+def _hint_header(readers: ImageReaderProvider, key: str) -> None:
+    """Tell the kernel the header of the file at `key` is read soon, if its layout is not known: the
+    headers of a batch's files are read at once, not one after another as each is opened."""
+    if readers.layout(key) is not None:
+        return
+    with contextlib.suppress(OSError, ValueError):  # the read raises them, naming the file
+        fd = os.open(key, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.posix_fadvise(fd, 0, HEADER_BYTES, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
 
 
 def _hint_group(readers: ImageReaderProvider, key: str, indices: np.ndarray) -> None:
