@@ -52,7 +52,7 @@
  *
  * And the memory maps the raw readers copy images out of:
  *
- *   map_file(fd, length) -> FileMap
+ *   map_file(fd, length, random=False) -> FileMap
  *     Maps the first `length` bytes of the open file `fd`, read only and shared, into an object
  *     that exposes them through the buffer protocol and is unmapped when the last reference to it
  *     (numpy views included) goes. Reading a page of a map that the file no longer holds (it was
@@ -61,7 +61,13 @@
  *     map_file installs maps a page of zeros in place of such a page instead, so that the copy
  *     goes on, and counts it in the map's `faults`, which readers check after they copy. A SIGBUS
  *     outside every map goes to the handler installed before. Up to 4096 maps are guarded at a
- *     time; more are mapped unguarded (`guarded` False).
+ *     time; more are mapped unguarded (`guarded` False). `random` tells the kernel the map is read
+ *     at random (MADV_RANDOM): a page fault reads its page alone, not the read-around of the
+ *     device's read-ahead (megabytes: on a cold stack, the first images read most of the file).
+ *
+ *   advise_map(map, ranges)
+ *     Tells the kernel the ranges of a FileMap (int64 rows of offset and bytes) will be read soon
+ *     (MADV_WILLNEED): what is not in the page cache is read while the copies wait for it.
  *
  * And batch reads of raw images, with no Python per image (the GIL released throughout):
  *
@@ -583,9 +589,9 @@ static Guard *guard(void *address, Py_ssize_t length) {
 }
 
 static PyObject *map_file(PyObject *self, PyObject *args) {
-    int fd;
+    int fd, random = 0;
     Py_ssize_t length;
-    if (!PyArg_ParseTuple(args, "in:map_file", &fd, &length)) return NULL;
+    if (!PyArg_ParseTuple(args, "in|p:map_file", &fd, &length, &random)) return NULL;
     if (length < 1) {
         PyErr_SetString(PyExc_ValueError, "a map holds at least one byte");
         return NULL;
@@ -601,6 +607,7 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
     }
     void *address = mmap(NULL, (size_t)length, PROT_READ, MAP_SHARED, fd, 0);
     if (address == MAP_FAILED) return PyErr_SetFromErrno(PyExc_OSError);
+    if (random) madvise(address, (size_t)length, MADV_RANDOM); /* a hint: the map works without it */
     FileMap *map = PyObject_New(FileMap, FileMapType);
     if (map == NULL) {
         munmap(address, (size_t)length);
@@ -1143,6 +1150,34 @@ static PyObject *advise(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *advise_map(PyObject *self, PyObject *args) {
+    PyObject *map;
+    Py_buffer ranges = {0};
+    if (!PyArg_ParseTuple(args, "O!y*:advise_map", FileMapType, &map, &ranges)) return NULL;
+    const int64_t *range = (const int64_t *)ranges.buf;
+    Py_ssize_t n = ranges.len / 16;
+    int ok = ranges.len % 16 == 0;
+    uint8_t *address = ((FileMap *)map)->address;
+    int64_t length = ((FileMap *)map)->length;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok = range[2 * i] >= 0 && range[2 * i + 1] >= 0 && range[2 * i] <= length &&
+             range[2 * i + 1] <= length - range[2 * i];
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "ranges are int64 rows (offset, bytes) within the map");
+        release_views((Py_buffer *const[]){&ranges, NULL});
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uintptr_t start = (uintptr_t)(address + range[2 * i]), end = start + (uintptr_t)range[2 * i + 1];
+        start &= ~(uintptr_t)(page_size - 1);
+        if (end > start) madvise((void *)start, (size_t)(end - start), MADV_WILLNEED);
+    }
+    Py_END_ALLOW_THREADS;
+    release_views((Py_buffer *const[]){&ranges, NULL});
+    Py_RETURN_NONE;
+}
+
 /* Fills n values of `size` bytes at dst with `value`: one value, then copies of what is filled. */
 static void fill_values(uint8_t *dst, size_t n, const uint8_t *value, size_t size) {
     if (n == 0) return;
@@ -1156,6 +1191,12 @@ static void fill_values(uint8_t *dst, size_t n, const uint8_t *value, size_t siz
 }
 
 #define PATCH_LIMIT ((int64_t)1 << 40)
+enum { PREFETCH_ROWS = 8, PREFETCH_LINES = 16, LINE = 64 };
+
+/* Asks for the first lines of a row that is read soon. */
+static inline void prefetch_row(const uint8_t *row, size_t bytes) {
+    for (size_t at = 0; at < bytes && at < PREFETCH_LINES * LINE; at += LINE) __builtin_prefetch(row + at, 0, 0);
+}
 
 static PyObject *crop(PyObject *self, PyObject *args) {
     Py_buffer src = {0}, origins = {0}, slots = {0}, out = {0}, fill = {0};
@@ -1238,13 +1279,18 @@ static PyObject *crop(PyObject *self, PyObject *args) {
         uint8_t *dst = (uint8_t *)out.buf + (size_t)slot[i] * patch_bytes;
         if (clipped && has_fill) fill_values(dst, patch_values, fill.buf, out_size);
         if (empty) continue;
-        size_t width = (size_t)(high[2] - low[2]);
-        for (int64_t z = low[0]; z < high[0]; z++)
-            for (int64_t y = low[1]; y < high[1]; y++) {
-                const uint8_t *from = image + (((size_t)z * extents[1] + y) * extents[2] + low[2]) * in_size;
-                uint8_t *to = dst + (((size_t)(z - o[0]) * patch[1] + (y - o[1])) * patch[2] + (low[2] - o[2])) * out_size;
-                convert_values((int)src_kind, (int)dst_kind, from, to, width);
+        size_t width = (size_t)(high[2] - low[2]), row_bytes = width * in_size;
+        size_t stride = (size_t)extents[2] * in_size, rows = (size_t)(high[1] - low[1]);
+        for (int64_t z = low[0]; z < high[0]; z++) {
+            const uint8_t *plane = image + (((size_t)z * extents[1] + low[1]) * extents[2] + low[2]) * in_size;
+            uint8_t *to = dst + (((size_t)(z - o[0]) * patch[1] + (low[1] - o[1])) * patch[2] + (low[2] - o[2])) * out_size;
+            for (size_t y = 0; y < rows; y++, to += (size_t)patch[2] * out_size) {
+                /* rows lie a page or more apart: fetch rows ahead (their page walks too), or the copy
+                 * waits for each row's first line, which the processor does not fetch ahead across pages */
+                if (y + PREFETCH_ROWS < rows) prefetch_row(plane + (y + PREFETCH_ROWS) * stride, row_bytes);
+                convert_values((int)src_kind, (int)dst_kind, plane + y * stride, to, width);
             }
+        }
     }
     Py_END_ALLOW_THREADS;
     result = Py_NewRef(Py_None);
@@ -1271,6 +1317,7 @@ static PyMethodDef methods[] = {
     {"map_file", map_file, METH_VARARGS, "Map the start of a file; pages that cannot be read read as zeros."},
     {"read_runs", read_runs, METH_VARARGS, "Read runs of values of files into an array, converting them."},
     {"advise", advise, METH_VARARGS, "Tell the kernel runs of files will be read soon."},
+    {"advise_map", advise_map, METH_VARARGS, "Tell the kernel ranges of a map will be read soon."},
     {"convert", convert, METH_VARARGS, "Convert values of one kind into another."},
     {"crop", crop, METH_VARARGS, "Crop patches out of an image, converting them."},
     {"simd", simd, METH_VARARGS, "Whether conversions use the processor's vector extensions (for tests)."},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
@@ -15,7 +17,7 @@ from .._errors import concerning
 from .._native import RUN_FILE, advise
 from .._providers import ImageReaderProvider
 from .._types import group_ids
-from ..formats import ImageReader
+from ..formats import ImageReader, RawArrayReader
 from ..formats._raw_layout import KnownFiles, read_runs
 from ._loader import (
     ImageLoader,
@@ -112,7 +114,13 @@ def read_indexed_async(
                 )
 
     def task(positions: np.ndarray) -> None:
-        for key_id, group in group_ids(key_ids[positions]):
+        groups = list(group_ids(key_ids[positions]))
+        if loader.read_ahead and not whole:  # the disk reads every file's images while the first are copied
+            for key_id, _ in groups:
+                _hint_header(readers, keys[key_id])
+            for key_id, group in groups:
+                _hint_group(readers, keys[key_id], indices[positions[group]])
+        for key_id, group in groups:
             _read_group(readers, keys[key_id], out, positions[group], indices, whole, casting)
 
     tasks += [lambda a=a, b=b: task(left[a:b]) for a, b in task_bounds(len(left), loader.worker_count)]
@@ -147,6 +155,39 @@ def _read_group(
     if reader.descriptor.data_type.dtype != out.dtype:
         add_count("conversions", len(slots))
     note_read(reader.format_name, key, len(slots), out.nbytes // len(out), perf_counter() - started)
+
+
+HEADER_BYTES = 64 << 10
+"""The bytes at the start of a file of unknown layout that the kernel is told are read soon: its header."""
+
+
+def _hint_header(readers: ImageReaderProvider, key: str) -> None:
+    """Tell the kernel the header of the file at `key` is read soon, if its layout is not known: the
+    headers of a batch's files are read at once, not one after another as each is opened."""
+    if readers.layout(key) is not None:
+        return
+    with contextlib.suppress(OSError, ValueError):  # the read raises them, naming the file
+        fd = os.open(key, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.posix_fadvise(fd, 0, HEADER_BYTES, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
+
+
+def _hint_group(readers: ImageReaderProvider, key: str, indices: np.ndarray) -> None:
+    """Tell the kernel the images `indices` of the raw stack at `key` are read soon; failures are
+    passed over (the read that follows raises them)."""
+    try:
+        reader = readers.acquire(key)
+    except Exception:  # noqa: BLE001 - the read raises it, naming the file
+        return
+    try:
+        if isinstance(reader, RawArrayReader) and reader.descriptor.is_stack:
+            with contextlib.suppress(IndexError):
+                reader.check_indices(indices)
+                reader.will_read(indices)
+    finally:
+        readers.release(reader)
 
 
 def _read_known(

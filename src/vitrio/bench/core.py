@@ -10,10 +10,14 @@ W4: int16 and float16 stacks read into float32.
 W5: bare read_batch_async of 80 shuffled batches of W1's stack into one array.
 W6r: vio.read of a whole 256x1024x1024 float32 tomogram.
 W6p: read_patches_async of 64 patches 64x128x128 of that tomogram, 4 calls.
+--profile: under each row, the faults, context switches, processor time, cycles per
+    byte and dTLB misses per item of vitrio's runs (`vitrio.bench.counters`).
 W1c, W2c: W1 and W2 with the files' readers closed and the files evicted
     from the page cache before each epoch (posix_fadvise DONTNEED), read by a
     loader that reads ahead (as the DataLoader's) against one that does not,
-    in the same run; and the time to read one batch of a cold epoch alone.
+    in the same run; and the time to read one batch of a cold epoch alone, and
+    the bytes read from storage meanwhile, by those loaders and by a new one
+    that knows no layout yet (as a program's first epoch).
 
 Each row gives images/s, bytes/s, the share of one-thread memcpy (np.copyto
 of 512 MB, best of 3, measured in the same run) and the ratio to the
@@ -28,13 +32,15 @@ over a Dataset that reads one image per item with mrcfile; (b) mrcfile's
 memory map with numpy fancy indexing. vitrio reads with 2 threads and keeps
 4 batches in flight, as a training loop's loader would, each batch into the
 memory of one read before and let go of (`vitrio.data.RecyclingAllocator`);
-the row "W1 new arrays" reads each into a new array (`numpy.empty`), whose
-pages the kernel faults in and clears first.
+the rows "W1 new arrays" and "W3 new arrays" read each into a new array
+(`numpy.empty`), whose pages the kernel faults in and clears first.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import statistics
 import time
 from collections import deque
@@ -46,6 +52,7 @@ import numpy as np
 import vitrio as vio
 from vitrio.data import RecyclingAllocator
 
+from .counters import Counters, describe, storage_bytes
 from .workloads import (
     MrcfileImages,
     Workloads,
@@ -102,12 +109,13 @@ def mmap_images(locations, batches, dtype="float32") -> int:
     return done
 
 
-def vitrio_patches(loader, paths, picks, batches, side) -> int:
+def vitrio_patches(loader, paths, picks, batches, side, allocate=np.empty) -> int:
+    """Crops the batches of patches with IN_FLIGHT under way at once, each into an array `allocate` makes."""
     images = [(str(p), -1) for p in paths]
     pending: deque = deque()
     done = 0
     for rows in batches:
-        out = np.empty((len(rows), side, side), dtype=np.float32)
+        out = allocate((len(rows), side, side), np.dtype(np.float32))
         pending.append(
             vio.read_patches_indexed_async(loader, out, images, picks[rows, 0], picks[rows, 1:], fill=0)
         )
@@ -173,9 +181,16 @@ def main() -> None:
         "--only",
         nargs="*",
         default=["W1", "W2", "W3", "W4", "W5", "W6", "W1c", "W2c"],
-        help="workloads to run",
+        help="workloads to run (W6 is W6r and W6p)",
     )
     parser.add_argument("--threads", type=int, default=2, help="vitrio's reading threads")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="under each row, what the kernel counted while vitrio's runs of it ran: faults, context "
+        "switches and processor time per item, and perf stat's cycles per byte and dTLB misses where "
+        "the machine counts them",
+    )
     args = parser.parse_args()
     with data_folder(args.data) as folder:
         _run(args, folder)
@@ -205,7 +220,15 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
         (
             first or ours
         )()  # a first epoch: the files into the page cache, the readers opened, the layouts kept
-        rate, _ = median_rate(lambda: timed_rate(ours), repeats)
+        done = []
+
+        def counted() -> int:
+            done.append(ours())
+            return done[-1]
+
+        counters = Counters() if args.profile else contextlib.nullcontext()
+        with counters:
+            rate, _ = median_rate(lambda: timed_rate(counted), repeats)
         against = []
         for label, baseline in baselines:
             if label != "torch":  # torch's DataLoader leaves out its first batch itself
@@ -213,6 +236,8 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
             measured = baseline if label == "torch" else lambda b=baseline: timed_rate(b)
             against.append((label, median_rate(measured, repeats)[0]))
         print(format_line(name, rate, rate * item_bytes, memcpy, against), flush=True)
+        if args.profile:
+            print(f"{'  profile':<24}{describe(counters.counts, sum(done), item_bytes)}", flush=True)
 
     def torch_baseline(dataset):
         return "torch", lambda: torch_baseline_rate(dataset, batches)
@@ -261,8 +286,16 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
         paths, picks = work.w3()
         loader = vio.loader(workers=threads, cache=64)
         measure(
-            "W3 patches 256",
+            "W3 new arrays",
             lambda: vitrio_patches(loader, paths, picks, batches_of(len(picks), batches, rng), 256),
+            256 * 256 * 4,
+            [],
+        )
+        measure(
+            "W3 patches 256",
+            lambda: vitrio_patches(
+                loader, paths, picks, batches_of(len(picks), batches, rng), 256, allocate=recycled
+            ),
             256 * 256 * 4,
             [
                 torch_baseline(MrcfilePatches(paths, picks, 256)),
@@ -308,7 +341,7 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
             [torch_baseline(MrcfileImages(locations))],
             every_image(loader, locations),
         )
-    if "W6" in args.only:
+    if {"W6", "W6r", "W6p"} & set(args.only):
         tomogram = work.w6()
         volume_bytes = int(np.prod(work.tomogram)) * 4
         loader = vio.loader(workers=threads, cache=8)
@@ -317,12 +350,13 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
             mrcfile.read(tomogram)
             return 1
 
-        measure(
-            "W6r whole tomogram",
-            lambda: (vio.read(tomogram, readers=loader.readers), 1)[1],
-            volume_bytes,
-            [("mrcfile", mrcfile_read)],
-        )
+        if {"W6", "W6r"} & set(args.only):
+            measure(
+                "W6r whole tomogram",
+                lambda: (vio.read(tomogram, readers=loader.readers), 1)[1],
+                volume_bytes,
+                [("mrcfile", mrcfile_read)],
+            )
         patch = (64, 128, 128)
         patches = np.empty((64, *patch), np.float32)
 
@@ -347,9 +381,13 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
                         )
             return 4 * len(patches)
 
-        measure(
-            "W6p tomogram patches", ours_patches, int(np.prod(patch)) * 4, [("mmap", mmap_volume_patches)]
-        )
+        if {"W6", "W6p"} & set(args.only):
+            measure(
+                "W6p tomogram patches",
+                ours_patches,
+                int(np.prod(patch)) * 4,
+                [("mmap", mmap_volume_patches)],
+            )
     cold = (("W1c", "W1c one stack, cold", work.w1, 8), ("W2c", "W2c 1000 stacks, cold", work.w2, 64))
     for key, name, files, cache in cold:
         if key not in args.only:
@@ -365,24 +403,36 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
             evict(paths)
             return vitrio_images(loader, locations, order, shape, allocate=recycled)
 
-        def first_batch(loader, locations=locations, paths=paths) -> float:
-            """Seconds to read one batch of a cold epoch, alone."""
+        def first_batch(make, locations=locations, paths=paths) -> tuple[float, float]:
+            """Seconds to read one batch of a cold epoch alone by the loader `make()` gives, and the MB
+            the process read from storage meanwhile (NaN where the system does not say)."""
             (rows,) = batches_of(len(locations), 1, rng)
+            loader = make()
             loader.readers.clear()
             evict(paths)
-            start = time.perf_counter()
+            before, start = storage_bytes(), time.perf_counter()
             vitrio_images(loader, locations, [rows], shape, allocate=recycled)
-            return time.perf_counter() - start
+            seconds, after = time.perf_counter() - start, storage_bytes()
+            return seconds, (after - before) / 1e6 if None not in (before, after) else math.nan
+
+        def new_loader(cache=cache) -> vio.ImageLoader:
+            """A loader that reads ahead and knows no layout yet, as a program's first epoch has."""
+            made = vio.loader(workers=threads, cache=cache)
+            return vio.ImageLoader(made.executor, made.readers, read_ahead=True)
 
         epoch(plain)  # learns the layouts, as a first epoch does
         measure(name, lambda a=ahead: epoch(a), image_bytes, [("no hints", lambda p=plain: epoch(p))])
-        latency = {
-            label: statistics.median(first_batch(x) for _ in range(repeats))
-            for label, x in [("hints", ahead), ("no hints", plain)]
-        }
+        latency = {}
+        makers = [("hints", lambda a=ahead: a), ("no hints", lambda p=plain: p), ("new loader", new_loader)]
+        for label, make in makers:
+            runs = [first_batch(make) for _ in range(repeats)]
+            latency[label] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
         print(
             f"{'  its first batch':<24}"
-            + "  ".join(f"{label} {seconds * 1e3:,.1f} ms" for label, seconds in latency.items())
+            + "  ".join(
+                f"{label} {seconds * 1e3:,.1f} ms ({megabytes:,.0f} MB read)"
+                for label, (seconds, megabytes) in latency.items()
+            )
         )
 
 

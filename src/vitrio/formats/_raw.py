@@ -6,6 +6,9 @@ the file into memory once and copies images out of the map with numpy,
 converting type and byte order in the same pass; a batch of images of one
 file bound for consecutive slots is one `numpy.take`. Copies release the
 GIL, and after the first touch of a page there is no system call at all.
+The map of a stack is read at random (`map_file`'s `random`): a fault reads
+its page, not megabytes around it, and a read first tells the kernel the
+ranges of its images (`advise_map`), so that a cold stack is read image by image.
 Before each copy the reader checks the file has not shrunk under the map.
 A page that cannot be read during a copy (the file shrank meanwhile, or an
 I/O error) would kill the process with SIGBUS: the map of `vitrio._native.map_file`
@@ -32,7 +35,7 @@ import numpy as np
 
 from .._arrays import gather
 from .._concurrency import ThreadPoolExecutor, run_tasks
-from .._native import KIND_BYTES, convert, crop, map_file
+from .._native import KIND_BYTES, advise_map, convert, crop, map_file
 from .._types import ImageDescriptor
 from ._contract import FormatError, HeaderStatistics, ImageReader
 from ._raw_layout import RawLayout
@@ -113,7 +116,7 @@ class RawArrayReader(ImageReader):
             )
         self._direct = decoder is None and self._dtype.isnative
         if self._end > self._offset:
-            self._map = map_file(fd, self._end)
+            self._map = map_file(fd, self._end, self.descriptor.is_stack)
             values = np.frombuffer(
                 self._map, self._dtype, self.image_count * math.prod(stored_core), self._offset
             ).reshape((self.image_count, *stored_core))
@@ -123,6 +126,11 @@ class RawArrayReader(ImageReader):
             self._map = None
             values = np.empty((self.image_count, *self.core_extents), self._dtype)
         self._images = values
+        raw = decoder is None and self._axes is None and self._map is not None
+        mapped = self._map if raw and self._map.guarded else None
+        self._layout = (
+            RawLayout(key, descriptor, self._offset, self._dtype, self._status, mapped) if raw else None
+        )
 
     @property
     def file_dtype(self) -> np.dtype:
@@ -135,12 +143,9 @@ class RawArrayReader(ImageReader):
         return self._offset
 
     def layout(self) -> RawLayout | None:
-        """Where the file's images lie, for `read_runs`; None where numpy must read them (a
-        decoder or a permutation of the axes)."""
-        if self._decoder is not None or self._axes is not None or self._map is None:
-            return None
-        mapped = self._map if self._map.guarded else None
-        return RawLayout(self.key, self.descriptor, self._offset, self._dtype, self._status, mapped)
+        """Where the file's images lie, for `read_runs` (made once, its plans kept); None where numpy
+        must read them (a decoder or a permutation of the axes)."""
+        return self._layout
 
     def read_patches(
         self,
@@ -163,6 +168,7 @@ class RawArrayReader(ImageReader):
             return False
         self.check_run(index, 1)
         self.check_unchanged()
+        self.will_read(np.array([index]))
         value = None if fill is None else np.asarray(fill).astype(out.dtype).tobytes()
         image = self._offset + index * layout.image_bytes
         crop(self._map, image, plan.stored, self.core_extents, origins, slots, out, plan.wanted, patch, value)
@@ -178,6 +184,7 @@ class RawArrayReader(ImageReader):
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         self.check_run(start, len(outs))
         self.check_unchanged()
+        self.will_read(np.arange(start, start + len(outs)))
         if not self._copy_split(start, outs):
             for i, out in enumerate(outs):
                 self._copy(self._images[start + i], out)
@@ -221,6 +228,7 @@ class RawArrayReader(ImageReader):
     def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
         self.check_indices(indices)
         self.check_unchanged()
+        self.will_read(indices)
         if self._direct and self._axes is None:
             gather(self._images, indices, out, slots)
         else:
@@ -231,6 +239,7 @@ class RawArrayReader(ImageReader):
     def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
         self.check_run(index, 1)
         self.check_unchanged()
+        self.will_read(np.array([index]))
         self._copy(self._images[index][region], out)
         self._check_copied()
 
@@ -239,10 +248,24 @@ class RawArrayReader(ImageReader):
     ) -> None:
         self.check_run(index, 1)
         self.check_unchanged()
+        self.will_read(np.array([index]))
         image = self._images[index]
         for region, out in zip(regions, outs):
             self._copy(image[region], out)
         self._check_copied()
+
+    def will_read(self, indices: np.ndarray) -> None:
+        """Tell the kernel the images `indices` (checked) of a stack are read next, a range per run of
+        consecutive ones: its map reads a page a fault (`map_file`'s `random`), so that a cold stack is read
+        image by image, not megabytes around each, and this has the disk read them at once."""
+        if self._map is None or not self.descriptor.is_stack or not len(indices):
+            return
+        image_bytes = (self._end - self._offset) // self.image_count
+        ordered = np.unique(indices)
+        starts = np.flatnonzero(np.diff(ordered, prepend=ordered[0] - 2) != 1)
+        counts = np.diff(np.append(starts, len(ordered)))
+        ranges = np.column_stack((self._offset + ordered[starts] * image_bytes, counts * image_bytes))
+        advise_map(self._map, np.ascontiguousarray(ranges, dtype=np.int64))
 
     def check_unchanged(self) -> None:
         """Raise `OSError` if the file is shorter than its images need, or a page of it could not be read."""

@@ -1,0 +1,95 @@
+"""Reading stacks through maps read at random, told ahead what each read needs; layouts made once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+
+import vitrio as vio
+from vitrio import _native
+
+
+def _stack(path: Path, count: int = 40, side: int = 16) -> np.ndarray:
+    values = np.random.default_rng(0).standard_normal((count, side, side)).astype(np.float32)
+    with mrcfile.new(path) as mrc:
+        mrc.set_data(values)
+        mrc.voxel_size = 1.0
+    return values
+
+
+@pytest.mark.parametrize("read_ahead", [False, True])
+def test_a_loader_reads_images_of_stacks_in_any_order_through_the_readers(tmp_path: Path, read_ahead: bool):
+    stacks = [_stack(tmp_path / f"s{i}.mrcs", count=10 + i) for i in range(3)]
+    made = vio.loader(workers=2)
+    loader = vio.ImageLoader(made.executor, made.readers, read_ahead=read_ahead)
+    picks = [(2, 11), (0, 3), (0, 4), (0, 5), (1, 0), (0, 4), (2, 0), (1, 10), (0, 9)]
+    locations = [vio.ImageLocation(tmp_path / f"s{f}.mrcs", i) for f, i in picks]
+    out = np.zeros((len(picks), 16, 16), np.float64)  # float64: numpy converts, through the readers
+    vio.read_batch_async(loader, out, locations).get()
+    np.testing.assert_array_equal(out, [stacks[f][i] for f, i in picks])
+
+
+def test_a_read_that_tells_the_kernel_ahead_still_names_an_index_past_the_end_and_a_missing_file(
+    tmp_path: Path,
+):
+    _stack(tmp_path / "a.mrcs", count=5)
+    made = vio.loader(workers=2)
+    loader = vio.ImageLoader(made.executor, made.readers, read_ahead=True)
+    out = np.zeros((2, 16, 16), np.float64)
+    past = [vio.ImageLocation(tmp_path / "a.mrcs", 1), vio.ImageLocation(tmp_path / "a.mrcs", 5)]
+    with pytest.raises(IndexError, match="a.mrcs"):
+        vio.read_batch_async(loader, out, past).get()
+    missing = [vio.ImageLocation(tmp_path / "a.mrcs", 1), vio.ImageLocation(tmp_path / "b.mrcs", 0)]
+    with pytest.raises(FileNotFoundError, match="b.mrcs"):
+        vio.read_batch_async(loader, out, missing).get()
+
+
+def test_the_layout_of_an_open_file_is_made_once_and_keeps_its_map_across_epochs(tmp_path: Path):
+    values = _stack(tmp_path / "a.mrcs")
+    loader = vio.loader(workers=2, cache=4)
+    locations = [vio.ImageLocation(tmp_path / "a.mrcs", i) for i in range(len(values))]
+    out = np.zeros((len(values), 16, 16), np.float32)
+    layouts, maps = set(), set()
+    for epoch in range(3):
+        order = np.random.default_rng(epoch).permutation(len(values))
+        vio.read_batch_async(loader, out, [locations[i] for i in order]).get()
+        np.testing.assert_array_equal(out, values[order])
+        layout = loader.readers.layout(str(tmp_path / "a.mrcs"))
+        layouts.add(id(layout))
+        maps.add(id(layout.mapped()))
+    assert len(layouts) == 1 and len(maps) == 1 and layout.mapped() is not None
+
+
+def _mapped(path: Path, length: int, random: bool):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _native.map_file(fd, length, random)
+    finally:
+        os.close(fd)
+
+
+def test_a_map_read_at_random_reads_what_the_file_holds(tmp_path: Path):
+    data = np.random.default_rng(1).integers(0, 256, 3 * 4096 + 100, dtype=np.uint8).tobytes()
+    (tmp_path / "f").write_bytes(data)
+    assert bytes(memoryview(_mapped(tmp_path / "f", len(data), True))) == data
+    assert bytes(memoryview(_mapped(tmp_path / "f", len(data), False))) == data
+
+
+def test_advise_map_takes_ranges_within_the_map_and_refuses_others(tmp_path: Path):
+    data = bytes(range(256)) * 64
+    (tmp_path / "f").write_bytes(data)
+    mapped = _mapped(tmp_path / "f", len(data), True)
+    _native.advise_map(mapped, np.array([[0, 100], [5000, 0], [4097, len(data) - 4097]], np.int64))
+    _native.advise_map(mapped, np.zeros((0, 2), np.int64))
+    assert bytes(memoryview(mapped)) == data
+    for bad in ([[0, len(data) + 1]], [[-1, 10]], [[10, -1]], [[len(data) + 1, 0]]):
+        with pytest.raises(ValueError, match="within the map"):
+            _native.advise_map(mapped, np.array(bad, np.int64))
+    with pytest.raises(ValueError, match="int64 rows"):
+        _native.advise_map(mapped, np.zeros(3, np.int64))
+    with pytest.raises(TypeError):
+        _native.advise_map(memoryview(data), np.zeros((1, 2), np.int64))
