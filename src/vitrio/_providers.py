@@ -18,12 +18,13 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ._fs import guard_sigterm
+from ._remote import is_url
 from ._types import DeclaredTwiceError, ImageDescriptor, IncompleteFileError, as_key, as_voxel_size
 from ._writers import ImageWriterProvider, TrackedWriter
 from .formats import (
@@ -81,17 +82,26 @@ _LAYOUTS = 1 << 16
 class FileImageReaderProvider(ImageReaderProvider):
     """Opens the file at the path a key is, each time it is asked, and closes it when released.
 
-    It keeps the layouts of the last 65,536 raw files it opened.
+    It keeps the layouts of the last 65,536 raw files it opened. A file at a URL is opened once
+    and its reader kept, open, for the last 65,536 such files: it holds no descriptor, and keeps
+    the header it fetched (its images are fetched by byte ranges as they are read).
 
     Args:
         formats: The formats to try, in order. Defaults to every registered one when a file is
             opened, and the plug-ins' where none of those claims it (`load_plugin_formats`).
+        storage_options: What fsspec takes to reach files at URLs (credentials, `anon=True`,
+            `endpoint_url`), as pandas, dask and zarr take it.
     """
 
-    def __init__(self, formats: Iterable[type[Format]] | None = None):
+    def __init__(
+        self, formats: Iterable[type[Format]] | None = None, storage_options: Mapping[str, Any] | None = None
+    ):
         self._formats = None if formats is None else resolve_formats(formats)
+        self._storage_options = dict(storage_options or {})
         self._layouts: dict[str, RawLayout] = {}
         self._layouts_lock = threading.Lock()
+        self._remote: OrderedDict[str, ImageReader] = OrderedDict()
+        self._opening: dict[str, threading.Lock] = {}
 
     @property
     def formats(self) -> tuple[type[Format], ...]:
@@ -99,6 +109,9 @@ class FileImageReaderProvider(ImageReaderProvider):
         return registered_formats() if self._formats is None else self._formats
 
     def acquire(self, key) -> ImageReader:
+        key = as_key(key)
+        if is_url(key):
+            return self._acquire_remote(key)
         reader = open_reader(key, self._formats)
         layout = reader.layout() if isinstance(reader, RawArrayReader) else None
         if layout is not None:
@@ -109,8 +122,26 @@ class FileImageReaderProvider(ImageReaderProvider):
                     del self._layouts[next(iter(self._layouts))]
         return reader
 
+    def _acquire_remote(self, key: str) -> ImageReader:
+        with self._layouts_lock:
+            opening = self._opening.setdefault(key, threading.Lock())
+        with opening:  # opened once by the threads that ask at once
+            with self._layouts_lock:
+                reader = self._remote.get(key)
+                if reader is not None and not reader.stale:
+                    self._remote.move_to_end(key)
+                    return reader
+            reader = open_reader(key, self._formats, self._storage_options)
+            with self._layouts_lock:
+                self._remote[key] = reader
+                if len(self._remote) > _LAYOUTS:
+                    self._remote.popitem(last=False)
+                self._opening.pop(key, None)
+        return reader
+
     def release(self, reader: ImageReader) -> None:
-        reader.close()
+        if not is_url(reader.key):
+            reader.close()
 
     def layout(self, key: str) -> RawLayout | None:
         return self._layouts.get(key)
@@ -118,6 +149,7 @@ class FileImageReaderProvider(ImageReaderProvider):
     def forget_layout(self, key: str) -> None:
         with self._layouts_lock:
             self._layouts.pop(key, None)
+            self._remote.pop(key, None)
 
     def __repr__(self) -> str:
         return f"FileImageReaderProvider(formats={[f.name for f in self.formats]})"

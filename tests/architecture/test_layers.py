@@ -36,6 +36,7 @@ FLOORS = (
         "vitrio._fs",
         "vitrio._native",
         "vitrio._concurrency",
+        "vitrio._remote",
     ),
     ("vitrio.formats",),
     ("vitrio._providers", "vitrio._writers", "vitrio._event_images"),
@@ -67,6 +68,7 @@ OPTIONAL = (
     "numcodecs",
     "google_crc32c",
     "fsspec",
+    "aiohttp",
 )
 """Optional heavy dependencies: the only imports that may stand inside a function, where they are used."""
 
