@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ... import _native
+from ..._remote import RemoteFile, file_size
 from ..._types import ImageDescriptor
 from .._contract import Format, FormatError, ImageReader
 from ._gain import load_gain
@@ -75,7 +76,7 @@ class EerReader(ImageReader):
     def __init__(
         self,
         key: str,
-        fd: int,
+        fd: int | RemoteFile,
         layout: Layout,
         fractions: int | None,
         binning: int,
@@ -148,7 +149,7 @@ class EerReader(ImageReader):
 
     def _render(self, index: int, out: np.ndarray) -> None:
         layout = self._layout
-        if self._fd < 0:
+        if isinstance(self._fd, int) and self._fd < 0:
             raise ValueError(f"{self.key}: the reader is closed")
         begin, end = int(self._bounds[index]), int(self._bounds[index + 1])
         data = _scratch_bytes("data", int(layout.frame_bytes[end] - layout.frame_bytes[begin]))
@@ -191,7 +192,7 @@ class EerReader(ImageReader):
 
     def check_unchanged(self) -> None:
         """Raise `OSError` if the file has become shorter than its frames need."""
-        size = os.fstat(self._fd).st_size
+        size = file_size(self._fd)
         if size < self._layout.file_end:
             self.stale = True
             raise OSError(
@@ -201,7 +202,7 @@ class EerReader(ImageReader):
     def close(self) -> None:
         """Close the file."""
         fd, self._fd = self._fd, -1
-        if fd >= 0:
+        if isinstance(fd, int) and fd >= 0:
             os.close(fd)
 
 
@@ -215,6 +216,7 @@ class EerFormat(Format):
 
     name = "eer"
     read_extensions = (".eer",)
+    reads_urls = True
     events = True
     fractions: ClassVar[int | None] = None
     binning: ClassVar[int] = 1
@@ -229,7 +231,7 @@ class EerFormat(Format):
         return extension in cls.read_extensions or first_compression(head) in EER_COMPRESSIONS
 
     @classmethod
-    def open(cls, key: str, fd: int, head: bytes) -> EerReader:
+    def open(cls, key: str, fd: int | RemoteFile, head: bytes) -> EerReader:
         """Open a reader of the EER file at `key`, open as `fd`, which the reader then owns.
 
         Raises:
