@@ -1,0 +1,25 @@
+"""A scratch in front of files at URLs: the first epoch fetches, the later ones make no request."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import vitrio as vio
+
+
+def test_a_mapped_scratch_makes_later_epochs_request_nothing(s3, files, tmp_path):
+    _, url, values = files["stack.mrcs"]
+    locations = [vio.ImageLocation(url, i) for i in range(12)]
+    files_at = vio.reader_provider(storage_options=s3.options)
+    scratch = vio.create_mapped_file_image_scratch(locations, tmp_path / "epochs.scratch", 4, files=files_at)
+    loader = vio.loader(2, scratch=scratch, storage_options=s3.options)
+    order = np.random.default_rng(1).permutation(12)
+    out = np.empty((12, *values.shape[1:]), np.float32)
+    vio.read_batch_async(loader, out, [locations[i] for i in order]).get()
+    np.testing.assert_array_equal(out, values[order])
+    mark = s3.mark()
+    for epoch in range(2):
+        order = np.random.default_rng(epoch + 2).permutation(12)
+        vio.read_batch_async(loader, out, [locations[i] for i in order]).get()
+        np.testing.assert_array_equal(out, values[order])
+    assert s3.since(mark) == []
