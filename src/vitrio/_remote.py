@@ -76,7 +76,7 @@ class RemoteFile:
         OSError: If the server does not say the size, or cannot be reached.
     """
 
-    gap = 1 << 16
+    gap = 1 << 20
     part = 16 << 20
     in_flight = 32
     attempts = 4

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import mrcfile
 import numpy as np
 import pytest
 
 import vitrio as vio
 from vitrio._remote import RemoteFile, merge_ranges
+from vitrio.cli import main
 from vitrio.data import ImageSource, PatchSource
 
 NAMES = ["stack.mrcs", "volume.mrc", "image.dm4", "stack.tif"]
@@ -110,3 +113,13 @@ def test_storage_options_go_with_the_provider_alone(s3, files):
 def test_a_missing_object_is_a_missing_file(s3, files):
     with pytest.raises(vio.ImageFileNotFoundError, match="nothing.mrc"):
         vio.read(f"s3://{files['stack.mrcs'][1].split('/')[2]}/nothing.mrc", storage_options=s3.options)
+
+
+def test_the_command_line_reads_urls_with_storage_options(s3, files, tmp_path, capsys):
+    path, url, values = files["stack.mrcs"]
+    options = json.dumps(s3.options)
+    assert main(["info", "--json", "--storage-options", options, url]) == 0
+    described = json.loads(capsys.readouterr().out)[0]
+    assert described["shape"] == list(values.shape) and described["format"] == "mrc"
+    main(["convert", "--storage-options", options, url, str(tmp_path / "copy.tif")])
+    np.testing.assert_array_equal(vio.read(tmp_path / "copy.tif"), values)
