@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ._fs import guard_sigterm
-from ._remote import is_url
+from ._remote import RemoteFile, is_url
 from ._types import DeclaredTwiceError, ImageDescriptor, IncompleteFileError, as_key, as_voxel_size
 from ._writers import ImageWriterProvider, TrackedWriter
 from .formats import (
@@ -66,6 +67,11 @@ class ImageReaderProvider:
 
     def forget_layout(self, key: str) -> None:
         """Forget the layout of the file at `key`, found out of date."""
+
+    def stamp(self, key: str) -> tuple[int, int] | None:
+        """(size, a number of its version) of the file at the URL `key` as the server says now, for a
+        scratch to notice it changed; None for a local file, or where it cannot be asked."""
+        return None
 
     def query_descriptor(self, key) -> ImageDescriptor:
         """The descriptor of the file at `key`."""
@@ -150,6 +156,15 @@ class FileImageReaderProvider(ImageReaderProvider):
         with self._layouts_lock:
             self._layouts.pop(key, None)
             self._remote.pop(key, None)
+
+    def stamp(self, key: str) -> tuple[int, int] | None:
+        if not is_url(key):
+            return None
+        try:
+            file = RemoteFile(key, self._storage_options)
+        except OSError:
+            return None
+        return file.size, -1 if file.version is None else zlib.crc32(file.version.encode())
 
     def __repr__(self) -> str:
         return f"FileImageReaderProvider(formats={[f.name for f in self.formats]})"
@@ -241,6 +256,9 @@ class CachingImageReaderProvider(ImageReaderProvider):
 
     def forget_layout(self, key: str) -> None:
         self._backing.forget_layout(key)
+
+    def stamp(self, key: str) -> tuple[int, int] | None:
+        return self._backing.stamp(key)
 
     def release(self, reader: ImageReader) -> None:
         """Hand back a reader `acquire` gave; it stays open until it is the least recently used.
