@@ -83,13 +83,14 @@ class ImageReaderProvider:
 
 
 _LAYOUTS = 1 << 16
+_REMOTE = 1 << 12
 
 
 class FileImageReaderProvider(ImageReaderProvider):
     """Opens the file at the path a key is, each time it is asked, and closes it when released.
 
     It keeps the layouts of the last 65,536 raw files it opened. A file at a URL is opened once
-    and its reader kept, open, for the last 65,536 such files: it holds no descriptor, and keeps
+    and its reader kept, open, for the last 4,096 such files: it holds no descriptor, and keeps
     the header it fetched (its images are fetched by byte ranges as they are read).
 
     Args:
@@ -140,7 +141,7 @@ class FileImageReaderProvider(ImageReaderProvider):
             reader = open_reader(key, self._formats, self._storage_options)
             with self._layouts_lock:
                 self._remote[key] = reader
-                if len(self._remote) > _LAYOUTS:
+                if len(self._remote) > _REMOTE:
                     self._remote.popitem(last=False)
                 self._opening.pop(key, None)
         return reader

@@ -26,7 +26,6 @@ import errno
 import io
 import os
 import re
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -107,8 +106,6 @@ class RemoteFile:
             (str(info[k]) for k in ("ETag", "etag", "LastModified", "Last-Modified", "mtime") if info.get(k)),
             None,
         )
-        self.requests = 0
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<RemoteFile {self.url!r} {self.size} bytes>"
@@ -160,8 +157,6 @@ class RemoteFile:
         return views
 
     def _fetch(self, spans: list[tuple[int, int]]) -> list[bytes]:
-        with self._lock:
-            self.requests += len(spans)
         if not getattr(self.fs, "async_impl", False):
             return [self._fetch_one_blocking(a, b) for a, b in spans]
         from fsspec.asyn import sync
@@ -201,7 +196,7 @@ class RemoteFile:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def open_blocks(self, block: int = 1 << 16) -> io.BufferedReader:
-        """A file object over the file, read `block` bytes at a time, the last 256 blocks kept."""
+        """A file object over the file, read `block` bytes at a time, the last 16 blocks kept."""
         return io.BufferedReader(_Blocks(self, block), buffer_size=block)
 
 
@@ -292,7 +287,7 @@ def _last_at_most(starts: list[int], value: int) -> int:
 class _Blocks(io.RawIOBase):
     """The raw file under `RemoteFile.open_blocks`: blocks read once, the last `kept` of them kept."""
 
-    def __init__(self, file: RemoteFile, block: int, kept: int = 256):
+    def __init__(self, file: RemoteFile, block: int, kept: int = 16):
         self._file, self._block, self._kept, self._pos = file, block, kept, 0
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
 
