@@ -4,7 +4,7 @@
 into a bucket of moto's S3 server (a process of its own on 127.0.0.1),
 reached directly and through a proxy that holds each request 20 ms
 (`--latency-ms`) before passing it on, as a real network does. One shuffled
-epoch is read in batches of 256:
+epoch is read in batches of 256 (`--batch`):
 
 - vitrio: `vio.read_batch_async` on `vio.loader(workers=16, storage_options=...)`;
   images per second and requests per batch (counted at the proxy);
@@ -36,7 +36,7 @@ from bench_zarr import start_s3
 
 import vitrio as vio
 
-BATCH, SHAPE = 256, (64, 64)
+SHAPE = (64, 64)
 
 
 class DelayingProxy:
@@ -90,12 +90,12 @@ def make_stacks(options: dict, folder: str, stacks: int, per_stack: int) -> list
     return urls
 
 
-def epoch(loader, locations, order) -> float:
-    """Seconds to read `locations` in `order`, a batch at a time."""
-    out = np.empty((BATCH, *SHAPE), np.float32)
+def epoch(loader, locations, order, size: int) -> float:
+    """Seconds to read `locations` in `order`, `size` at a time."""
+    out = np.empty((size, *SHAPE), np.float32)
     start = time.perf_counter()
-    for first in range(0, len(order), BATCH):
-        batch = [locations[i] for i in order[first : first + BATCH]]
+    for first in range(0, len(order), size):
+        batch = [locations[i] for i in order[first : first + size]]
         vio.read_batch_async(loader, out[: len(batch)], batch).get()
     return time.perf_counter() - start
 
@@ -112,15 +112,15 @@ def loop(options, locations, count) -> float:
     return time.perf_counter() - start
 
 
-def run(options, port, delay, urls, per_stack, looped, folder) -> None:
+def run(options, port, delay, urls, per_stack, looped, folder, size) -> None:
     proxy = DelayingProxy(port, delay)
     options = {**options, "endpoint_url": f"http://127.0.0.1:{proxy.port}"}
     locations = [vio.ImageLocation(url, i) for url in urls for i in range(per_stack)]
     order = np.random.default_rng(1).permutation(len(locations))
-    batches = -(-len(order) // BATCH)
+    batches = -(-len(order) // size)
     loader = vio.loader(workers=16, storage_options=options)
     before = proxy.requests
-    seconds = epoch(loader, locations, order)
+    seconds = epoch(loader, locations, order, size)
     asked = proxy.requests - before
     rate = len(order) / seconds
     print(
@@ -138,7 +138,7 @@ def run(options, port, delay, urls, per_stack, looped, folder) -> None:
     local_locations = [
         vio.ImageLocation(os.path.join(local, os.path.basename(u)), i) for u in urls for i in range(per_stack)
     ]
-    read = epoch(vio.loader(workers=16), local_locations, order)
+    read = epoch(vio.loader(workers=16), local_locations, order, size)
     print(
         f"  download    {len(order) / (fetched + read):9.0f} images/s   (s3fs.get {fetched:.1f} s, "
         f"then local reads at {len(order) / read:.0f}/s)"
@@ -150,9 +150,9 @@ def run(options, port, delay, urls, per_stack, looped, folder) -> None:
         files=vio.reader_provider(storage_options=options),
     )
     cached = vio.loader(workers=16, scratch=scratch, storage_options=options)
-    epoch(cached, locations, order)
+    epoch(cached, locations, order, size)
     before = proxy.requests
-    second = epoch(cached, locations, np.random.default_rng(2).permutation(len(order)))
+    second = epoch(cached, locations, np.random.default_rng(2).permutation(len(order)), size)
     print(
         f"  scratch     {len(order) / second:9.0f} images/s   "
         f"second epoch, {proxy.requests - before} requests"
@@ -163,6 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20 stacks of 50 particles")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="the delay of each request (20)")
+    parser.add_argument("--batch", type=int, default=256, help="images a batch (256)")
     args = parser.parse_args()
     stacks, per_stack, looped = (20, 50, 100) if args.quick else (200, 100, 400)
     server, options = start_s3()
@@ -172,7 +173,7 @@ def main() -> None:
             port = int(options["endpoint_url"].rsplit(":", 1)[1])
             for delay in (0.0, args.latency_ms / 1000):
                 print(f"{stacks * per_stack} particles in {stacks} stacks, {delay * 1000:.0f} ms a request:")
-                run(options, port, delay, urls, per_stack, looped, folder)
+                run(options, port, delay, urls, per_stack, looped, folder, args.batch)
     finally:
         server.terminate()
 
