@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 import warnings
-import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._fs import guard_sigterm
-from ._remote import RemoteFile, is_url
+from ._remote import is_url
 from ._types import DeclaredTwiceError, ImageDescriptor, IncompleteFileError, as_key, as_voxel_size
 from ._writers import ImageWriterProvider, TrackedWriter
 from .formats import (
@@ -39,6 +38,7 @@ from .formats import (
     resolve_formats,
 )
 from .formats._raw_layout import RawLayout
+from .formats._remote_readers import RemoteReaders
 from .formats.eer import EerFormat
 
 __all__ = [
@@ -69,8 +69,7 @@ class ImageReaderProvider:
         """Forget the layout of the file at `key`, found out of date."""
 
     def stamp(self, key: str) -> tuple[int, int] | None:
-        """(size, a number of its version) of the file at the URL `key` as the server says now, for a
-        scratch to notice it changed; None for a local file, or where it cannot be asked."""
+        """(size, version) of the file at the URL `key` now, for a scratch to see a change; None if local."""
         return None
 
     def query_descriptor(self, key) -> ImageDescriptor:
@@ -83,32 +82,24 @@ class ImageReaderProvider:
 
 
 _LAYOUTS = 1 << 16
-_REMOTE = 1 << 12
 
 
 class FileImageReaderProvider(ImageReaderProvider):
     """Opens the file at the path a key is, each time it is asked, and closes it when released.
 
-    It keeps the layouts of the last 65,536 raw files it opened. A file at a URL is opened once
-    and its reader kept, open, for the last 4,096 such files: it holds no descriptor, and keeps
-    the header it fetched (its images are fetched by byte ranges as they are read).
+    It keeps the layouts of the last 65,536 raw files it opened, and readers of files at URLs (RemoteReaders).
 
     Args:
         formats: The formats to try, in order. Defaults to every registered one when a file is
             opened, and the plug-ins' where none of those claims it (`load_plugin_formats`).
-        storage_options: What fsspec takes to reach files at URLs (credentials, `anon=True`,
-            `endpoint_url`), as pandas, dask and zarr take it.
+        storage_options: What fsspec takes to reach files at URLs (`{"anon": True}`, credentials...).
     """
 
-    def __init__(
-        self, formats: Iterable[type[Format]] | None = None, storage_options: Mapping[str, Any] | None = None
-    ):
+    def __init__(self, formats: Iterable[type[Format]] | None = None, storage_options: Mapping | None = None):
         self._formats = None if formats is None else resolve_formats(formats)
-        self._storage_options = dict(storage_options or {})
         self._layouts: dict[str, RawLayout] = {}
         self._layouts_lock = threading.Lock()
-        self._remote: OrderedDict[str, ImageReader] = OrderedDict()
-        self._opening: dict[str, threading.Lock] = {}
+        self._remote = RemoteReaders(storage_options)
 
     @property
     def formats(self) -> tuple[type[Format], ...]:
@@ -116,9 +107,8 @@ class FileImageReaderProvider(ImageReaderProvider):
         return registered_formats() if self._formats is None else self._formats
 
     def acquire(self, key) -> ImageReader:
-        key = as_key(key)
-        if is_url(key):
-            return self._acquire_remote(key)
+        if is_url(key := as_key(key)):
+            return self._remote.acquire(key, self._formats)
         reader = open_reader(key, self._formats)
         layout = reader.layout() if isinstance(reader, RawArrayReader) else None
         if layout is not None:
@@ -127,23 +117,6 @@ class FileImageReaderProvider(ImageReaderProvider):
                 self._layouts[layout.key] = layout
                 if len(self._layouts) > _LAYOUTS:
                     del self._layouts[next(iter(self._layouts))]
-        return reader
-
-    def _acquire_remote(self, key: str) -> ImageReader:
-        with self._layouts_lock:
-            opening = self._opening.setdefault(key, threading.Lock())
-        with opening:  # opened once by the threads that ask at once
-            with self._layouts_lock:
-                reader = self._remote.get(key)
-                if reader is not None and not reader.stale:
-                    self._remote.move_to_end(key)
-                    return reader
-            reader = open_reader(key, self._formats, self._storage_options)
-            with self._layouts_lock:
-                self._remote[key] = reader
-                if len(self._remote) > _REMOTE:
-                    self._remote.popitem(last=False)
-                self._opening.pop(key, None)
         return reader
 
     def release(self, reader: ImageReader) -> None:
@@ -156,16 +129,9 @@ class FileImageReaderProvider(ImageReaderProvider):
     def forget_layout(self, key: str) -> None:
         with self._layouts_lock:
             self._layouts.pop(key, None)
-            self._remote.pop(key, None)
 
     def stamp(self, key: str) -> tuple[int, int] | None:
-        if not is_url(key):
-            return None
-        try:
-            file = RemoteFile(key, self._storage_options)
-        except OSError:
-            return None
-        return file.size, -1 if file.version is None else zlib.crc32(file.version.encode())
+        return self._remote.stamp(key) if is_url(key) else None
 
     def __repr__(self) -> str:
         return f"FileImageReaderProvider(formats={[f.name for f in self.formats]})"
