@@ -126,9 +126,9 @@ MUTANTS = (
     ),
     Mutant(
         "pending-batch-raises-before-waiting",
-        "src/vitrio/data/_dataset.py",
-        "        self.wait()\n        for pending in self._pending:\n            pending.get()",
-        "        for pending in self._pending:\n            pending.get()",
+        "src/vitrio/_concurrency.py",
+        "        self.wait()\n        try:\n            for work in self._works:",
+        "        try:\n            for work in self._works:",
         ("tests/data/test_dataset.py",),
     ),
     Mutant(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,11 @@ __all__ = [
 
 
 def reader_provider(
-    cache: int | None = None, formats: Iterable[type[Format]] | None = None, scratch: Any = None
+    cache: int | None = None,
+    formats: Iterable[type[Format]] | None = None,
+    scratch: Any = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ImageReaderProvider:
     """A provider that opens the file at the path a key is.
 
@@ -57,11 +61,13 @@ def reader_provider(
         formats: The formats to try, in order. Defaults to every registered one.
         scratch: A scratch to serve images from before the files (see the
             scratch functions).
+        storage_options: What fsspec takes to reach keys that are URLs (`s3://`, `https://`,
+            `gs://`): credentials, `{"anon": True}` for public buckets, `endpoint_url`.
 
     Raises:
         ValueError: If `cache` is not positive.
     """
-    provider: ImageReaderProvider = FileImageReaderProvider(formats)
+    provider: ImageReaderProvider = FileImageReaderProvider(formats, storage_options)
     if cache is not None:
         provider = CachingImageReaderProvider(provider, cache)
     if scratch is not None:
@@ -92,6 +98,8 @@ def loader(
     formats: Iterable[type[Format]] | None = None,
     executor: Executor | None = None,
     scratch: Any = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ExecutorImageLoader:
     """An `ExecutorImageLoader`: a thread pool and a reader provider, for `read_batch_async` and friends.
 
@@ -101,11 +109,13 @@ def loader(
         formats: The formats to try, in order. Defaults to every registered one.
         executor: An executor to share with other loaders and savers, instead of a pool of its own.
         scratch: A scratch that serves images it holds instead of the files.
+        storage_options: What fsspec takes to reach keys that are URLs, as `reader_provider` takes it.
 
     Raises:
         ValueError: If `workers` or `cache` is not positive, or both `workers` and `executor` are given.
     """
-    return ExecutorImageLoader(reader_provider(cache, formats, scratch), _executor(workers, executor))
+    provider = reader_provider(cache, formats, scratch, storage_options=storage_options)
+    return ExecutorImageLoader(provider, _executor(workers, executor))
 
 
 def saver(
@@ -127,8 +137,12 @@ def saver(
     return ExecutorImageSaver(writers, _executor(workers, executor))
 
 
-def query_descriptor(key: Any, readers: ImageReaderProvider | None = None) -> ImageDescriptor:
+def query_descriptor(
+    key: Any, readers: ImageReaderProvider | None = None, *, storage_options: Mapping[str, Any] | None = None
+) -> ImageDescriptor:
     """What the file at `key` holds, from its header alone.
+
+    `storage_options` is what fsspec takes to reach a key that is a URL, as `reader_provider` takes it.
 
     Raises:
         ImageFileNotFoundError: If there is no file at `key` (a `FileNotFoundError` and a `RuntimeError`).
@@ -136,15 +150,21 @@ def query_descriptor(key: Any, readers: ImageReaderProvider | None = None) -> Im
     """
     key = as_key(key)
     with concerning(key):
-        return (readers or FileImageReaderProvider()).query_descriptor(key)
+        return _readers(readers, storage_options).query_descriptor(key)
 
 
-def query_metadata(location: Any, readers: ImageReaderProvider | None = None) -> ImageMetadata:
+def query_metadata(
+    location: Any,
+    readers: ImageReaderProvider | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ImageMetadata:
     """What the header of the file at `location` says: what it holds, its voxel size, and its format.
 
     Args:
         location: An `ImageLocation` (its file is asked) or a key.
         readers: Where the file is opened. Defaults to opening it at its path.
+        storage_options: What fsspec takes to reach a key that is a URL, as `reader_provider` takes it.
 
     Returns:
         An `ImageMetadata`: the descriptor (as `query_descriptor` has it),
@@ -156,7 +176,7 @@ def query_metadata(location: Any, readers: ImageReaderProvider | None = None) ->
         ImageFileNotFoundError, FormatError: As `query_descriptor` raises them.
     """
     key = location.key if isinstance(location, ImageLocation) else as_key(location)
-    readers = readers or FileImageReaderProvider()
+    readers = _readers(readers, storage_options)
     with concerning(key):
         reader = readers.acquire(key)
         try:
@@ -173,6 +193,8 @@ def read(
     data_type: Any = None,
     out: Any = None,
     casting: str | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """Read a whole file, or one image or volume of a stack.
 
@@ -189,6 +211,7 @@ def read(
         casting: None to refuse a type that cannot hold every value of the file's; "unsafe" to
             convert to any numeric type as numpy's `casting="unsafe"` does (the published vitrio's
             conversion: fractions cut toward zero, no range check).
+        storage_options: What fsspec takes to reach a key that is a URL, as `reader_provider` takes it.
 
     Returns:
         A new `vitrio.Array` (a numpy array), or `out`, filled. Read as
@@ -212,7 +235,7 @@ def read(
         key, index = location.key, location.index_in_stack
     else:
         key, index = as_key(location), -1
-    readers = readers or FileImageReaderProvider()
+    readers = _readers(readers, storage_options)
     with concerning(key):
         reader = readers.acquire(key)
         try:
@@ -241,6 +264,15 @@ def read(
             return result
         finally:
             readers.release(reader)
+
+
+def _readers(readers: ImageReaderProvider | None, storage_options: Mapping[str, Any] | None) -> Any:
+    """The provider given, or one that opens each file at its path (or URL, with `storage_options`)."""
+    if readers is not None:
+        if storage_options is not None:
+            raise ValueError("give readers or storage_options, not both: the provider reaches the files")
+        return readers
+    return FileImageReaderProvider(storage_options=storage_options)
 
 
 def _written(array: Any, key: str) -> np.ndarray:

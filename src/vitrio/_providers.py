@@ -18,13 +18,14 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ._counters import add_count
 from ._fs import guard_sigterm
+from ._remote import is_url
 from ._types import DeclaredTwiceError, ImageDescriptor, IncompleteFileError, as_key, as_voxel_size
 from ._writers import ImageWriterProvider, TrackedWriter
 from .formats import (
@@ -38,6 +39,7 @@ from .formats import (
     resolve_formats,
 )
 from .formats._raw_layout import RawLayout
+from .formats._remote_readers import RemoteReaders
 from .formats.eer import EerFormat
 
 __all__ = [
@@ -67,6 +69,10 @@ class ImageReaderProvider:
     def forget_layout(self, key: str) -> None:
         """Forget the layout of the file at `key`, found out of date."""
 
+    def stamp(self, key: str) -> tuple[int, int] | None:
+        """(size, version) of the file at the URL `key` now, for a scratch to see a change; None if local."""
+        return None
+
     def query_descriptor(self, key) -> ImageDescriptor:
         """The descriptor of the file at `key`."""
         reader = self.acquire(key)
@@ -82,17 +88,19 @@ _LAYOUTS = 1 << 16
 class FileImageReaderProvider(ImageReaderProvider):
     """Opens the file at the path a key is, each time it is asked, and closes it when released.
 
-    It keeps the layouts of the last 65,536 raw files it opened.
+    It keeps the layouts of the last 65,536 raw files it opened, and readers of files at URLs (RemoteReaders).
 
     Args:
         formats: The formats to try, in order. Defaults to every registered one when a file is
             opened, and the plug-ins' where none of those claims it (`load_plugin_formats`).
+        storage_options: What fsspec takes to reach files at URLs (`{"anon": True}`, credentials...).
     """
 
-    def __init__(self, formats: Iterable[type[Format]] | None = None):
+    def __init__(self, formats: Iterable[type[Format]] | None = None, storage_options: Mapping | None = None):
         self._formats = None if formats is None else resolve_formats(formats)
         self._layouts: dict[str, RawLayout] = {}
         self._layouts_lock = threading.Lock()
+        self._remote = RemoteReaders(storage_options)
 
     @property
     def formats(self) -> tuple[type[Format], ...]:
@@ -100,6 +108,8 @@ class FileImageReaderProvider(ImageReaderProvider):
         return registered_formats() if self._formats is None else self._formats
 
     def acquire(self, key) -> ImageReader:
+        if is_url(key := as_key(key)):
+            return self._remote.acquire(key, self._formats)
         reader = open_reader(key, self._formats)
         add_count("files_opened")
         layout = reader.layout() if isinstance(reader, RawArrayReader) else None
@@ -112,7 +122,8 @@ class FileImageReaderProvider(ImageReaderProvider):
         return reader
 
     def release(self, reader: ImageReader) -> None:
-        reader.close()
+        if not is_url(reader.key):
+            reader.close()
 
     def layout(self, key: str) -> RawLayout | None:
         return self._layouts.get(key)
@@ -120,6 +131,9 @@ class FileImageReaderProvider(ImageReaderProvider):
     def forget_layout(self, key: str) -> None:
         with self._layouts_lock:
             self._layouts.pop(key, None)
+
+    def stamp(self, key: str) -> tuple[int, int] | None:
+        return self._remote.stamp(key) if is_url(key) else None
 
     def __repr__(self) -> str:
         return f"FileImageReaderProvider(formats={[f.name for f in self.formats]})"
@@ -212,6 +226,9 @@ class CachingImageReaderProvider(ImageReaderProvider):
 
     def forget_layout(self, key: str) -> None:
         self._backing.forget_layout(key)
+
+    def stamp(self, key: str) -> tuple[int, int] | None:
+        return self._backing.stamp(key)
 
     def release(self, reader: ImageReader) -> None:
         """Hand back a reader `acquire` gave; it stays open until it is the least recently used.

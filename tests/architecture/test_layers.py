@@ -37,6 +37,7 @@ FLOORS = (
         "vitrio._native",
         "vitrio._concurrency",
         "vitrio._counters",
+        "vitrio._remote",
     ),
     ("vitrio.formats",),
     ("vitrio._providers", "vitrio._writers", "vitrio._event_images"),
@@ -69,6 +70,7 @@ OPTIONAL = (
     "numcodecs",
     "google_crc32c",
     "fsspec",
+    "aiohttp",
 )
 """Optional heavy dependencies: the only imports that may stand inside a function, where they are used."""
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 import warnings
@@ -71,6 +72,26 @@ def _data_type(text: str) -> np.dtype:
 def _file_or_url(text: str) -> Path | str:
     """A path, or a URL (`s3://...`) kept as written: a Path would fold its `//`."""
     return text if "://" in text else Path(text)
+
+
+def _storage_options(text: str) -> dict:
+    """The `--storage-options` argument: a JSON object, as fsspec takes it (`{"anon": true}`)."""
+    try:
+        options = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
+    if not isinstance(options, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object, not {text!r}")
+    return options
+
+
+def _add_storage_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-options",
+        type=_storage_options,
+        metavar="JSON",
+        help='what fsspec takes to reach files at URLs, as a JSON object: {"anon": true} for public buckets',
+    )
 
 
 def _positive(text: str) -> int:
@@ -268,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
         "files", nargs="+", metavar="FILE", help="MRC, TIFF, EER or DM files, or OME-Zarr stores (or URLs)"
     )
     info.add_argument("--json", action="store_true", help="print a JSON list, one object per file")
+    _add_storage_options(info)
 
     convert = commands.add_parser(
         "convert",
@@ -285,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--suffix", default=".mrc", help="with several inputs, the extension of the files written (.mrc)"
     )
     convert.add_argument("--data-type", type=_data_type, help="the type to write (default: the input's)")
+    _add_storage_options(convert)
     values = convert.add_mutually_exclusive_group()
     values.add_argument(
         "--scale",

@@ -409,10 +409,9 @@ def run(args: argparse.Namespace) -> None:
         args.output.mkdir(parents=True, exist_ok=True)
     with cluster(args) as client:
         if client is None:
-            [
-                copy_images(vio.loader(cache=1), source, output, args.data_type, args.force, mode, prepare)
-                for source, output in zip(args.input, outputs)
-            ]
+            loader = vio.loader(cache=1, storage_options=args.storage_options)
+            for source, output in zip(args.input, outputs):
+                copy_images(loader, source, output, args.data_type, args.force, mode, prepare)
         else:
             for output in outputs:
                 check_output(output, args.force)

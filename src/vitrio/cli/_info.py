@@ -15,7 +15,7 @@ from ._common import describe_briefly
 __all__ = ["describe", "run"]
 
 
-def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+def describe(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the file at `path` (or the store at a URL) holds, as `vitrio info --json` prints it.
 
     Keys: `file`, `format`, `holds` (in words), `kind` ("image", "volume",
@@ -29,14 +29,14 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     cell divided by its sampling, a DM file's calibration where its units
     are lengths, a TIFF file's ImageJ, OME-XML or instrument metadata, never
     its resolution tags alone, an EER file's acquisition metadata), the
-    statistics its `header_statistics`.
+    statistics its `header_statistics`. `storage_options` is what fsspec takes to reach a URL.
 
     Raises:
         FileNotFoundError: If there is no file at `path`.
         FormatError: If the file is of no known format, or malformed.
     """
     key = str(path)
-    with vio.formats.open_reader(key) as reader:
+    with vio.formats.open_reader(key, storage_options=storage_options) as reader:
         descriptor = reader.descriptor
         format_name, voxel_size, statistics = reader.format_name, reader.voxel_size, reader.header_statistics
         source = reader.voxel_size_source
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     infos, failed = [], 0
     for path in args.files:
         try:
-            infos.append(describe(path))
+            infos.append(describe(path, args.storage_options))
         except (OSError, ValueError) as error:
             failed += 1
             message = " ".join(str(error).splitlines())

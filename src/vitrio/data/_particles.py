@@ -3,21 +3,27 @@
 `read_particles` reads either kind of file into a table; `particle_locations`
 turns its image columns (RELION's rlnImageName, cryoSPARC's blob/path and
 blob/idx) into the locations an ImageSource reads, their paths resolved the
-way the metadata means them (`PathResolver`).
+way the metadata means them (`PathResolver`). A table at a URL is fetched
+into a private temporary folder (no larger than a local one may be) and read
+there; its relative paths resolve against its URL.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import sys
+import tempfile
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._remote import RemoteFile, is_url
 from .._types import ImageLocation
-from ._cs import read_cs
+from ._cs import MAX_CS_BYTES, read_cs
 from ._paths import PathResolver
-from ._star import read_star_particles
+from ._star import MAX_STAR_BYTES, read_star_particles
 from ._tables import as_columns, make_locations
 
 if TYPE_CHECKING:
@@ -26,7 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["particle_locations", "read_particles"]
 
 
-def read_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
+def read_particles(
+    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> pd.DataFrame:
     """Read the particles of a RELION STAR file or a cryoSPARC `.cs` file into a table.
 
     A file ending `.cs` is read as cryoSPARC's (`read_cs`), any other as a
@@ -34,7 +42,8 @@ def read_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
     group's columns, such as rlnImagePixelSize, merged into each row).
 
     Args:
-        path: The file.
+        path: The file, or its URL (`s3://...`, `https://...`).
+        storage_options: What fsspec takes to reach a URL (`{"anon": True}`...).
 
     Returns:
         The particles, a row each, in the order of the file.
@@ -44,13 +53,36 @@ def read_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
         ValueError: If the file is not of its kind, or holds no particles.
         ModuleNotFoundError: If pandas or starfile is not installed (`pip install 'vitrio[star]'`).
     """
+    if is_url(os.fspath(path)):
+        return _read_remote(os.fspath(path), storage_options)
     if os.fspath(path).lower().endswith(".cs"):
         return read_cs(path)
     return read_star_particles(path)
 
 
+def _read_remote(url: str, storage_options: Mapping[str, Any] | None) -> pd.DataFrame:
+    """The particles of the table at `url`, fetched into a private folder and read there."""
+    file = RemoteFile(url, storage_options)
+    limit = MAX_CS_BYTES if url.lower().endswith(".cs") else MAX_STAR_BYTES
+    if file.size > limit:
+        raise ValueError(f"{url}: {file.size} bytes, more than the {limit} a table may have")
+    with tempfile.TemporaryDirectory(prefix="vitrio-table-") as folder:  # mode 0700
+        local = os.path.join(folder, posixpath.basename(url.split("?")[0]) or "particles.star")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        with open(os.open(local, flags, 0o600), "wb") as out:
+            for start in range(0, file.size, file.part):
+                out.write(file.read_ranges([(start, min(file.size, start + file.part))])[0])
+        try:
+            return read_particles(local)
+        except ValueError as error:
+            raise ValueError(str(error).replace(local, url)) from None
+
+
 def particle_locations(
-    table: Any, metadata: str | os.PathLike[str], root: str | os.PathLike[str] | None = None
+    table: Any,
+    metadata: str | os.PathLike[str],
+    root: str | os.PathLike[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> list[ImageLocation]:
     """Where the image of each particle is, its path resolved the way the metadata means it.
 
@@ -67,6 +99,8 @@ def particle_locations(
         metadata: The file the table was read from.
         root: The data directory, as cryoDRGN's `--datadir`, or the project
             directory of RELION. Defaults to the folders of `metadata`.
+        storage_options: What fsspec takes to reach `metadata` where it is a URL: its
+            paths are then looked for beside it, at URLs (one request per distinct path).
 
     Returns:
         The locations, a row each.
@@ -78,7 +112,7 @@ def particle_locations(
     """
     pandas = sys.modules.get("pandas")
     columns = table if pandas is not None and isinstance(table, pandas.DataFrame) else as_columns(table)
-    resolve = PathResolver(metadata, root)
+    resolve = PathResolver(metadata, root, storage_options)
     if "rlnImageName" in columns:
         return _relion_locations(columns["rlnImageName"], resolve)
     if "blob/path" in columns and "blob/idx" in columns:

@@ -20,12 +20,13 @@ metadata file and every path tried.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._fs import read_whole
 from .._functions import query_descriptor
 from .._loading import ImageLoader
+from .._remote import is_url
 from .._types import ImageLocation
 
 __all__ = ["PathResolver", "read_stack_list", "stack_locations"]
@@ -38,15 +39,24 @@ class PathResolver:
     """Resolves the paths written in one metadata file, remembering each it has resolved.
 
     Args:
-        metadata: The metadata file the paths are written in.
+        metadata: The metadata file the paths are written in, or its URL: relative paths are then
+            URLs beside it (a written URL is never followed).
         root: The data directory, as cryoDRGN's `--datadir` or RELION's
             project directory; None for the folders of `metadata`.
+        storage_options: What fsspec takes to reach `metadata` where it is a URL.
     """
 
-    def __init__(self, metadata: str | os.PathLike[str], root: str | os.PathLike[str] | None = None):
+    def __init__(
+        self,
+        metadata: str | os.PathLike[str],
+        root: str | os.PathLike[str] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ):
         self._metadata = os.fspath(metadata)
         self._root = None if root is None else os.fspath(root)
-        folder = os.path.dirname(os.path.abspath(self._metadata))
+        self._remote = _Remote(self._metadata, storage_options) if is_url(self._metadata) else None
+        path = self._remote.path if self._remote else self._metadata
+        folder = os.path.dirname(path if self._remote else os.path.abspath(path))
         self._folders = [folder]
         for _ in range(_FOLDERS_UP):
             folder = os.path.dirname(folder)
@@ -63,6 +73,8 @@ class PathResolver:
         else:
             tried = [path if os.path.isabs(path) else os.path.join(self._root, path)]
             tried.append(os.path.join(self._root, os.path.basename(path)))
+        if self._remote:
+            return list(dict.fromkeys(self._remote.url(p) for p in tried))
         return list(dict.fromkeys(os.path.normpath(p) for p in tried))
 
     def __call__(self, written: Any) -> str:
@@ -74,7 +86,8 @@ class PathResolver:
         found = self._found.get(written)
         if found is None:
             tried = self.candidates(written)
-            found = next((p for p in tried if os.path.exists(p)), None)
+            exists = self._remote.exists if self._remote else os.path.exists
+            found = next((p for p in tried if exists(p)), None)
             if found is None:
                 hint = (
                     "; name the folder the paths are relative to as root (--root)"
@@ -86,6 +99,26 @@ class PathResolver:
                 )
             self._found[written] = found
         return found
+
+
+class _Remote:
+    """The URL of a metadata file as a path within its bucket or host, and what exists beside it."""
+
+    def __init__(self, metadata: str, storage_options: Mapping[str, Any] | None):
+        scheme, _, rest = metadata.partition("://")
+        host, _, path = rest.partition("/")
+        self.prefix, self.path = f"{scheme}://{host}", "/" + path
+        self._options = dict(storage_options or {})
+
+    def url(self, path: str) -> str:
+        """The URL of `path`, a path within the bucket or host (`..` cannot leave it)."""
+        return self.prefix + os.path.normpath("/" + path.lstrip("/"))
+
+    def exists(self, url: str) -> bool:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(url, **self._options)
+        return fs.isfile(path)
 
 
 MAX_LIST_BYTES = 256 << 20

@@ -80,6 +80,9 @@ class Format(ABC):
             `ImageFileReadFormatSelector.get_shared()`.
         stores_voxel_size: Whether `create` takes `voxel_size=` and stores
             it; a format that does not is never handed one.
+        reads_urls: Whether `open` takes a `vitrio._remote.RemoteFile` for
+            `fd` (a file at a URL, read with `pread` and `file_size` of
+            `vitrio._remote`); a format that does not is not tried on URLs.
     """
 
     name: ClassVar[str]
@@ -87,6 +90,7 @@ class Format(ABC):
     write_extensions: ClassVar[tuple[str, ...]] = ()
     events: ClassVar[bool] = False
     stores_voxel_size: ClassVar[bool] = False
+    reads_urls: ClassVar[bool] = False
 
     @classmethod
     def recognizes(cls, head: bytes, extension: str) -> bool:

@@ -12,9 +12,11 @@ import importlib.metadata
 import os
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .._fs import open_readonly
+from .._remote import RemoteFile, is_url
 from .._types import ImageDescriptor, as_key, as_voxel_size, no_such_file
 from ._contract import Format, FormatError, ImageReader, ImageWriter
 
@@ -135,7 +137,9 @@ def _claiming(key: str, candidates: tuple[type[Format], ...]) -> ImageReader | N
     return None
 
 
-def _recognizing(key: str, fd: int, head: bytes, candidates: tuple[type[Format], ...]) -> ImageReader | None:
+def _recognizing(
+    key: str, fd: int | RemoteFile, head: bytes, candidates: tuple[type[Format], ...]
+) -> ImageReader | None:
     """A reader of the open file `fd` from the first of `candidates` that recognizes its `head`."""
     extension = _extension(key)
     for candidate in candidates:
@@ -146,12 +150,15 @@ def _recognizing(key: str, fd: int, head: bytes, candidates: tuple[type[Format],
     return None
 
 
-def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageReader:
+def open_reader(
+    key, formats: Iterable[type[Format]] | None = None, storage_options: Mapping[str, Any] | None = None
+) -> ImageReader:
     """Open the file at `key` with the first of `formats` that claims it.
 
     Without `formats`, every registered format is tried, and where none claims the file the
     plug-ins are loaded (`load_plugin_formats`) and tried. The reader's `format_name` is that
-    format's `name`.
+    format's `name`. A key that is a URL (`s3://`, `https://`, ...) is read through fsspec with
+    `storage_options`, by the formats that read URLs (`Format.reads_urls`).
 
     Raises:
         ImageFileNotFoundError: If there is no file at `key` (a `FileNotFoundError` and a `RuntimeError`).
@@ -162,6 +169,8 @@ def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageRead
     reader = _claiming(key, candidates)
     if reader is not None:
         return reader
+    if is_url(key):
+        return _open_url(key, candidates, formats is None, storage_options)
     try:
         fd = open_readonly(key)
     except FileNotFoundError as error:
@@ -188,6 +197,21 @@ def open_reader(key, formats: Iterable[type[Format]] | None = None) -> ImageRead
     except BaseException:
         os.close(fd)
         raise
+
+
+def _open_url(
+    key: str, candidates: tuple[type[Format], ...], plugins: bool, storage_options: Mapping[str, Any] | None
+) -> ImageReader:
+    """Open the file at the URL `key` with the first of `candidates` (the plug-ins' too) that reads URLs."""
+    file = RemoteFile(key, storage_options)
+    head = file.pread(_HEAD_BYTES, 0)
+    candidates += _plugins_added(candidates) if plugins else ()
+    readable = tuple(c for c in candidates if c.reads_urls)
+    reader = _recognizing(key, file, head, readable)
+    if reader is not None:
+        return reader
+    names = ", ".join(c.name for c in readable)
+    raise FormatError(f"{key}: not a file of any format read from URLs ({names})")
 
 
 def create_writer(

@@ -40,15 +40,16 @@ cannot hold raises `FormatError` naming the file and the tag.
 from __future__ import annotations
 
 import math
-import os
 import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._remote import file_size, pread
 from .._types import ANGSTROMS_PER_UNIT, ImageDescriptor, NumericalType, numpy_dtype
 from ._contract import Format, FormatError
 from ._raw import RawArrayReader
+from ._remote_raw import raw_reader
 
 __all__ = ["DigitalMicrographFormat", "DigitalMicrographReader"]
 
@@ -122,7 +123,7 @@ class _TagTree:
     def __init__(self, key: str, fd: int):
         self._key = key
         self._fd = fd
-        self._size = os.fstat(fd).st_size
+        self._size = file_size(fd)
         self._window = b""
         self._window_start = 0
         self._tags = 0
@@ -153,7 +154,7 @@ class _TagTree:
             )
         start = pos - self._window_start
         if start < 0 or end > self._window_start + len(self._window):
-            self._window = os.pread(self._fd, max(count, _WINDOW), pos)
+            self._window = pread(self._fd, max(count, _WINDOW), pos)
             self._window_start, start = pos, 0
             if len(self._window) < count:
                 raise FormatError(f"{self._key}: the file is truncated at byte {pos + len(self._window)}")
@@ -399,6 +400,7 @@ class DigitalMicrographFormat(Format):
 
     name = "dm"
     read_extensions = (".dm3", ".dm4")
+    reads_urls = True
 
     @classmethod
     def recognizes(cls, head: bytes, extension: str) -> bool:
@@ -469,7 +471,9 @@ class DigitalMicrographFormat(Format):
         lengths = all(unit in ANGSTROMS_PER_UNIT for unit in units[-2:])
         voxel = tuple(s * ANGSTROMS_PER_UNIT[u] for s, u in zip(sizes[-2:], units[-2:])) if lengths else None
         held = ImageDescriptor(reversed(dimensions), 2, numerical)
-        reader = DigitalMicrographReader(key, fd, held, file_dtype, offset, decoder=decoder, voxel_size=voxel)
+        reader = raw_reader(
+            DigitalMicrographReader, key, fd, held, file_dtype, offset, decoder=decoder, voxel_size=voxel
+        )
         reader.voxel_size_source = "DM calibration" if lengths else None
         reader.pixel_size, reader.pixel_units, reader.image_path = sizes, units, where
         return reader

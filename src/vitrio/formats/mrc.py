@@ -40,10 +40,12 @@ from typing import BinaryIO
 
 import numpy as np
 
+from .._remote import file_size
 from .._types import ImageDescriptor, NumericalType
 from ._contract import Format, FormatError, HeaderStatistics, ImageReader, ImageWriter, warn_header
 from ._raw import RawArrayReader
 from ._raw_writer import RawArrayWriter, Statistics
+from ._remote_raw import raw_reader
 
 __all__ = ["MrcFormat"]
 
@@ -225,6 +227,7 @@ class MrcFormat(Format):
     name = "mrc"
     read_extensions = (".mrc", ".mrcs", ".map", ".st", ".rec", ".ali")
     write_extensions = (".mrc", ".mrcs", ".map")
+    reads_urls = True
 
     @classmethod
     def recognizes(cls, head: bytes, extension: str) -> bool:
@@ -243,7 +246,7 @@ class MrcFormat(Format):
         descriptor = ImageDescriptor(extents, core_rank, data_type)
         data_bytes = header.nx * header.ny * header.nz * stored.itemsize
         offset = HEADER_BYTES + header.nsymbt
-        size = os.fstat(fd).st_size
+        size = file_size(fd)
         if header.nsymbt and offset + data_bytes > size and HEADER_BYTES + data_bytes == size:
             warn_header(
                 f"{key}: nsymbt says an extended header of {header.nsymbt} bytes, but the file has "
@@ -253,7 +256,8 @@ class MrcFormat(Format):
             offset = HEADER_BYTES
         decoder = _decode_complex_int16 if header.mode == 3 else None
         voxel_size = _voxel_size(header, core_rank)
-        reader = RawArrayReader(
+        reader = raw_reader(
+            RawArrayReader,
             key,
             fd,
             descriptor,

@@ -55,10 +55,12 @@ import numpy as np
 import tifffile
 
 from .._native import lzw_check
+from .._remote import RemoteFile, file_size, open_binary, pread
 from .._types import ImageDescriptor, NumericalType, numpy_dtype
 from ._contract import Format, FormatError, ImageReader, ImageWriter
 from ._raw import RawArrayReader
 from ._raw_writer import RawArrayWriter
+from ._remote_raw import raw_reader
 from ._tiff_metadata import pixel_size, written_layout
 
 __all__ = ["TiffFormat"]
@@ -186,7 +188,7 @@ class _TiffPagesReader(ImageReader):
         key: str,
         tiff: tifffile.TiffFile,
         descriptor: ImageDescriptor,
-        fd: int,
+        fd: int | RemoteFile,
         max_expansion: int,
         voxel_size: tuple[float, ...] | None = None,
         pages: Sequence[tifffile.TiffPage] | None = None,
@@ -196,7 +198,7 @@ class _TiffPagesReader(ImageReader):
         self._max_expansion = max_expansion
         self._tiff = tiff
         self._fd = fd
-        self._size = os.fstat(fd).st_size
+        self._size = file_size(fd)
         self._pages = tiff.series[0].pages if pages is None else pages
         pages, images = len(self._pages), max(self.image_count, 1)
         # A page holds whole images (tifffile writes a stack of 1-pixel-wide images as one page),
@@ -311,7 +313,7 @@ class _TiffPagesReader(ImageReader):
         if segment >= len(segments):
             raise FormatError(f"{self.key}: page {number} has {len(segments)} parts, not part {segment}")
         offset, count = segments[segment]
-        data = os.pread(self._fd, count, offset) if count else None
+        data = pread(self._fd, count, offset) if count else None
         if data is not None and len(data) < count:
             raise FormatError(
                 f"{self.key}: page {number}: the file is truncated at byte {offset + len(data)}"
@@ -350,13 +352,13 @@ class _TiffPagesReader(ImageReader):
             if int(page.keyframe.compression) == _LZW:
                 for segment, (offset, count) in enumerate(zip(page.dataoffsets, page.databytecounts)):
                     _check_lzw(
-                        self.key, os.pread(self._fd, count, offset), page.keyframe, number, segment, offset
+                        self.key, pread(self._fd, count, offset), page.keyframe, number, segment, offset
                     )
             return page.asarray()
 
     def close(self) -> None:
         self._tiff.close()
-        if self._fd >= 0:
+        if isinstance(self._fd, int) and self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
@@ -374,6 +376,7 @@ class TiffFormat(Format):
     name = "tiff"
     read_extensions = (".tif", ".tiff")
     write_extensions = (".tif", ".tiff")
+    reads_urls = True
     max_expansion: ClassVar[int] = 1024
 
     @classmethod
@@ -382,7 +385,7 @@ class TiffFormat(Format):
 
     @classmethod
     def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
-        file = open(fd, "rb", closefd=False)  # noqa: SIM115 - the reader owns it
+        file = open_binary(fd)  # the reader owns it
         try:
             tiff = tifffile.TiffFile(file, name=os.path.basename(key))
             len(tiff.pages)  # indexes every page, which cuts a loop of pages before tifffile follows it
@@ -397,7 +400,7 @@ class TiffFormat(Format):
                 descriptor = ImageDescriptor((len(pages), *descriptor.extents), 2, descriptor.data_type)
             raw = offset is not None and pages is None and series.dtype != np.dtype(bool)
             if not raw:
-                _check_page(key, series.pages[0], 0, os.fstat(fd).st_size, cls.max_expansion)
+                _check_page(key, series.pages[0], 0, file_size(fd), cls.max_expansion)
         except (FormatError, MemoryError):
             file.close()
             raise
@@ -408,7 +411,9 @@ class TiffFormat(Format):
             stored = np.dtype(series.dtype).newbyteorder(tiff.byteorder)
             tiff.close()
             file.close()
-            reader: ImageReader = RawArrayReader(key, fd, descriptor, stored, offset, voxel_size=voxel_size)
+            reader: ImageReader = raw_reader(
+                RawArrayReader, key, fd, descriptor, stored, offset, voxel_size=voxel_size
+            )
         else:
             try:
                 reader = _TiffPagesReader(key, tiff, descriptor, fd, cls.max_expansion, voxel_size, pages)

@@ -1,7 +1,8 @@
 """The mapped-file scratch: its file's format, and resuming or rebuilding it.
 
 The file has a header, the layout (a JSON manifest of the files held and
-their indices), a table of the sources' sizes and modification times, a
+their indices), a table of the sources' sizes and modification times (of a
+file at a URL, its size and version, as `ImageReaderProvider.stamp` asks), a
 state byte and a CRC-32 per run, and the images. It is allocated in full
 when made (so a full disk shows up there, as an `OSError`, and never while
 taking images in), privately (mode 0600) beside its path and renamed onto
@@ -32,6 +33,7 @@ import numpy as np
 
 from .._fs import PartialFile, writing_in
 from .._providers import FileImageReaderProvider, ImageReaderProvider
+from .._remote import is_url
 from .._types import ImageDescriptor, as_key
 from .plan import HeldFile, align, check_arguments, descriptors, digest, layout, place
 from .private import open_own_file
@@ -60,7 +62,9 @@ class _MappedLayout:
         self.size = self.data + data_bytes
 
 
-def _source_stat(key: str) -> tuple[int, int] | None:
+def _source_stat(key: str, files: ImageReaderProvider) -> tuple[int, int] | None:
+    if is_url(key):  # its size and version, as the server says
+        return files.stamp(key)
     try:
         status = os.stat(key)
     except OSError:
@@ -132,7 +136,9 @@ def _open_mapped(
         return None
 
 
-def _build_mapped(path: str, fingerprint: bytes, held: list[HeldFile]) -> tuple[np.ndarray, mmap.mmap]:
+def _build_mapped(
+    path: str, fingerprint: bytes, held: list[HeldFile], files: ImageReaderProvider
+) -> tuple[np.ndarray, mmap.mmap]:
     """Write an empty scratch file, allocated in full, beside `path`, move it onto `path` and map it.
 
     Processes that mapped the file it replaces keep their own copy.
@@ -146,7 +152,7 @@ def _build_mapped(path: str, fingerprint: bytes, held: list[HeldFile]) -> tuple[
     fields = (parts.manifest, len(manifest), parts.stats, parts.states, parts.checksums, parts.data)
     header = _HEADER.pack(_MAGIC, fingerprint, *fields, 0)
     header = header[:-4] + struct.pack("<I", zlib.crc32(header[:-4]))
-    stats = np.array([_source_stat(file.key) or (-1, -1) for file in held], dtype=np.int64)
+    stats = np.array([_source_stat(file.key, files) or (-1, -1) for file in held], dtype=np.int64)
     partial = PartialFile(path)
     fd = partial.fd
     try:
@@ -173,12 +179,14 @@ def _build_mapped(path: str, fingerprint: bytes, held: list[HeldFile]) -> tuple[
     return np.frombuffer(mapping, dtype=np.uint8), mapping
 
 
-def _invalidate_changed(held: list[HeldFile], data: np.ndarray, parts: _MappedLayout) -> None:
+def _invalidate_changed(
+    held: list[HeldFile], data: np.ndarray, parts: _MappedLayout, files: ImageReaderProvider
+) -> None:
     """Drop the runs of files whose size or modification time changed since they were recorded."""
     stats = data[parts.stats : parts.stats + 16 * len(held)].view(np.int64).reshape(len(held), 2)
     states = data[parts.states : parts.states + (held[-1].first_run + held[-1].run_count)]
     for i, file in enumerate(held):
-        now = _source_stat(file.key)
+        now = _source_stat(file.key, files)
         if now is not None and tuple(stats[i]) != now:
             states[file.first_run : file.first_run + file.run_count] = 0
             stats[i] = now
@@ -202,6 +210,7 @@ def mapped_scratch(
         OSError: If the file cannot be made, or the disk has no room for it.
     """
     planned = digest(grouped, run_length, max_size)
+    files = files or FileImageReaderProvider()
     fd = open_own_file(path, folder)
     try:
         opened = None
@@ -209,14 +218,12 @@ def mapped_scratch(
             fcntl.flock(fd, fcntl.LOCK_EX)
             opened = _open_mapped(fd, planned, grouped, run_length)
         if opened is None:
-            held = layout(
-                grouped, descriptors(grouped, files or FileImageReaderProvider()), run_length, max_size
-            )
+            held = layout(grouped, descriptors(grouped, files), run_length, max_size)
             if not held:
                 raise ValueError(f"nothing to hold: the first file does not fit in max_size {max_size}")
             pinned = contextlib.nullcontext() if folder is None else writing_in(os.path.dirname(path), folder)
             with pinned:
-                data, mapping = _build_mapped(path, planned, held)
+                data, mapping = _build_mapped(path, planned, held, files)
         else:
             held, data, mapping = opened
         runs = held[-1].first_run + held[-1].run_count
@@ -227,7 +234,7 @@ def mapped_scratch(
             runs,
             held[-1].offset + held[-1].nbytes,
         )
-        _invalidate_changed(held, data, where)
+        _invalidate_changed(held, data, where, files)
     except BaseException:
         if fd is not None:
             _remove_if_still_empty(path, fd, folder)

@@ -12,6 +12,7 @@ import numpy as np
 import tifffile
 
 from ..._native import EER_FULL, EER_PAST_END, EER_TRUNCATED
+from ..._remote import RemoteFile, file_size, open_binary
 from ..._types import ANGSTROMS_PER_UNIT
 from .._contract import FormatError
 from ._sniff import EER_COMPRESSIONS
@@ -54,12 +55,12 @@ class Layout:
             they claim more data than the file holds (frames that share their data).
     """
 
-    def __init__(self, key: str, fd: int):
+    def __init__(self, key: str, fd: int | RemoteFile):
         self.key = key
-        size = os.fstat(fd).st_size
+        size = file_size(fd)
         try:
             with (
-                open(os.dup(fd), "rb") as handle,
+                open_binary(fd) as handle,
                 tifffile.TiffFile(handle, name=os.path.basename(key)) as tif,
             ):
                 len(tif.pages)  # indexes every page, which cuts a loop of pages before tifffile follows it
@@ -166,8 +167,9 @@ class Layout:
         coded = strips[:, 1] * 8 // (self.rlebits + self.hbits + self.vbits)
         return int(np.minimum(coded, strips[:, 3] * self.width).sum())
 
-    def read(self, fd: int, begin: int, end: int, buffer: np.ndarray) -> np.ndarray:
-        """Read the strips of frames `begin..end` one after another into `buffer`.
+    def read(self, fd: int | RemoteFile, begin: int, end: int, buffer: np.ndarray) -> np.ndarray:
+        """Read the strips of frames `begin..end` one after another into `buffer` (of a `RemoteFile`,
+        fetched at once, those that touch in one request).
 
         Returns:
             Their rows of `strips`, with the first column made their offset in `buffer`.
@@ -179,6 +181,11 @@ class Layout:
         local = rows.copy()
         local[:, 0] = np.cumsum(rows[:, 1]) - rows[:, 1]
         view = memoryview(buffer)
+        if isinstance(fd, RemoteFile):
+            bodies = fd.read_ranges([(offset, offset + count) for offset, count, _, _ in rows.tolist()])
+            for start, body in zip(local[:, 0].tolist(), bodies):
+                view[start : start + len(body)] = body
+            return local
         for strip, (offset, count, _, _) in enumerate(rows.tolist()):
             start = int(local[strip, 0])
             target = view[start : start + count]

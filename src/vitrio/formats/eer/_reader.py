@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ... import _native
+from ..._remote import RemoteFile, file_size
 from ..._types import ImageDescriptor
 from .._contract import Format, FormatError, ImageReader
 from ._gain import load_gain
@@ -76,7 +77,7 @@ class EerReader(ImageReader):
     def __init__(
         self,
         key: str,
-        fd: int,
+        fd: int | RemoteFile,
         layout: Layout,
         fractions: int | None,
         binning: int,
@@ -152,7 +153,7 @@ class EerReader(ImageReader):
 
     def _render(self, index: int, out: np.ndarray) -> None:
         layout = self._layout
-        if self._fd < 0:
+        if isinstance(self._fd, int) and self._fd < 0:
             raise ValueError(f"{self.key}: the reader is closed")
         begin, end = int(self._bounds[index]), int(self._bounds[index + 1])
         data = _scratch_bytes("data", int(layout.frame_bytes[end] - layout.frame_bytes[begin]))
@@ -195,7 +196,7 @@ class EerReader(ImageReader):
 
     def check_unchanged(self) -> None:
         """Raise `OSError` if the file has become shorter than its frames need."""
-        size = os.fstat(self._fd).st_size
+        size = file_size(self._fd)
         if size < self._layout.file_end:
             self.stale = True
             raise OSError(
@@ -205,7 +206,7 @@ class EerReader(ImageReader):
     def close(self) -> None:
         """Close the file."""
         fd, self._fd = self._fd, -1
-        if fd >= 0:
+        if isinstance(fd, int) and fd >= 0:
             os.close(fd)
 
 
@@ -219,6 +220,7 @@ class EerFormat(Format):
 
     name = "eer"
     read_extensions = (".eer",)
+    reads_urls = True
     events = True
     fractions: ClassVar[int | DetectorEventFractionation | None] = None
     binning: ClassVar[int] = 1
@@ -233,7 +235,7 @@ class EerFormat(Format):
         return extension in cls.read_extensions or first_compression(head) in EER_COMPRESSIONS
 
     @classmethod
-    def open(cls, key: str, fd: int, head: bytes) -> EerReader:
+    def open(cls, key: str, fd: int | RemoteFile, head: bytes) -> EerReader:
         """Open a reader of the EER file at `key`, open as `fd`, which the reader then owns.
 
         Raises:

@@ -56,7 +56,8 @@ def parse_key(key: str) -> StoreKey:
 
 
 def names_store(key: str) -> bool:
-    """Whether `key` names a Zarr store: a URL, a `.zarr` path, or a directory holding Zarr metadata.
+    """Whether `key` names a Zarr store: a `.zarr` path or URL, a URL without an extension (a file at a
+    URL, `s3://bucket/stack.mrcs`, is no store), or a directory holding Zarr metadata.
 
     Decided by the key's spelling, and for a path without an extension by whether it is a directory
     holding Zarr metadata; nothing is read.
@@ -65,12 +66,14 @@ def names_store(key: str) -> bool:
         parsed = parse_key(key)
     except ValueError:
         return "#" in key and _names_local(key.rpartition("#")[0])
-    return parsed.remote or _names_local(parsed.store)
+    return _names_local(parsed.store)
 
 
 def _names_local(path: str) -> bool:
     if any(part.lower().endswith(".zarr") for part in re.split(r"[/\\]", path) if part):
         return True
-    if os.path.splitext(path)[1]:  # a file's name, as image files have: not looked at (no stat)
+    if os.path.splitext(path.rstrip("/"))[1]:  # a file's name, as image files have: not looked at (no stat)
         return False
+    if _URL.match(path):  # a URL without an extension: a store (a file at a URL has its extension)
+        return True
     return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, n)) for n in METADATA_FILES)

@@ -1,0 +1,182 @@
+"""A shuffled epoch of particles in MRC stacks in a local S3 bucket: vitrio against a loop and a download.
+
+200 stacks of 100 particles of 64 x 64 float32 (`--quick`: 20 of 50) are put
+into a bucket of moto's S3 server (a process of its own on 127.0.0.1),
+reached directly and through a proxy that holds each request 20 ms
+(`--latency-ms`) before passing it on, as a real network does. One shuffled
+epoch is read in batches of 256 (`--batch`):
+
+- vitrio: `vio.read_batch_async` on `vio.loader(workers=16, storage_options=...)`;
+  images per second and requests per batch (counted at the proxy);
+- loop: each particle opened with `fsspec.open`, its header parsed by
+  mrcfile and its image read, one after another (the first 400 particles,
+  `--quick` 100; the rate is theirs);
+- download: `s3fs.get` of every stack into a folder, then the epoch read from
+  it by vitrio; the time of both;
+- scratch: the epoch read again by vitrio through a mapped scratch that the
+  first epoch filled: images per second and requests (none are due).
+
+Prints images per second of each and vitrio's speed-up over the loop.
+Needs `moto[server]`, s3fs and mrcfile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import threading
+import time
+
+import fsspec
+import mrcfile.mrcinterpreter
+import numpy as np
+from bench_zarr import start_s3
+
+import vitrio as vio
+
+SHAPE = (64, 64)
+
+
+class DelayingProxy:
+    """A TCP proxy on 127.0.0.1 to `port` that holds each request `delay` seconds and counts them."""
+
+    def __init__(self, port: int, delay: float):
+        self.requests = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._target, self._delay = port, delay
+        threading.Thread(target=self._run, daemon=True).start()
+        self._ready.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _serve(self, reader, writer) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self._target)
+
+        async def pipe(source, sink, delayed: bool) -> None:
+            try:
+                while data := await source.read(1 << 16):
+                    if delayed and data[:4] in (b"GET ", b"HEAD", b"PUT ", b"POST"):
+                        self.requests += 1
+                        await asyncio.sleep(self._delay)
+                    sink.write(data)
+                    await sink.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, upstream_writer, True), pipe(upstream_reader, writer, False))
+
+
+def make_stacks(options: dict, folder: str, stacks: int, per_stack: int) -> list[str]:
+    """Write and put the stacks into the bucket; their URLs."""
+    fs = fsspec.filesystem("s3", **options)
+    fs.call_s3("create_bucket", Bucket="particles")
+    rng = np.random.default_rng(0)
+    urls = []
+    for n in range(stacks):
+        path = os.path.join(folder, f"stack_{n:03d}.mrcs")
+        vio.write_stack(rng.standard_normal((per_stack, *SHAPE), dtype=np.float32), path)
+        fs.put(path, f"particles/stack_{n:03d}.mrcs")
+        urls.append(f"s3://particles/stack_{n:03d}.mrcs")
+    return urls
+
+
+def epoch(loader, locations, order, size: int) -> float:
+    """Seconds to read `locations` in `order`, `size` at a time."""
+    out = np.empty((size, *SHAPE), np.float32)
+    start = time.perf_counter()
+    for first in range(0, len(order), size):
+        batch = [locations[i] for i in order[first : first + size]]
+        vio.read_batch_async(loader, out[: len(batch)], batch).get()
+    return time.perf_counter() - start
+
+
+def loop(options, locations, count) -> float:
+    """Seconds to read the first `count` particles one at a time with fsspec and mrcfile."""
+    start = time.perf_counter()
+    for location in locations[:count]:
+        with fsspec.open(location.key, "rb", **options) as file:
+            header = mrcfile.mrcinterpreter.MrcInterpreter(iostream=file, permissive=True, header_only=True)
+            offset = header.header.nbytes + int(header.header.nsymbt)
+            file.seek(offset + location.index_in_stack * 4 * SHAPE[0] * SHAPE[1])
+            np.frombuffer(file.read(4 * SHAPE[0] * SHAPE[1]), np.float32)
+    return time.perf_counter() - start
+
+
+def run(options, port, delay, urls, per_stack, looped, folder, size) -> None:
+    proxy = DelayingProxy(port, delay)
+    options = {**options, "endpoint_url": f"http://127.0.0.1:{proxy.port}"}
+    locations = [vio.ImageLocation(url, i) for url in urls for i in range(per_stack)]
+    order = np.random.default_rng(1).permutation(len(locations))
+    batches = -(-len(order) // size)
+    loader = vio.loader(workers=16, storage_options=options)
+    before = proxy.requests
+    seconds = epoch(loader, locations, order, size)
+    asked = proxy.requests - before
+    rate = len(order) / seconds
+    print(
+        f"  vitrio      {rate:9.0f} images/s   {asked / batches:6.1f} requests a batch (the headers included)"
+    )
+    loop_rate = looped / loop(options, [locations[i] for i in order], looped)
+    print(
+        f"  loop        {loop_rate:9.0f} images/s   (fsspec.open + mrcfile each)   "
+        f"vitrio x{rate / loop_rate:.1f}"
+    )
+    local = os.path.join(folder, f"down-{delay}")
+    start = time.perf_counter()
+    fsspec.filesystem("s3", **options).get([u.removeprefix("s3://") for u in urls], local + "/")
+    fetched = time.perf_counter() - start
+    local_locations = [
+        vio.ImageLocation(os.path.join(local, os.path.basename(u)), i) for u in urls for i in range(per_stack)
+    ]
+    read = epoch(vio.loader(workers=16), local_locations, order, size)
+    print(
+        f"  download    {len(order) / (fetched + read):9.0f} images/s   (s3fs.get {fetched:.1f} s, "
+        f"then local reads at {len(order) / read:.0f}/s)"
+    )
+    scratch = vio.create_mapped_file_image_scratch(
+        locations,
+        os.path.join(folder, f"epochs-{delay}.scratch"),
+        16,
+        files=vio.reader_provider(storage_options=options),
+    )
+    cached = vio.loader(workers=16, scratch=scratch, storage_options=options)
+    epoch(cached, locations, order, size)
+    before = proxy.requests
+    second = epoch(cached, locations, np.random.default_rng(2).permutation(len(order)), size)
+    print(
+        f"  scratch     {len(order) / second:9.0f} images/s   "
+        f"second epoch, {proxy.requests - before} requests"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20 stacks of 50 particles")
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="the delay of each request (20)")
+    parser.add_argument("--batch", type=int, default=256, help="images a batch (256)")
+    args = parser.parse_args()
+    stacks, per_stack, looped = (20, 50, 100) if args.quick else (200, 100, 400)
+    server, options = start_s3()
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            urls = make_stacks(options, folder, stacks, per_stack)
+            port = int(options["endpoint_url"].rsplit(":", 1)[1])
+            for delay in (0.0, args.latency_ms / 1000):
+                print(f"{stacks * per_stack} particles in {stacks} stacks, {delay * 1000:.0f} ms a request:")
+                run(options, port, delay, urls, per_stack, looped, folder, args.batch)
+    finally:
+        server.terminate()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,342 @@
+"""Files at URLs (`s3://`, `gs://`, `https://`, ...), read by byte ranges through fsspec.
+
+A `RemoteFile` asks its size and version (ETag, else modification time) once,
+when opened. `read_ranges` reads many byte ranges at once: sorted, merged
+where the gap between two is under `RemoteFile.gap` bytes (and a merged span
+under `RemoteFile.part`; a longer range is cut into parts), and fetched
+concurrently, at most `RemoteFile.in_flight` requests at a time, through
+fsspec's async API. A request that times out, loses its connection, is
+answered 5xx or with a body of the wrong length is asked again, after a pause
+that doubles, up to `RemoteFile.attempts` times in all; then the read fails
+with an `OSError` naming the URL and the range. Over HTTP every body is asked
+uncompressed and read as a stream, no further than the range asked: a server
+that ignores `Range` or sends more is refused, never read whole.
+
+`pread(file, size, offset)` and `file_size(file)` read an open file
+descriptor or a `RemoteFile` alike, so that formats parse their headers from
+either; `RemoteFile.open_blocks()` is a file object over it (blocks read once
+and kept) for parsers that take one, such as tifffile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import errno
+import io
+import os
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._errors import no_such_file
+
+__all__ = ["RemoteFile", "file_size", "is_url", "merge_ranges", "open_binary", "pread"]
+
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def is_url(key: str) -> bool:
+    """Whether `key` is a URL fsspec reads (`s3://`, `https://`, ...), not a local path (nor `file://`)."""
+    match = _SCHEME.match(key)
+    return match is not None and match.group(1).lower() not in ("file", "local")
+
+
+def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int, part: int) -> list[tuple[int, int]]:
+    """The spans (start, end) fetched for `ranges` (start, end): sorted, merged where the gap between two
+    is under `gap` bytes and the span stays within `part` bytes, and a span over `part` cut into parts."""
+    spans: list[list[int]] = []
+    for start, end in sorted(r for r in ranges if r[1] > r[0]):
+        if spans and start - spans[-1][1] < gap and max(end, spans[-1][1]) - spans[-1][0] <= part:
+            spans[-1][1] = max(spans[-1][1], end)
+        elif spans and end <= spans[-1][1]:
+            continue
+        else:
+            spans.append([start, end])
+    return [(a, min(a + part, end)) for start, end in spans for a in range(start, end, part)]
+
+
+class RemoteFile:
+    """A file at a URL, read by byte ranges; safe to use from many threads.
+
+    Args:
+        url: Its URL.
+        storage_options: What fsspec takes to reach it (credentials, `anon=True`, `endpoint_url`).
+
+    Attributes:
+        url, size: The URL and the size in bytes.
+        version: The ETag, else the modification time, when opened; None where the server gives neither.
+        gap, part, in_flight, attempts, backoff: How ranges are merged and fetched (see the module).
+
+    Raises:
+        ImageFileNotFoundError: If there is nothing at `url`.
+        OSError: If the server does not say the size, or cannot be reached.
+    """
+
+    gap = 1 << 20
+    part = 16 << 20
+    in_flight = 32
+    attempts = 4
+    backoff = 0.05
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None):
+        try:
+            import fsspec
+        except ImportError as error:
+            raise ImportError(f"{url}: reading URLs needs fsspec: pip install 'vitrio[remote]'") from error
+
+        self.url = url
+        options = dict(storage_options or {})
+        self.http = url.lower().startswith(("http://", "https://"))
+        if self.http:
+            client = dict(options.get("client_kwargs", {}), auto_decompress=False)
+            options["client_kwargs"] = client
+            options["headers"] = {**options.get("headers", {}), **_IDENTITY}
+        self.fs, self.path = fsspec.core.url_to_fs(url, **options)
+        try:
+            info = self._retried(lambda: self.fs.info(self.path))
+        except FileNotFoundError:
+            raise no_such_file(url, errno.ENOENT) from None
+        if info.get("type") == "directory" or info.get("size") is None:
+            raise OSError(errno.EIO, f"{url}: the server does not say its size (not a file?)")
+        self.size = int(info["size"])
+        self.version = next(
+            (str(info[k]) for k in ("ETag", "etag", "LastModified", "Last-Modified", "mtime") if info.get(k)),
+            None,
+        )
+
+    def __repr__(self) -> str:
+        return f"<RemoteFile {self.url!r} {self.size} bytes>"
+
+    def _retried(self, call: Any) -> Any:
+        for attempt in range(self.attempts):
+            try:
+                return call()
+            except Exception as error:
+                if not _transient(error) or attempt + 1 == self.attempts:
+                    raise
+                time.sleep(self.backoff * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """Up to `size` bytes from `offset`: fewer only where the file ends first, as `os.pread` reads."""
+        end = min(self.size, offset + size)
+        return bytes(self.read_ranges([(offset, end)])[0]) if end > offset else b""
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """The bytes of each (start, end) of `ranges`, fetched as `merge_ranges` plans them.
+
+        Raises:
+            OSError: If a range lies past the end of the file, or a span could not be fetched as asked
+                after `attempts` tries, naming the URL and the range.
+        """
+        for start, end in ranges:
+            if start < 0 or end > self.size or end < start:
+                raise OSError(errno.EIO, f"{self.url}: bytes {start}-{end} asked of a file of {self.size}")
+        spans = merge_ranges(ranges, self.gap, self.part)
+        bodies = self._fetch(spans)
+        starts = [a for a, _ in spans]
+        found = {}
+        views = []
+        for start, end in ranges:
+            if end == start:
+                views.append(memoryview(b""))
+                continue
+            i = found.get(start)
+            if i is None:
+                i = found[start] = _last_at_most(starts, start)
+            first = spans[i][0]
+            if end <= spans[i][1]:
+                views.append(memoryview(bodies[i])[start - first : end - first])
+            else:  # cut into parts: put back together
+                last = _last_at_most(starts, end - 1)
+                joined = b"".join(bodies[i : last + 1])
+                views.append(memoryview(joined)[start - first : end - first])
+        return views
+
+    def _fetch(self, spans: list[tuple[int, int]]) -> list[bytes]:
+        if not getattr(self.fs, "async_impl", False):
+            return [self._fetch_one_blocking(a, b) for a, b in spans]
+        from fsspec.asyn import sync
+
+        async def fetch_all() -> list[bytes]:
+            limit = asyncio.Semaphore(self.in_flight)
+            session = await self.fs.set_session() if self.http else None
+
+            async def one(start: int, end: int) -> bytes:
+                async with limit:
+                    return await self._fetch_one(session, start, end)
+
+            return await asyncio.gather(*(one(a, b) for a, b in spans))
+
+        return sync(self.fs.loop, fetch_all)
+
+    def _fetch_one_blocking(self, start: int, end: int) -> bytes:
+        def get() -> bytes:
+            return _checked_length(self.fs.cat_file(self.path, start=start, end=end), self.url, start, end)
+
+        try:
+            return self._retried(get)
+        except Exception as error:
+            raise _named(error, self.url, start, end, self.attempts) from error
+
+    async def _fetch_one(self, session: Any, start: int, end: int) -> bytes:
+        for attempt in range(self.attempts):
+            try:
+                if session is not None:
+                    return await _http_range(self.fs, session, self.url, start, end)
+                body = await self.fs._cat_file(self.path, start=start, end=end)
+                return _checked_length(body, self.url, start, end)
+            except Exception as error:
+                if not _transient(error) or attempt + 1 == self.attempts:
+                    raise _named(error, self.url, start, end, attempt + 1) from error
+                await asyncio.sleep(self.backoff * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def open_blocks(self, block: int = 1 << 16) -> io.BufferedReader:
+        """A file object over the file, read `block` bytes at a time, the last 16 blocks kept."""
+        return io.BufferedReader(_Blocks(self, block), buffer_size=block)
+
+
+class _Short(OSError):
+    """A body of another length than asked: asked again, as a dropped connection is."""
+
+
+class _Status(OSError):
+    """A 5xx answer: asked again."""
+
+
+_IDENTITY = {"Accept-Encoding": "identity"}
+
+
+def _transient(error: BaseException) -> bool:
+    """Whether a failed request is worth asking again: a timeout, a lost connection, a 5xx, a short body."""
+    if isinstance(error, (_Short, _Status, TimeoutError, asyncio.TimeoutError, ConnectionError)):
+        return True
+    if isinstance(error, (FileNotFoundError, PermissionError, ValueError, TypeError)):
+        return False
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - fsspec's HTTP and s3fs need it
+        return False
+    if isinstance(error, aiohttp.ClientResponseError):
+        return error.status >= 500
+    if isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
+        return True
+    name = type(error).__name__  # botocore's, without importing it
+    return name in (
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+    )
+
+
+def _named(error: BaseException, url: str, start: int, end: int, attempts: int) -> OSError:
+    if isinstance(error, FileNotFoundError):
+        return FileNotFoundError(errno.ENOENT, f"{url} (bytes {start}-{end - 1}): not found")
+    tried = f" after {attempts} attempts" if attempts > 1 else ""
+    return OSError(errno.EIO, f"{url} (bytes {start}-{end - 1}): {type(error).__name__}: {error}{tried}")
+
+
+def _checked_length(body: bytes, url: str, start: int, end: int) -> bytes:
+    if len(body) != end - start:
+        raise _Short(errno.EIO, f"{len(body)} bytes received where {end - start} were asked")
+    return body
+
+
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+async def _http_range(fs: Any, session: Any, url: str, start: int, end: int) -> bytes:
+    """Bytes `start..end` of `url`, asked uncompressed, read no further than asked."""
+    options = dict(fs.kwargs)
+    headers = {**options.pop("headers", {}), **_IDENTITY, "Range": f"bytes={start}-{end - 1}"}
+    async with session.get(fs.encode_url(url), headers=headers, auto_decompress=False, **options) as answer:
+        if answer.status == 404:
+            raise FileNotFoundError(errno.ENOENT, "not found")
+        if answer.status >= 500:
+            raise _Status(errno.EIO, f"HTTP {answer.status} {answer.reason}")
+        if answer.status not in (200, 206):
+            raise OSError(errno.EIO, f"HTTP {answer.status} {answer.reason}")
+        encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding != "identity":
+            raise OSError(errno.EIO, f"sent as {encoding!r} where identity was asked; refused unread")
+        if answer.status == 200:
+            if start != 0 or answer.content_length not in (None, end - start):
+                raise OSError(errno.EIO, "the server ignored the range asked; refused unread")
+        else:
+            match = _CONTENT_RANGE.match(answer.headers.get("Content-Range", ""))
+            if match is None or (int(match.group(1)), int(match.group(2))) != (start, end - 1):
+                raise OSError(errno.EIO, f"sent {answer.headers.get('Content-Range')!r}, not the range asked")
+        body = bytearray()
+        while len(body) <= end - start:
+            piece = await answer.content.read(end - start + 1 - len(body))
+            if not piece:
+                break
+            body += piece
+    return _checked_length(bytes(body), url, start, end)
+
+
+def _last_at_most(starts: list[int], value: int) -> int:
+    return bisect.bisect_right(starts, value) - 1
+
+
+class _Blocks(io.RawIOBase):
+    """The raw file under `RemoteFile.open_blocks`: blocks read once, the last `kept` of them kept."""
+
+    def __init__(self, file: RemoteFile, block: int, kept: int = 16):
+        self._file, self._block, self._kept, self._pos = file, block, kept, 0
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._pos, self._file.size)[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        size = self._file.size
+        end = min(size, self._pos + len(buffer))
+        if end <= self._pos:
+            return 0
+        numbers = range(self._pos // self._block, (end - 1) // self._block + 1)
+        have = {b: self._blocks[b] for b in numbers if b in self._blocks}
+        wanted = [b for b in numbers if b not in have]
+        spans = [(b * self._block, min(size, (b + 1) * self._block)) for b in wanted]
+        have.update(zip(wanted, (bytes(body) for body in self._file.read_ranges(spans))))
+        for b in numbers:
+            self._blocks[b] = have[b]
+            self._blocks.move_to_end(b)
+        while len(self._blocks) > self._kept:
+            self._blocks.popitem(last=False)
+        data = b"".join(have[b] for b in numbers)
+        skip, count = self._pos - numbers[0] * self._block, end - self._pos
+        memoryview(buffer)[:count] = data[skip : skip + count]
+        self._pos = end
+        return count
+
+
+def open_binary(file: int | RemoteFile) -> io.BufferedReader:
+    """A file object over an open file descriptor (left open when it is closed) or a `RemoteFile`."""
+    return open(file, "rb", closefd=False) if isinstance(file, int) else file.open_blocks()
+
+
+def pread(file: int | RemoteFile, size: int, offset: int) -> bytes:
+    """Up to `size` bytes at `offset` of an open file descriptor or a `RemoteFile`."""
+    return os.pread(file, size, offset) if isinstance(file, int) else file.pread(size, offset)
+
+
+def file_size(file: int | RemoteFile) -> int:
+    """The size of an open file descriptor or a `RemoteFile`, in bytes."""
+    return os.fstat(file).st_size if isinstance(file, int) else file.size

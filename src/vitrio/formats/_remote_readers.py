@@ -1,0 +1,57 @@
+"""The readers of files at URLs a provider has opened: each opened once, kept with its header.
+
+A reader of a file at a URL holds no descriptor, only what its header said
+and the `RemoteFile` it fetches ranges of; so a provider keeps it, as it
+keeps the layouts of local raw files, and later batches fetch images alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .._remote import RemoteFile
+from ._contract import Format, ImageReader
+from ._registry import open_reader
+
+__all__ = ["RemoteReaders"]
+
+
+class RemoteReaders:
+    """The readers of the last `kept` files at URLs opened, with `storage_options`; safe from many threads."""
+
+    def __init__(self, storage_options: Mapping[str, Any] | None, kept: int = 1 << 12):
+        self._options = dict(storage_options or {})
+        self._kept = kept
+        self._readers: OrderedDict[str, ImageReader] = OrderedDict()
+        self._opening: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, key: str, formats: Iterable[type[Format]] | None) -> ImageReader:
+        """The reader of the file at the URL `key`, opened by the first thread that asks."""
+        with self._lock:
+            opening = self._opening.setdefault(key, threading.Lock())
+        with opening:
+            with self._lock:
+                reader = self._readers.get(key)
+                if reader is not None and not reader.stale:
+                    self._readers.move_to_end(key)
+                    return reader
+            reader = open_reader(key, formats, self._options)
+            with self._lock:
+                self._readers[key] = reader
+                if len(self._readers) > self._kept:
+                    self._readers.popitem(last=False)
+                self._opening.pop(key, None)
+        return reader
+
+    def stamp(self, key: str) -> tuple[int, int] | None:
+        """(size, a CRC-32 of the version) of the file at `key` as the server says now; None if it cannot."""
+        try:
+            file = RemoteFile(key, self._options)
+        except OSError:
+            return None
+        return file.size, -1 if file.version is None else zlib.crc32(file.version.encode())

@@ -1,0 +1,83 @@
+"""Fixtures of the tests of files at URLs: the S3 server on 127.0.0.1, counting the ranges it serves,
+and files of every raw format put there beside their local copies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tifffile
+
+import vitrio as vio
+from vitrio.testing.dm import write_dm
+
+from ..zarr.s3 import LocalS3
+
+BUCKET = "remote-files"
+
+
+class RangedS3(LocalS3):
+    """`LocalS3` also keeping the `Range` header of each request: `(method, path, range)` in `ranged`."""
+
+    def __init__(self) -> None:
+        self.ranged: list[tuple[str, str, str | None]] = []
+        super().__init__()
+
+    def _answer(self, inner, environ, start_response):
+        with self._lock:
+            self.ranged.append(
+                (environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("HTTP_RANGE"))
+            )
+        return super()._answer(inner, environ, start_response)
+
+    def mark(self) -> int:
+        """The number of requests so far, to count those after it with `since`."""
+        with self._lock:
+            return len(self.ranged)
+
+    def since(self, mark: int) -> list[tuple[str, str, str | None]]:
+        """The requests made after `mark`."""
+        with self._lock:
+            return self.ranged[mark:]
+
+    def put(self, local, name: str) -> str:
+        """Copy the local file into the bucket as `name`; its `s3://` URL."""
+        if not self.fs.exists(BUCKET):
+            self.fs.call_s3("create_bucket", Bucket=BUCKET)
+        self.fs.put(str(local), f"{BUCKET}/{name}")
+        self.fs.invalidate_cache()
+        return f"s3://{BUCKET}/{name}"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """The S3 server on 127.0.0.1, stopped when the module's tests are done."""
+    server = RangedS3()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def files(s3, tmp_path_factory):
+    """{name: (local path, URL)} of a stack, a volume (a particle stack whose header says volume), a DM
+    image and an uncompressed TIFF stack, and the values each holds."""
+    folder = tmp_path_factory.mktemp("files")
+    rng = np.random.default_rng(28)
+    made = {
+        "stack.mrcs": rng.normal(size=(12, 40, 56)).astype(np.float32),
+        "volume.mrc": rng.integers(-900, 900, size=(9, 24, 32)).astype(np.int16),
+        "image.dm4": rng.integers(0, 60000, size=(36, 44)).astype(np.uint16),
+        "stack.tif": rng.integers(0, 250, size=(5, 30, 20)).astype(np.uint8),
+    }
+    out = {}
+    for name, values in made.items():
+        path = folder / name
+        if name.endswith(".dm4"):
+            write_dm(path, values)
+        elif name.endswith(".tif"):
+            tifffile.imwrite(path, values)
+        elif name == "stack.mrcs":
+            vio.write_stack(values, path)
+        else:
+            vio.write_single(values, path)
+        out[name] = (path, s3.put(path, name), values)
+    return out

@@ -1,0 +1,97 @@
+"""A threaded HTTP server on 127.0.0.1 serving files by ranges, told to fail the requests it answers next.
+
+Faults, applied one per GET in the order queued: "drop" closes the connection
+unanswered, "503" answers Service Unavailable, "short" announces the range
+asked and sends half of it, "long" sends more than asked, "whole" ignores
+`Range` and sends the whole file.
+"""
+
+from __future__ import annotations
+
+import http.server
+import re
+import threading
+from collections import deque
+
+__all__ = ["RangeServer"]
+
+
+class RangeServer:
+    """Serves `files` ({name: bytes}) at `url/<name>`; counts GETs (`gets`) and fails as `fail` queues."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files = files
+        self.gets = 0
+        self.faults: deque[str] = deque()
+        self.always: str | None = None
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_HEAD(self):
+                body = server.files.get(self.path.lstrip("/"))
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("ETag", f'"{hash(body) & 0xFFFFFFFF:x}"')
+                self.end_headers()
+
+            def do_GET(self):
+                with server._lock:
+                    server.gets += 1
+                    fault = server.faults.popleft() if server.faults else server.always
+                body = server.files.get(self.path.lstrip("/"))
+                if body is None:
+                    self.send_error(404)
+                    return
+                if fault == "drop":
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                if fault == "503":
+                    self.send_error(503)
+                    return
+                match = re.match(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+                if match is None or fault == "whole":
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                first, last = int(match.group(1)), min(int(match.group(2)), len(body) - 1)
+                part = body[first : last + 1]
+                sent = (
+                    part[: len(part) // 2]
+                    if fault == "short"
+                    else part + b"x" * 64
+                    if fault == "long"
+                    else part
+                )
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {first}-{last}/{len(body)}")
+                self.send_header("Content-Length", str(len(sent) if fault == "long" else len(part)))
+                self.end_headers()
+                self.wfile.write(sent)
+                if fault == "short":
+                    self.close_connection = True
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def fail(self, *faults: str) -> None:
+        """Fail the next GETs, one fault each, in this order."""
+        with self._lock:
+            self.faults.extend(faults)
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
