@@ -133,7 +133,7 @@ MUTANTS = (
     ),
     Mutant(
         "writer-close-race-key-error",
-        "src/vitrio/_providers.py",
+        "src/vitrio/_writers.py",
         "                with self._lock:\n"
         "                    descriptor = self._declared.get(key)\n"
         "                    voxel_size = self._voxel_sizes.get(key)\n"

@@ -33,7 +33,6 @@ from ._loading import (
 from ._providers import (
     CachingImageReaderProvider,
     FileImageReaderProvider,
-    FileImageWriterProvider,
     ImageReaderProvider,
     detector_event_image_reader_provider,
 )
@@ -52,7 +51,7 @@ from ._types import (
     ReadOnlyDestinationError,
     get_core_extents,
 )
-from ._writers import ImageWriterProvider
+from ._writers import FileImageWriterProvider, ImageWriterProvider
 from .formats import (
     DetectorEventTimelineFileReadFormatSelector,
     Format,

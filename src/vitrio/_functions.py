@@ -16,7 +16,6 @@ from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
 from ._providers import (
     CachingImageReaderProvider,
     FileImageReaderProvider,
-    FileImageWriterProvider,
     ImageReaderProvider,
 )
 from ._types import (
@@ -28,7 +27,7 @@ from ._types import (
     as_numerical_type,
     numpy_dtype,
 )
-from ._writers import ImageWriterProvider
+from ._writers import FileImageWriterProvider, ImageWriterProvider
 from .formats import Format, create_writer
 from .scratch import ScratchImageReaderProvider
 

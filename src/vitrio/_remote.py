@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._counters import add_count
 from ._errors import no_such_file
 
 __all__ = ["RemoteFile", "file_size", "is_url", "merge_ranges", "open_binary", "pread"]
@@ -136,6 +137,7 @@ class RemoteFile:
             if start < 0 or end > self.size or end < start:
                 raise OSError(errno.EIO, f"{self.url}: bytes {start}-{end} asked of a file of {self.size}")
         spans = merge_ranges(ranges, self.gap, self.part)
+        add_count("remote_requests", len(spans))
         bodies = self._fetch(spans)
         starts = [a for a, _ in spans]
         found = {}

@@ -50,6 +50,7 @@ def test_a_batch_makes_one_request_per_merged_span(s3, files, monkeypatch):
     out = np.empty((len(indices), *values.shape[1:]), np.float32)
     vio.read_batch_async(loader, out[:1], [vio.ImageLocation(url, 5)]).get()  # the header, once
     mark = s3.mark()
+    counted = loader.stats().remote_requests
     vio.read_batch_async(loader, out, [vio.ImageLocation(url, i) for i in indices]).get()
     np.testing.assert_array_equal(out, values[indices])
     with mrcfile.mmap(path, permissive=True) as stack:
@@ -61,6 +62,7 @@ def test_a_batch_makes_one_request_per_merged_span(s3, files, monkeypatch):
     assert len(planned) == 3
     asked = [r for m, _, r in s3.since(mark)]
     assert sorted(asked) == sorted(f"bytes={a}-{b - 1}" for a, b in planned)
+    assert loader.stats().remote_requests - counted == len(planned)  # as the loader's statistics say
 
 
 def test_sections_of_a_volume_are_fetched_together(s3, files):
