@@ -168,7 +168,7 @@ class RawArrayReader(ImageReader):
             return False
         self.check_run(index, 1)
         self.check_unchanged()
-        self.will_read(np.array([index]))
+        self._will_read_run(index, 1)
         value = None if fill is None else np.asarray(fill).astype(out.dtype).tobytes()
         image = self._offset + index * layout.image_bytes
         crop(self._map, image, plan.stored, self.core_extents, origins, slots, out, plan.wanted, patch, value)
@@ -184,7 +184,7 @@ class RawArrayReader(ImageReader):
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         self.check_run(start, len(outs))
         self.check_unchanged()
-        self.will_read(np.arange(start, start + len(outs)))
+        self._will_read_run(start, len(outs))
         if not self._copy_split(start, outs):
             for i, out in enumerate(outs):
                 self._copy(self._images[start + i], out)
@@ -239,7 +239,7 @@ class RawArrayReader(ImageReader):
     def read_region(self, index: int, region: tuple[slice, ...], out: np.ndarray) -> None:
         self.check_run(index, 1)
         self.check_unchanged()
-        self.will_read(np.array([index]))
+        self._will_read_run(index, 1)
         self._copy(self._images[index][region], out)
         self._check_copied()
 
@@ -248,7 +248,7 @@ class RawArrayReader(ImageReader):
     ) -> None:
         self.check_run(index, 1)
         self.check_unchanged()
-        self.will_read(np.array([index]))
+        self._will_read_run(index, 1)
         image = self._images[index]
         for region, out in zip(regions, outs):
             self._copy(image[region], out)
@@ -260,12 +260,22 @@ class RawArrayReader(ImageReader):
         image by image, not megabytes around each, and this has the disk read them at once."""
         if self._map is None or not self.descriptor.is_stack or not len(indices):
             return
-        image_bytes = (self._end - self._offset) // self.image_count
         ordered = np.unique(indices)
         starts = np.flatnonzero(np.diff(ordered, prepend=ordered[0] - 2) != 1)
         counts = np.diff(np.append(starts, len(ordered)))
-        ranges = np.column_stack((self._offset + ordered[starts] * image_bytes, counts * image_bytes))
-        advise_map(self._map, np.ascontiguousarray(ranges, dtype=np.int64))
+        self._advise(ordered[starts], counts)
+
+    def _will_read_run(self, start: int, count: int) -> None:
+        """`will_read` of the images `start..start + count`, one range, with no search for runs."""
+        if self._map is not None and self.descriptor.is_stack and count:
+            self._advise(np.array([start]), np.array([count]))
+
+    def _advise(self, firsts: np.ndarray, counts: np.ndarray) -> None:
+        image_bytes = (self._end - self._offset) // self.image_count
+        ranges = np.empty((len(firsts), 2), np.int64)
+        ranges[:, 0] = self._offset + firsts * image_bytes
+        ranges[:, 1] = counts * image_bytes
+        advise_map(self._map, ranges)
 
     def check_unchanged(self) -> None:
         """Raise `OSError` if the file is shorter than its images need, or a page of it could not be read."""

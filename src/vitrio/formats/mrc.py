@@ -120,9 +120,13 @@ def _field_bytes(head: bytes, name: str) -> bytes:
     return head[offset : offset + dtype.itemsize]
 
 
+_HEADER_IN = {order: _HEADER.newbyteorder(order) for order in "<>"}
+"""The header's fields in each byte order, made once: a file's header is read at every open."""
+
+
 def _fields(head: bytes, order: str) -> np.void:
     """The fields of the header that starts `head` (of at least `HEADER_BYTES`), in byte order `order`."""
-    return np.frombuffer(head, _HEADER.newbyteorder(order), count=1)[0]
+    return np.frombuffer(head, _HEADER_IN[order], count=1)[0]
 
 
 def _plausible(head: bytes, order: str) -> bool:
