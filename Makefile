@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml setup.py | $(BIN)/python
 	touch $(STAMP)
 
 test: $(STAMP)
-	@echo "ruff, then the whole suite: about 10 minutes on 2 cores. The DM tests read real DM files from"
+	@echo "ruff, then the whole suite: about 14 minutes on 2 cores. The DM tests read real DM files from"
 	@echo "../shared/testdata/dm-samples.tar.xz beside the repository and are skipped, saying so, without it."
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest -q
