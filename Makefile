@@ -1,5 +1,5 @@
 # make test: create .venv if missing, install vitrio with its test extras, run ruff and the whole suite:
-#   about 10 minutes on 2 cores, and 3 more the first time for the installs. The tests of the DM reader
+#   about 14 minutes on 2 cores, and 3 more the first time for the installs. The tests of the DM reader
 #   read real DigitalMicrograph files (DM3, DM4, from rosettasciio's public test data, with the arrays
 #   rosettasciio reads from them) from ../shared/testdata/dm-samples.tar.xz beside the repository;
 #   without it they are skipped, saying so (in CI, with CI set, they fail).
