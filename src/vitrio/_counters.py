@@ -162,25 +162,20 @@ def note_runs(
     tally = getattr(_local, "tally", None)
     if tally is None:
         return
-    first, last = int(runs[0, RUN_FILE]), int(runs[-1, RUN_FILE])
-    if first == last:  # one file, as most tasks read: no numpy call but one, each costing microseconds
-        read, counts = [first], [sum(slots[:, 1].tolist())]
-    else:
-        numbers = runs[:, RUN_FILE]
-        firsts = np.flatnonzero(np.diff(numbers, prepend=-1))
-        read, counts = numbers[firsts].tolist(), np.add.reduceat(slots[:, 1], firsts).tolist()
-    total = sum(counts)
+    numbers = runs[:, RUN_FILE]
+    firsts = np.flatnonzero(np.diff(numbers, prepend=-1))
+    read, counts = numbers[firsts], np.add.reduceat(slots[:, 1], firsts)
+    total = int(counts.sum())
     _add_rate(tally.formats, "raw", total, total * image_bytes, seconds)
-    for number, count in zip(read, counts):
-        if files.maps[number] is None:
-            tally.files_opened += 1
-        else:
-            tally.readers_reused += 1
-        if files.checks[number, CHECK_KIND] != dst_kind:
-            tally.conversions += count
-        _keep_slowest(
-            tally.slowest, (seconds / total, files.layouts[number].key, count, seconds * count / total)
-        )
+    opened = sum(files.maps[number] is None for number in read.tolist())
+    tally.files_opened += opened
+    tally.readers_reused += len(read) - opened
+    tally.conversions += int(counts[files.checks[read, CHECK_KIND] != dst_kind].sum())
+    slowest, per_image = tally.slowest, seconds / total
+    if len(slowest) == _SLOWEST and per_image < slowest[0][0]:
+        return  # all of this read's files share one rate: none of them is among the slowest
+    for number, count in zip(read.tolist()[:_SLOWEST], counts.tolist()):
+        _keep_slowest(slowest, (per_image, files.layouts[number].key, count, seconds * count / total))
 
 
 def _add_rate(formats: dict[str, list[float]], name: str, images: int, nbytes: int, seconds: float) -> None:

@@ -8,9 +8,8 @@ of either catch them. This layer knows nothing of files or threads.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
+from typing import Any
 
 __all__ = [
     "VitrioError",
@@ -38,20 +37,27 @@ class VitrioError(Exception):
     key: str | None = None
 
 
-@contextlib.contextmanager
-def concerning(key: str) -> Iterator[None]:
+class concerning:  # noqa: N801 - used as a function, `with concerning(key):`
     """Give whatever is raised inside, while working on the file at `key`, that key as its `key`.
 
     A failure that already names a file keeps it. Failures of other classes
     than `VitrioError` (an `OSError`, a slot of the wrong shape) carry it too,
     so that whoever catches one learns which file it concerns without reading its message.
+    (A class, not a generator: it wraps the read of every file.)
     """
-    try:
-        yield
-    except Exception as error:
-        if getattr(error, "key", None) is None:
-            error.key = key
-        raise
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: BaseException | None, trace: Any) -> bool:
+        if isinstance(error, Exception) and getattr(error, "key", None) is None:
+            error.key = self.key
+        return False
 
 
 def _keyed(error: VitrioError, key: str) -> VitrioError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import deque
 from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
@@ -116,13 +117,26 @@ def read_indexed_async(
 
     def task(positions: np.ndarray) -> None:
         groups = list(group_ids(key_ids[positions]))
-        if loader.read_ahead and not whole:  # the disk reads every file's images while the first are copied
-            for key_id, _ in groups:
-                _hint_header(readers, keys[key_id])
+        if not loader.read_ahead or whole:
             for key_id, group in groups:
-                _hint_group(readers, keys[key_id], indices[positions[group]])
-        for key_id, group in groups:
-            _read_group(readers, keys[key_id], out, positions[group], indices, whole, casting)
+                _read_group(readers, keys[key_id], positions[group], None, out, indices, whole, casting)
+            return
+        for key_id, _ in groups:  # the disk reads every file's header while the first are parsed
+            _hint_header(readers, keys[key_id])
+        hinted: deque[tuple[str, np.ndarray, ImageReader | None]] = deque()
+        ahead = max(2, _OPEN_AHEAD // loader.worker_count)
+        try:
+            for key_id, group in groups:  # and the next files' images while one is copied
+                key, slots = keys[key_id], positions[group]
+                hinted.append((key, slots, _hinted(readers, key, indices[slots])))
+                if len(hinted) > ahead:
+                    _read_group(readers, *hinted.popleft(), out, indices, whole, casting)
+            while hinted:
+                _read_group(readers, *hinted.popleft(), out, indices, whole, casting)
+        finally:
+            for _, _, reader in hinted:
+                if reader is not None:
+                    readers.release(reader)
 
     remote = [i for i in np.unique(key_ids[left]).tolist() if is_url(keys[i])]
     if remote:  # a file at a URL is one task, so that all its ranges are merged and fetched at once
@@ -137,16 +151,18 @@ def read_indexed_async(
 def _read_group(
     readers: ImageReaderProvider,
     key: str,
-    out: np.ndarray,
     slots: np.ndarray,
+    acquired: ImageReader | None,
+    out: np.ndarray,
     indices: np.ndarray,
     whole: bool,
     casting: str | None = None,
 ) -> None:
-    """Read the images of one file bound for `slots` of `out` through its reader."""
+    """Read the images of one file bound for `slots` of `out` through its reader (`acquired` already,
+    or acquired here), and release it."""
     started = perf_counter()
     with concerning(key):
-        reader = readers.acquire(key)
+        reader = readers.acquire(key) if acquired is None else acquired
         try:
             served = reader if whole else reader.indexed()  # a single volume's sections
             _check_slot(served, out.shape[1:], whole)
@@ -180,20 +196,23 @@ def _hint_header(readers: ImageReaderProvider, key: str) -> None:
             os.close(fd)
 
 
-def _hint_group(readers: ImageReaderProvider, key: str, indices: np.ndarray) -> None:
-    """Tell the kernel the images `indices` of the raw stack at `key` are read soon; failures are
-    passed over (the read that follows raises them)."""
+_OPEN_AHEAD = 64
+"""How many files the tasks of a loader that reads ahead hold open at most, their images hinted, while
+they copy others': a task holds its share, and at least 2."""
+
+
+def _hinted(readers: ImageReaderProvider, key: str, indices: np.ndarray) -> ImageReader | None:
+    """The reader of `key`, acquired, once the kernel is told the images `indices` of its raw stack are
+    read soon; None where it cannot be opened (the read that follows raises it, naming the file)."""
     try:
         reader = readers.acquire(key)
     except Exception:  # noqa: BLE001 - the read raises it, naming the file
-        return
-    try:
-        if isinstance(reader, RawArrayReader) and reader.descriptor.is_stack:
-            with contextlib.suppress(IndexError):
-                reader.check_indices(indices)
-                reader.will_read(indices)
-    finally:
-        readers.release(reader)
+        return None
+    if isinstance(reader, RawArrayReader) and reader.descriptor.is_stack:
+        with contextlib.suppress(IndexError):
+            reader.check_indices(indices)
+            reader.will_read(indices)
+    return reader
 
 
 def _read_known(
@@ -218,7 +237,7 @@ def _read_known(
         runs, slots = runs[run:], slots[run:]
         changed = runs[:, RUN_FILE] == bad
         moved = np.concatenate([np.arange(a, a + n) for a, n in slots[changed].tolist()])
-        _read_group(readers, key, out, moved, indices, False)
+        _read_group(readers, key, moved, None, out, indices, False)
         runs, slots = np.ascontiguousarray(runs[~changed]), slots[~changed]
 
 

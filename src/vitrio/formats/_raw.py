@@ -27,6 +27,7 @@ import errno
 import functools
 import math
 import os
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -60,6 +61,12 @@ def _new_split_helpers() -> None:
 
 _new_split_helpers()  # a part is copied on the pool once one of these is taken: it never waits there
 os.register_at_fork(after_in_child=_new_split_helpers)
+
+_RANGE = struct.Struct("=qq")
+"""One range (offset, bytes) as `advise_map` takes its rows."""
+
+_NEAR = 1 << 16
+"""Images to read no further apart than this many bytes are hinted as the one range around them."""
 
 
 class RawArrayReader(ImageReader):
@@ -260,6 +267,13 @@ class RawArrayReader(ImageReader):
         image by image, not megabytes around each, and this has the disk read them at once."""
         if self._map is None or not self.descriptor.is_stack or not len(indices):
             return
+        if self._end - self._offset <= _NEAR:
+            self._will_read_run(0, self.image_count)  # a small file: all of it, no search
+            return
+        first, last = int(indices.min()), int(indices.max())
+        if (last - first) * (self._end - self._offset) <= _NEAR * self.image_count:
+            self._will_read_run(first, last + 1 - first)  # all within a few pages: one range, no search
+            return
         ordered = np.unique(indices)
         starts = np.flatnonzero(np.diff(ordered, prepend=ordered[0] - 2) != 1)
         counts = np.diff(np.append(starts, len(ordered)))
@@ -268,7 +282,8 @@ class RawArrayReader(ImageReader):
     def _will_read_run(self, start: int, count: int) -> None:
         """`will_read` of the images `start..start + count`, one range, with no search for runs."""
         if self._map is not None and self.descriptor.is_stack and count:
-            self._advise(np.array([start]), np.array([count]))
+            image_bytes = (self._end - self._offset) // self.image_count
+            advise_map(self._map, _RANGE.pack(self._offset + start * image_bytes, count * image_bytes))
 
     def _advise(self, firsts: np.ndarray, counts: np.ndarray) -> None:
         image_bytes = (self._end - self._offset) // self.image_count
