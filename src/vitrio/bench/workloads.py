@@ -241,11 +241,15 @@ def torch_baseline_rate(dataset, batches: int, batch_size: int = 256) -> float:
     """Images per second of torch's DataLoader (2 worker processes, shuffled) over `dataset`.
 
     It counts `batches` batches after the first, so the start of the workers
-    is not what is measured.
+    is not what is measured. They are spawned, not forked: a fork of a process
+    with threads (vitrio's pools, a test runner's) may hold a lock that no
+    thread of the child releases, and wait for it forever.
     """
     import torch
 
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=2)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, shuffle=True, num_workers=2, multiprocessing_context="spawn"
+    )
     iterator = iter(loader)
     next(iterator)
     start = time.perf_counter()
