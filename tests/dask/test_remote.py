@@ -12,15 +12,10 @@ import vitrio as vio
 import vitrio.dask as vd
 from vitrio.extract import extract_particles
 
-from ..remote.conftest import RangedS3
+from ..remote import conftest as remote_files
 from .conftest import make_project
 
-
-@pytest.fixture(scope="module")
-def s3():
-    server = RangedS3()
-    yield server
-    server.stop()
+s3 = remote_files.s3  # the fixture of the S3 server on 127.0.0.1
 
 
 @pytest.fixture(scope="module")
