@@ -4,9 +4,10 @@
     vitrio convert IN... OUT [--data-type T [--scale | --clip]] [--fourier-crop N] [--normalize R] [--invert]
                    [--scheduler ADDRESS | --local N]
     vitrio extract --micrographs M.star --coordinates C.star --box-size N -o particles.star [--local N]
+                   [--storage-options JSON]
     vitrio fractionate movie.eer... (--fractions N | --dose-per-fraction E --total-dose D) [--binning B]
                        [--gain gain.mrc] -o movie.mrc [--local N]
-    vitrio montage FILE... [--star particles.star [--label COLUMN]] -o picture.png
+    vitrio montage FILE... [--star particles.star [--label COLUMN]] -o picture.png [--storage-options JSON]
     vitrio bench [--quick]
     vitrio doctor PATH... [--json] [--seconds S] [--memory BYTES] [--scratch-dir DIR]
     vitrio demo [--out DIR]
