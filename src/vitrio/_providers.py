@@ -293,6 +293,7 @@ def detector_event_image_reader_provider(
     *,
     superres: int = 1,
     gain: Any = None,
+    storage_options: Mapping | None = None,
 ) -> ImageReaderProvider:
     """A reader provider that reads EER files as `fractions` rendered images, other files with `formats`.
 
@@ -300,6 +301,7 @@ def detector_event_image_reader_provider(
         fractions: As `EerFormat.configured` takes it, and `binning`, `superres` and `gain` likewise.
         cache: How many files to keep open, as `vitrio.reader_provider` takes it.
         formats: The formats of the other files; None for every registered one.
+        storage_options: What fsspec takes to reach files at URLs, as `vitrio.reader_provider` takes it.
 
     Returns:
         A provider like `vitrio.reader_provider`'s.
@@ -308,5 +310,7 @@ def detector_event_image_reader_provider(
         ValueError, TypeError: As `EerFormat.configured` raises them.
     """
     configured = EerFormat.configured(fractions, binning, superres, gain)
-    provider: ImageReaderProvider = FileImageReaderProvider([configured, *resolve_formats(formats)])
+    provider: ImageReaderProvider = FileImageReaderProvider(
+        [configured, *resolve_formats(formats)], storage_options
+    )
     return provider if cache is None else CachingImageReaderProvider(provider, cache)

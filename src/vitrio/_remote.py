@@ -15,26 +15,30 @@ that ignores `Range` or sends more is refused, never read whole.
 `pread(file, size, offset)` and `file_size(file)` read an open file
 descriptor or a `RemoteFile` alike, so that formats parse their headers from
 either; `RemoteFile.open_blocks()` is a file object over it (blocks read once
-and kept) for parsers that take one, such as tifffile.
+and kept) for parsers that take one, such as tifffile. `local_copy` fetches
+a small file whole (a STAR or `.cs` table) for a parser that reads paths.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import errno
 import io
 import os
+import posixpath
 import re
+import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ._counters import add_count
 from ._errors import no_such_file
 
-__all__ = ["RemoteFile", "file_size", "is_url", "merge_ranges", "open_binary", "pread"]
+__all__ = ["RemoteFile", "file_size", "is_url", "local_copy", "merge_ranges", "open_binary", "pread"]
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
@@ -342,3 +346,26 @@ def pread(file: int | RemoteFile, size: int, offset: int) -> bytes:
 def file_size(file: int | RemoteFile) -> int:
     """The size of an open file descriptor or a `RemoteFile`, in bytes."""
     return os.fstat(file).st_size if isinstance(file, int) else file.size
+
+
+@contextlib.contextmanager
+def local_copy(url: str, storage_options: Mapping[str, Any] | None, limit: int) -> Iterator[str]:
+    """The path of a copy of the file at `url`, under its name in a private temporary folder, while the
+    block runs; a `ValueError` of the block names `url`, not the copy.
+
+    Raises:
+        ValueError: If the file holds more than `limit` bytes (none are fetched).
+    """
+    file = RemoteFile(url, storage_options)
+    if file.size > limit:
+        raise ValueError(f"{url}: {file.size} bytes, more than the {limit} a table may have")
+    with tempfile.TemporaryDirectory(prefix="vitrio-table-") as folder:  # mode 0700
+        local = os.path.join(folder, posixpath.basename(url.split("?")[0]) or "table")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        with open(os.open(local, flags, 0o600), "wb") as out:
+            for start in range(0, file.size, file.part):
+                out.write(file.read_ranges([(start, min(file.size, start + file.part))])[0])
+        try:
+            yield local
+        except ValueError as error:
+            raise ValueError(str(error).replace(local, url)) from None

@@ -8,6 +8,7 @@ import pytest
 import tifffile
 
 import vitrio as vio
+from vitrio.formats.eer import DetectorEventTimeline, detector_event_timeline_reader_provider, read_events
 from vitrio.testing.eer import FIXED_CODES, frame_events, random_events, write_movie
 
 
@@ -59,3 +60,26 @@ def test_an_eer_frame_is_fetched_without_the_rest(s3, compressed):
     asked = [r for m, _, r in s3.since(mark) if m == "GET"]
     fetched = sum(int(b) - int(a) + 1 for a, b in (r.removeprefix("bytes=").split("-") for r in asked))
     assert len(asked) == 1 and fetched < path.stat().st_size // 4
+
+
+def test_eer_events_at_a_url_equal_the_local_ones(s3, compressed):
+    path, url = compressed["movie.eer"]
+    local_reader = detector_event_timeline_reader_provider().acquire(path)
+    reader = detector_event_timeline_reader_provider(storage_options=s3.options).acquire(url)
+    assert reader.descriptor == local_reader.descriptor
+    local, remote = DetectorEventTimeline(), DetectorEventTimeline()
+    local_reader.read(1, 5, local)
+    mark = s3.mark()
+    reader.read(1, 5, remote)
+    assert [m for m, _, _ in s3.since(mark)] == ["GET"]  # the strips of the four frames, in one request
+    np.testing.assert_array_equal(remote.timestamps, local.timestamps)
+    np.testing.assert_array_equal(remote.get_positions(), local.get_positions())
+    assert remote.event_count > 0
+    reader.close()
+    local_reader.close()
+    whole = read_events(url, storage_options=s3.options)
+    np.testing.assert_array_equal(whole.get_positions(), read_events(path).get_positions())
+    appended = read_events(url, 0, 2, storage_options=s3.options)
+    read_events(url, 2, 6, events=appended, storage_options=s3.options)
+    np.testing.assert_array_equal(appended.get_positions(), whole.get_positions())
+    np.testing.assert_array_equal(appended.timestamps, whole.timestamps)

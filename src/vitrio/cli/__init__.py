@@ -4,9 +4,10 @@
     vitrio convert IN... OUT [--data-type T [--scale | --clip]] [--fourier-crop N] [--normalize R] [--invert]
                    [--scheduler ADDRESS | --local N]
     vitrio extract --micrographs M.star --coordinates C.star --box-size N -o particles.star [--local N]
+                   [--storage-options JSON]
     vitrio fractionate movie.eer... (--fractions N | --dose-per-fraction E --total-dose D) [--binning B]
                        [--gain gain.mrc] -o movie.mrc [--local N]
-    vitrio montage FILE... [--star particles.star [--label COLUMN]] -o picture.png
+    vitrio montage FILE... [--star particles.star [--label COLUMN]] -o picture.png [--storage-options JSON]
     vitrio bench [--quick]
     vitrio doctor PATH... [--json] [--seconds S] [--memory BYTES] [--scratch-dir DIR]
     vitrio demo [--out DIR]
@@ -140,9 +141,13 @@ def _add_montage(commands: argparse._SubParsersAction) -> None:
         "the voxel size is known), or the sum of an EER movie's first fraction and of all its frames, each "
         "tile's contrast set by percentiles of its own values. Writes a PNG.",
     )
-    montage.add_argument("files", nargs="*", type=Path, metavar="FILE", help="image files of any format")
+    montage.add_argument(
+        "files", nargs="*", type=_file_or_url, metavar="FILE", help="image files of any format (or URLs)"
+    )
     montage.add_argument("-o", "--output", type=Path, required=True, help="the PNG to write")
-    montage.add_argument("--star", type=Path, help="a STAR file of particles: their images are shown")
+    montage.add_argument(
+        "--star", type=_file_or_url, help="a STAR file of particles (or its URL): their images are shown"
+    )
     montage.add_argument(
         "--label",
         metavar="COLUMN[,COLUMN...]",
@@ -176,6 +181,7 @@ def _add_montage(commands: argparse._SubParsersAction) -> None:
     montage.add_argument(
         "-j", "--threads", type=_positive, default=os.cpu_count() or 1, help="threads that read"
     )
+    _add_storage_options(montage)
     _add_force(montage)
 
 
@@ -335,8 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Relative paths in the STAR files are found as docs/paths-and-types.md says: beside the STAR file "
         "or in the project folders above it, or under --root.",
     )
-    extract.add_argument("--micrographs", type=Path, required=True, help="the micrographs STAR file")
-    extract.add_argument("--coordinates", type=Path, required=True, help="the coordinates STAR file")
+    extract.add_argument(
+        "--micrographs", type=_file_or_url, required=True, help="the micrographs STAR file (or its URL)"
+    )
+    extract.add_argument(
+        "--coordinates", type=_file_or_url, required=True, help="the coordinates STAR file (or its URL)"
+    )
     extract.add_argument("--box-size", type=_positive, required=True, metavar="N", help="the box, in pixels")
     extract.add_argument("-o", "--output", type=Path, required=True, help="the particles STAR file to write")
     extract.add_argument(
@@ -363,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument(
         "-j", "--threads", type=_positive, default=os.cpu_count() or 1, help="threads that read and write"
     )
+    _add_storage_options(extract)
     _add_force(extract)
     _add_cluster(extract)
 

@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> None:
                 force=args.force,
                 progress=bar.update,
                 client=client,
+                storage_options=args.storage_options,
             )
         except FileExistsError as error:
             raise CliError(f"{error}; give --force to replace it") from error

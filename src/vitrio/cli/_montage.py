@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -109,11 +112,11 @@ def _length_text(angstroms: float) -> str:
     return f"{angstroms / 10:g} nm" if angstroms >= 10 else f"{angstroms:g} Å"
 
 
-def _file_tiles(path: Path, args: argparse.Namespace) -> list[Tile]:
-    """The tiles of one file, from its header alone."""
+def _file_tiles(path: Path | str, args: argparse.Namespace) -> list[Tile]:
+    """The tiles of one file (or URL), from its header alone."""
     key = str(path)
-    name = path.name
-    with open_reader(key) as reader:
+    name = os.path.basename(key)
+    with open_reader(key, storage_options=args.storage_options) as reader:
         descriptor, voxel, format_name = reader.descriptor, reader.voxel_size, reader.format_name
     if format_name == "eer":
         frames = descriptor.image_count
@@ -168,7 +171,7 @@ def _text(value: object) -> str:
 def _star_tiles(args: argparse.Namespace) -> list[Tile]:
     """The tiles of the particles a STAR file names, labelled with `--label`'s columns (one a line) or
     `n@file`."""
-    particles = vio.data.read_star_particles(args.star)
+    particles = vio.data.read_particles(args.star, storage_options=args.storage_options)
     if particles.empty:
         raise CliError(f"{args.star}: lists no particles")
     for column in args.label or ():
@@ -178,7 +181,9 @@ def _star_tiles(args: argparse.Namespace) -> list[Tile]:
             )
     rows = _selected(len(particles), args, str(args.star))[: args.count]
     chosen = particles.iloc[rows]
-    locations = vio.data.particle_locations(chosen, args.star, root=args.root)
+    locations = vio.data.particle_locations(
+        chosen, args.star, root=args.root, storage_options=args.storage_options
+    )
     if args.label is None:
         labels = [f"{loc.index_in_stack + 1}@{Path(loc.key).name}" for loc in locations]
     else:
@@ -234,13 +239,13 @@ def tile_values(pixels: np.ndarray, clip: tuple[float, float]) -> np.ndarray:
     return np.rint(np.clip((pixels - low) / span, 0.0, 1.0) * 255).astype(np.uint8)
 
 
-def _read_images(tiles: list[Tile], executor: vio.Executor, tile: int) -> None:
+def _read_images(tiles: list[Tile], executor: vio.Executor, tile: int, options: Mapping | None) -> None:
     """Read the 2-D images, those of one shape in one batch read (in chunks of bounded memory).
 
     Each file is opened once: its shape is asked of the readers the batch then reads through.
     """
     keys = list(dict.fromkeys(t.key for t in tiles))
-    readers = vio.reader_provider(cache=max(1, min(len(keys), _OPEN_FILES)))
+    readers = vio.reader_provider(cache=max(1, min(len(keys), _OPEN_FILES)), storage_options=options)
     shapes = {key: readers.query_descriptor(key).core_extents for key in keys}
     loader = vio.ExecutorImageLoader(readers, executor)
     by_shape: dict[tuple[int, ...], list[Tile]] = {}
@@ -256,9 +261,9 @@ def _read_images(tiles: list[Tile], executor: vio.Executor, tile: int) -> None:
                 t.pixels, t.step = fit_image(image, tile)
 
 
-def _read_sections(tiles: list[Tile], executor: vio.Executor, tile: int) -> None:
+def _read_sections(tiles: list[Tile], executor: vio.Executor, tile: int, options: Mapping | None) -> None:
     """Read each section as a patch of its volume: the volume itself is never read whole."""
-    loader = vio.ExecutorImageLoader(vio.reader_provider(cache=16), executor)
+    loader = vio.ExecutorImageLoader(vio.reader_provider(cache=16, storage_options=options), executor)
     reads = []
     for t in tiles:
         out = np.zeros((1, *t.patch), np.float32)
@@ -271,10 +276,10 @@ def _read_sections(tiles: list[Tile], executor: vio.Executor, tile: int) -> None
         t.pixels, t.step = fit_image(out[0].reshape([n for n in t.patch if n != 1] or [1, 1]), tile)
 
 
-def _read_eer(tiles: list[Tile], executor: vio.Executor, tile: int) -> None:
+def _read_eer(tiles: list[Tile], executor: vio.Executor, tile: int, options: Mapping | None) -> None:
     """Render each EER tile: the first of its fractions, or the sum of all frames."""
     for t in tiles:
-        readers = vio.detector_event_image_reader_provider(t.fractions)
+        readers = vio.detector_event_image_reader_provider(t.fractions, storage_options=options)
         loader = vio.ExecutorImageLoader(readers, executor)
         shape = vio.query_descriptor(t.key, readers).core_extents
         out = np.empty((1, *shape), np.float32)
@@ -282,13 +287,15 @@ def _read_eer(tiles: list[Tile], executor: vio.Executor, tile: int) -> None:
         t.pixels, t.step = fit_image(out[0], tile)
 
 
-def read_tiles(tiles: list[Tile], tile: int, workers: int) -> None:
-    """Read and bin the image of every tile, on `workers` threads."""
+def read_tiles(
+    tiles: list[Tile], tile: int, workers: int, storage_options: Mapping[str, Any] | None = None
+) -> None:
+    """Read and bin the image of every tile, on `workers` threads; files at URLs reached with
+    `storage_options`, as fsspec takes them."""
     executor = vio.ThreadPoolExecutor(workers)
     try:
-        _read_images([t for t in tiles if t.kind == "image"], executor, tile)
-        _read_sections([t for t in tiles if t.kind == "section"], executor, tile)
-        _read_eer([t for t in tiles if t.kind == "eer"], executor, tile)
+        for read, kind in ((_read_images, "image"), (_read_sections, "section"), (_read_eer, "eer")):
+            read([t for t in tiles if t.kind == kind], executor, tile, storage_options)
     finally:
         executor.shutdown()
 
@@ -390,7 +397,7 @@ def run(args: argparse.Namespace) -> None:
     if args.output.suffix.lower() != ".png":
         raise CliError(f"{args.output}: the picture is a PNG; name it .png")
     tiles = plan(args)
-    read_tiles(tiles, args.tile, args.threads)
+    read_tiles(tiles, args.tile, args.threads, args.storage_options)
     canvas, labels, size = render(tiles, args.clip, args.columns)
     _save(canvas, labels, size, args.output)
     print(f"{args.output}: {len(tiles)} tiles, {canvas.shape[1]} x {canvas.shape[0]} pixels")

@@ -1,10 +1,16 @@
-"""Lazy dask arrays read by vitrio's batched reads, a chunk a run of images grouped by file."""
+"""Lazy dask arrays read by vitrio's batched reads, a chunk a run of images grouped by file.
+
+Keys may be URLs (`s3://`, `https://`): the `storage_options` that reach them
+(credentials, `anon=True`, as dask, xarray and zarr take them) are an
+argument of each task, so that a worker reads with them as this process does;
+they travel with the graph to the workers and are never written to a file.
+"""
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,12 +30,12 @@ CHUNK_BYTES = 64 << 20
 _OPEN_FILES = 16
 
 
-def _loader() -> Any:
+def _loader(storage_options: Mapping[str, Any] | None) -> Any:
     """A loader for one task: reads on the calling thread (the task's own), each file opened once.
 
     A task's own, not the process's: a file replaced between two tasks is read anew.
     """
-    return loader(cache=_OPEN_FILES, executor=SynchronousExecutor())
+    return loader(cache=_OPEN_FILES, executor=SynchronousExecutor(), storage_options=storage_options)
 
 
 def _chunk_bounds(groups: np.ndarray, size: int) -> list[tuple[int, int]]:
@@ -73,17 +79,17 @@ def _array(
     return da.Array(graph, name, chunks, dtype=dtype, meta=np.empty((0,) * (len(shape) + 1), dtype))
 
 
-def _read_chunk(keys: list[str], key_ids: np.ndarray, indices: np.ndarray, shape: tuple, dtype: str):
+def _read_chunk(keys: list[str], key_ids: np.ndarray, indices: np.ndarray, shape: tuple, dtype: str, options):
     """The images `indices[i]` of the files `keys[key_ids[i]]`, read in one batch."""
     out = np.empty((len(key_ids), *shape), dtype=dtype)
-    read_indexed_async(_loader(), out, keys, key_ids, indices).get()
+    read_indexed_async(_loader(options), out, keys, key_ids, indices).get()
     return out
 
 
-def _read_patch_chunk(images: list, image_ids: np.ndarray, centres: np.ndarray, shape: tuple, dtype, fill):
+def _read_patch_chunk(images: list, image_ids, centres: np.ndarray, shape: tuple, dtype, fill, options):
     """The patches around `centres[i]` of the images `images[image_ids[i]]`, read in one batch."""
     out = np.empty((len(image_ids), *shape), dtype=dtype)
-    read_patches_indexed_async(_loader(), out, images, image_ids, centres, fill=fill).get()
+    read_patches_indexed_async(_loader(options), out, images, image_ids, centres, fill=fill).get()
     return out
 
 
@@ -103,7 +109,11 @@ def _locations(locations: Sequence[Any]) -> list[Any]:
 
 
 def from_locations(
-    locations: Sequence[Any], data_type: Any = None, chunk: int | None = None
+    locations: Sequence[Any],
+    data_type: Any = None,
+    chunk: int | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> dask.array.Array:
     """A lazy `dask.array` of the images `locations` name, slot `i` the image of `locations[i]`.
 
@@ -118,6 +128,7 @@ def from_locations(
             file that holds one volume names one of its 2-D sections, as in `ImageSource`.
         data_type: The type of the array; defaults to one that holds every file's values.
         chunk: Images per chunk. Defaults to about `CHUNK_BYTES` of them.
+        storage_options: What fsspec takes to reach keys that are URLs, here and on the workers.
 
     Returns:
         A dask array of shape `(len(locations), *image_shape)`.
@@ -135,15 +146,17 @@ def from_locations(
     if not locations:
         raise ValueError("locations name no image")
     keys, key_ids, indices = plan_locations(locations)
-    shape, served = plan_files(reader_provider(), keys, key_ids, indices)
+    options = dict(storage_options or {})
+    shape, served = plan_files(reader_provider(storage_options=options), keys, key_ids, indices)
     types = [descriptor.data_type.dtype for descriptor in served]
     dtype = np.dtype(data_type) if data_type is not None else np.result_type(*types)
-    name = "vitrio-locations-" + dask.base.tokenize(keys, key_ids, indices, dtype.str, chunk)
+    name = "vitrio-locations-" + dask.base.tokenize(keys, key_ids, indices, dtype.str, chunk, options)
     tasks, sizes = [], []
     for first, last in _chunk_bounds(key_ids, _per_chunk(shape, dtype, chunk)):
         used, ids = np.unique(key_ids[first:last], return_inverse=True)
         chunk_keys = [keys[i] for i in used.tolist()]
-        tasks.append((_read_chunk, chunk_keys, ids.astype(np.int64), indices[first:last], shape, dtype.str))
+        read = (_read_chunk, chunk_keys, ids.astype(np.int64), indices[first:last], shape, dtype.str)
+        tasks.append((*read, options))
         sizes.append(last - first)
     return _array(name, tasks, sizes, shape, dtype)
 
@@ -155,6 +168,8 @@ def from_patches(
     data_type: Any = None,
     chunk: int | None = None,
     fill: Any = 0,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> dask.array.Array:
     """A lazy `dask.array` of patches: slot `i` the patch of `shape` around `centres[i]` of `locations[i]`.
 
@@ -170,6 +185,7 @@ def from_patches(
         data_type: The type of the array; defaults to one that holds every file's values.
         chunk: Patches per chunk. Defaults to about `CHUNK_BYTES` of them.
         fill: The value of what lies beyond the image.
+        storage_options: What fsspec takes to reach keys that are URLs, here and on the workers.
 
     Returns:
         A dask array of shape `(len(locations), *shape)`.
@@ -199,20 +215,28 @@ def from_patches(
     number = {image: i for i, image in enumerate(images)}
     image_ids = np.array([number[pair] for pair in pairs], dtype=np.int64)
     keys = list(dict.fromkeys(key for key, _ in images))
-    types = [query_descriptor(key).data_type.dtype for key in keys]
+    options = dict(storage_options or {})
+    readers = reader_provider(storage_options=options)
+    types = [query_descriptor(key, readers).data_type.dtype for key in keys]
     dtype = np.dtype(data_type) if data_type is not None else np.result_type(*types)
-    name = "vitrio-patches-" + dask.base.tokenize(pairs, centres, shape, dtype.str, chunk, fill)
+    name = "vitrio-patches-" + dask.base.tokenize(pairs, centres, shape, dtype.str, chunk, fill, options)
     tasks, sizes = [], []
     for first, last in _chunk_bounds(image_ids, _per_chunk(shape, dtype, chunk)):
         used, ids = np.unique(image_ids[first:last], return_inverse=True)
         chunk_images = [images[i] for i in used.tolist()]
         read = (_read_patch_chunk, chunk_images, ids.astype(np.int64), centres[first:last], shape, dtype.str)
-        tasks.append((*read, fill))
+        tasks.append((*read, fill, options))
         sizes.append(last - first)
     return _array(name, tasks, sizes, shape, dtype)
 
 
-def from_file(key: Any, data_type: Any = None, chunk: int | None = None) -> dask.array.Array:
+def from_file(
+    key: Any,
+    data_type: Any = None,
+    chunk: int | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> dask.array.Array:
     """A lazy `dask.array` of what one file holds: a stack chunked by runs of images, a volume by slabs.
 
     Any file vitrio reads: an MRC, TIFF or DM stack, a volume, a level of an
@@ -222,6 +246,7 @@ def from_file(key: Any, data_type: Any = None, chunk: int | None = None) -> dask
         key: The file.
         data_type: The type of the array; defaults to the file's.
         chunk: Images (of a stack) or sections (of a volume) per chunk. Defaults to about `CHUNK_BYTES`.
+        storage_options: What fsspec takes to reach `key` where it is a URL, here and on the workers.
 
     Returns:
         A dask array of the file's shape, stacking axes flattened into one.
@@ -230,18 +255,20 @@ def from_file(key: Any, data_type: Any = None, chunk: int | None = None) -> dask
         ImageFileNotFoundError, FormatError: If the file is missing or unreadable.
     """
     key = as_key(key)
-    descriptor = query_descriptor(key)
+    descriptor = query_descriptor(key, storage_options=storage_options)
     dtype = np.dtype(data_type) if data_type is not None else descriptor.data_type.dtype
     if descriptor.is_stack:
         locations = [ImageLocation(key, i) for i in range(descriptor.image_count)]
-        return from_locations(locations, dtype, chunk)
+        return from_locations(locations, dtype, chunk, storage_options=storage_options)
     extents = descriptor.extents
     if len(extents) < 3:
-        return from_locations([key], dtype)[0]
+        return from_locations([key], dtype, storage_options=storage_options)[0]
     # A volume's sections as patches of one section each, cropped by one reader a chunk at a time.
     sections = np.zeros((extents[0], len(extents)), dtype=np.int64)
     sections[:, 0] = np.arange(extents[0])
     sections[:, 1:] = np.asarray(extents[1:]) // 2
     chunk = _per_chunk(extents[1:], dtype, chunk)
-    patches = from_patches([key] * extents[0], sections, (1, *extents[1:]), dtype, chunk)
+    patches = from_patches(
+        [key] * extents[0], sections, (1, *extents[1:]), dtype, chunk, storage_options=storage_options
+    )
     return patches.reshape(extents)

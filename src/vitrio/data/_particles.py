@@ -11,15 +11,13 @@ there; its relative paths resolve against its URL.
 from __future__ import annotations
 
 import os
-import posixpath
 import sys
-import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._remote import RemoteFile, is_url
+from .._remote import is_url, local_copy
 from .._types import ImageLocation
 from ._cs import MAX_CS_BYTES, read_cs
 from ._paths import PathResolver
@@ -62,20 +60,9 @@ def read_particles(
 
 def _read_remote(url: str, storage_options: Mapping[str, Any] | None) -> pd.DataFrame:
     """The particles of the table at `url`, fetched into a private folder and read there."""
-    file = RemoteFile(url, storage_options)
     limit = MAX_CS_BYTES if url.lower().endswith(".cs") else MAX_STAR_BYTES
-    if file.size > limit:
-        raise ValueError(f"{url}: {file.size} bytes, more than the {limit} a table may have")
-    with tempfile.TemporaryDirectory(prefix="vitrio-table-") as folder:  # mode 0700
-        local = os.path.join(folder, posixpath.basename(url.split("?")[0]) or "particles.star")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        with open(os.open(local, flags, 0o600), "wb") as out:
-            for start in range(0, file.size, file.part):
-                out.write(file.read_ranges([(start, min(file.size, start + file.part))])[0])
-        try:
-            return read_particles(local)
-        except ValueError as error:
-            raise ValueError(str(error).replace(local, url)) from None
+    with local_copy(url, storage_options, limit) as local:
+        return read_particles(local)
 
 
 def particle_locations(

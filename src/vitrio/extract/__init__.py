@@ -21,6 +21,11 @@ killed worker left beside a stack is removed at the end. The STAR file is
 written here once every stack is. The micrographs and the stack folder
 must be where every worker sees them at the same paths (a shared filesystem).
 
+The STAR files may be at URLs (`s3://`, `https://`, reached with
+`storage_options` as fsspec takes them): the micrographs are then those
+beside them, read by byte ranges wherever the stacks are cropped (a task
+carries the options); the stacks are written locally.
+
 For instance::
 
     from vitrio.extract import extract_particles
@@ -34,15 +39,17 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._arrays import as_casting
+from .._remote import is_url, local_copy
 from ..data import Compose, particle_optics, read_star, star_table, write_star
+from ..data._star import MAX_STAR_BYTES
 from ._cropping import CLUSTER_THREADS, Boxes, crop, crop_on
 from ._picks import header_pixel_size, match_picks, stack_names, stack_pixel_sizes, star_path
 
@@ -80,6 +87,14 @@ def _check_output(path: Path, force: bool) -> None:
         raise FileExistsError(f"{path}: exists already")
 
 
+def _read_star(path: str | Path, storage_options: Mapping[str, Any] | None) -> dict[str, pd.DataFrame]:
+    """The blocks of the STAR file at `path`, a path or a URL."""
+    if not is_url(str(path)):
+        return read_star(path)
+    with local_copy(str(path), storage_options, MAX_STAR_BYTES) as local:
+        return read_star(local)
+
+
 def extract_particles(
     micrographs: str | os.PathLike[str],
     coordinates: str | os.PathLike[str],
@@ -96,6 +111,7 @@ def extract_particles(
     client: distributed.Client | None = None,
     casting: str | None = None,
     prepare: Compose | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Extraction:
     """Crop the particles of `coordinates` out of the micrographs of `micrographs` into MRC stacks.
 
@@ -103,10 +119,10 @@ def extract_particles(
         micrographs: A STAR file listing rlnMicrographName (and, as RELION
             writes it, data_optics with rlnMicrographPixelSize, and the CTF of
             each micrograph, which the particles inherit), relative paths
-            found as `root` says.
+            found as `root` says; or its URL, the micrographs then beside it.
         coordinates: A STAR file listing rlnMicrographName, rlnCoordinateX
             (the column) and rlnCoordinateY (the row) of each particle; its
-            other columns are carried over.
+            other columns are carried over. Or its URL.
         box: The side of a particle's box; its centre lands at `box // 2`.
             What lies beyond the micrograph is zero.
         output: The particles STAR file to write: data_optics and data_particles,
@@ -137,6 +153,8 @@ def extract_particles(
             each batch of boxes read as float32, before the conversion to
             `data_type`, a floating type. After a `FourierCrop` the stacks,
             rlnImageSize and rlnImagePixelSize are those of the cropped images.
+        storage_options: What fsspec takes to reach STAR files and micrographs
+            at URLs (`{"anon": True}`, credentials), as `vitrio.read` takes it.
 
     Returns:
         What was written.
@@ -153,14 +171,16 @@ def extract_particles(
         FileNotFoundError, FormatError: If a STAR file or a micrograph is
             missing, or a micrograph is malformed.
     """
-    micrographs, coordinates, output = Path(micrographs), Path(coordinates), Path(output)
-    root = None if root is None else Path(root)
-    blocks = read_star(micrographs)
+    micrographs, coordinates = (
+        p if is_url(p) else Path(p) for p in map(os.fspath, (micrographs, coordinates))
+    )
+    output, root = Path(output), None if root is None else Path(root)
+    blocks = _read_star(micrographs, storage_options)
     mics = star_table(micrographs, blocks, ["rlnMicrographName"], prefer="micrographs")
-    picks = star_table(coordinates, read_star(coordinates), COORDINATES, prefer="particles")
+    picks = star_table(coordinates, _read_star(coordinates, storage_options), COORDINATES, prefer="particles")
     if picks.empty:
         raise ValueError(f"{coordinates}: lists no particles")
-    found = match_picks(micrographs, mics, coordinates, picks, root, box)
+    found = match_picks(micrographs, mics, coordinates, picks, root, box, storage_options)
     stack_dir = output.parent if stack_dir is None else Path(stack_dir)
     stacks = [stack_dir / name for name in stack_names(found.names)]
     for folder in (output.parent, stack_dir):
@@ -169,7 +189,7 @@ def extract_particles(
     for path in (output, *stacks):
         _check_output(path, force)
     if blocks.get("optics") is None and pixel_size is None:
-        pixel_size = header_pixel_size(found.paths[0])
+        pixel_size = header_pixel_size(found.paths[0], storage_options)
     optics = particle_optics(micrographs, mics, blocks.get("optics"), box, pixel_size)
     if prepare is not None:
         if np.dtype(data_type).kind != "f":
@@ -201,7 +221,7 @@ def extract_particles(
         report = progress or (lambda _: None)
         sizes = stack_pixel_sizes(found, table, optics)
         workers = threads or ((os.cpu_count() or 1) if client is None else CLUSTER_THREADS)
-        boxes = Boxes(box, dtype, workers, casting, prepare)
+        boxes = Boxes(box, dtype, workers, casting, prepare, storage_options)
         if client is None:
             crop(found, stacks, boxes, finished, report, sizes)
         else:

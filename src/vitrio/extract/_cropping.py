@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +15,7 @@ import numpy as np
 from .._concurrency import Completion, ThreadPoolExecutor
 from .._functions import loader, saver, writer_provider
 from .._loading import read_patches_indexed_async
+from .._remote import is_url
 from .._saving import write_batch_async
 from .._types import ImageDescriptor, ImageLocation
 from ..dask import remove_leftovers, run_jobs
@@ -44,6 +45,7 @@ class Boxes:
         threads: How many threads read and write.
         casting: As `vitrio.read` takes it.
         prepare: What transforms each batch of boxes, read as float32, into the images written; or None.
+        storage_options: What fsspec takes to reach micrographs at URLs; a task on a cluster carries it.
     """
 
     box: int
@@ -51,6 +53,7 @@ class Boxes:
     threads: int
     casting: str | None = None
     prepare: Compose | None = None
+    storage_options: Mapping[str, Any] | None = None
 
 
 def crop(
@@ -84,8 +87,8 @@ def crop(
     read_type = dtype if prepare is None else np.dtype(np.float32)
     shape = (box, box) if prepare is None else prepare.apply(np.zeros((1, box, box), read_type)).shape[1:]
     executor = ThreadPoolExecutor(threads)
-    reading = loader(executor=executor, cache=max(4, 2 * threads))
-    sources = [(str(path), -1) for path in found.paths]
+    reading = loader(executor=executor, cache=max(4, 2 * threads), storage_options=boxes.storage_options)
+    sources = [(path, -1) for path in found.paths]
     reads: deque[tuple[int, int, np.ndarray, Completion]] = deque()
     writes: deque[tuple[int, int, Completion]] = deque()
     with writer_provider() as writers:
@@ -142,7 +145,7 @@ class _StackJob:
     """What a task on a cluster crops: the particles of one micrograph into its stack, by path.
 
     Attributes:
-        micrograph: The micrograph's path.
+        micrograph: The micrograph's path or URL.
         centres: The centre of each particle, (y, x), in the order of the stack.
         stack: The stack to write.
         boxes: How the particles are cropped and written.
@@ -160,7 +163,7 @@ def _crop_stack(job: _StackJob) -> int:
     """Crop the particles of `job` into its stack, and how many; what runs twice leaves the same stack."""
     count = len(job.centres)
     zeros, order = np.zeros(count, np.int64), np.arange(count)
-    found = Picks(np.array([job.micrograph]), [Path(job.micrograph)], zeros, zeros, job.centres, order, order)
+    found = Picks(np.array([job.micrograph]), [job.micrograph], zeros, zeros, job.centres, order, order)
     crop(found, [Path(job.stack)], job.boxes, [], lambda _: None, [job.pixel_size])
     return count
 
@@ -181,7 +184,13 @@ def crop_on(
     centres = found.centres[found.order]
     ends = np.cumsum(np.bincount(found.images, minlength=len(stacks))).tolist()
     jobs = [
-        _StackJob(os.path.abspath(path), centres[end - count : end], os.path.abspath(stack), boxes, size)
+        _StackJob(
+            path if is_url(path) else os.path.abspath(path),
+            centres[end - count : end],
+            os.path.abspath(stack),
+            boxes,
+            size,
+        )
         for path, stack, end, count, size in zip(
             found.paths, stacks, ends, np.diff([0, *ends]).tolist(), pixel_sizes
         )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,11 +55,11 @@ def _column(path: Path, table: pd.DataFrame, name: str) -> np.ndarray:
     return values
 
 
-def header_pixel_size(path: Path) -> float | None:
-    """The pixel size in Å along x that the header of the micrograph at `path` gives, or None."""
+def header_pixel_size(path: str, storage_options: Mapping[str, Any] | None = None) -> float | None:
+    """The pixel size in Å along x that the header of the micrograph at `path` (or URL) gives, or None."""
     with warnings.catch_warnings():  # reading its descriptor warned already
         warnings.simplefilter("ignore", FormatWarning)
-        with open_reader(str(path)) as reader:
+        with open_reader(path, storage_options=storage_options) as reader:
             voxel_size = reader.voxel_size
     return None if voxel_size is None else voxel_size[-1]
 
@@ -70,7 +70,7 @@ class Picks:
 
     Attributes:
         names: The micrographs picked on, as the STAR files name them, in the order of the micrographs STAR.
-        paths: Where each of them is.
+        paths: Where each of them is: a path, or a URL.
         rows: The row of each pick's micrograph in the micrographs table.
         images: The number of each pick's micrograph in `names`.
         centres: The centre of each pick, (y, x), rounded.
@@ -79,7 +79,7 @@ class Picks:
     """
 
     names: np.ndarray
-    paths: list[Path]
+    paths: list[str]
     rows: np.ndarray
     images: np.ndarray
     centres: np.ndarray
@@ -88,14 +88,17 @@ class Picks:
 
 
 def match_picks(
-    micrographs: Path,
+    micrographs: str | Path,
     mics: pd.DataFrame,
-    coordinates: Path,
+    coordinates: str | Path,
     picks: pd.DataFrame,
     root: Path | None,
     box: int,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Picks:
     """Match each pick with its micrograph, and check that every box has its centre on its micrograph.
+
+    The micrographs of a `micrographs` at a URL are beside it, reached with `storage_options`.
 
     Raises:
         ValueError: If a pick names a micrograph `micrographs` does not list, a micrograph is not one image
@@ -109,11 +112,11 @@ def match_picks(
         raise ValueError(f"{coordinates}: micrograph {name} of particle {row + 1} is not in {micrographs}")
     used, images = np.unique(rows, return_inverse=True)
     names = mics["rlnMicrographName"].astype(str).to_numpy()[used]
-    resolve = PathResolver(micrographs, root)
-    paths = [Path(resolve(name)) for name in names]
+    resolve = PathResolver(micrographs, root, storage_options)
+    paths = [resolve(name) for name in names]
     extents = np.empty((len(paths), 2), dtype=np.int64)
     for i, path in enumerate(paths):
-        descriptor = query_descriptor(path)
+        descriptor = query_descriptor(path, storage_options=storage_options)
         if descriptor.is_stack or descriptor.core_rank != 2:
             kind = "a stack" if descriptor.is_stack else "a volume"
             shape = " x ".join(map(str, descriptor.extents))

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ... import _native
+from ..._remote import RemoteFile
 from ..._types import integer_array
 from ._layout import Layout
 
@@ -222,7 +223,9 @@ class DetectorEventTimeline:
         self._groups, self._events = groups, events
 
 
-def decode_frames(layout: Layout, fd: int, timeline: DetectorEventTimeline, begin: int, end: int) -> None:
+def decode_frames(
+    layout: Layout, fd: int | RemoteFile, timeline: DetectorEventTimeline, begin: int, end: int
+) -> None:
     """Append the events of frames `begin..end` of an EER file to `timeline`, a group per frame with events.
 
     Each group's timestamp is its frame's index. On failure the timeline is as it was.

@@ -245,7 +245,7 @@ class EerFormat(Format):
         return EerReader(key, fd, Layout(key, fd), cls.fractions, cls.binning, cls.superres, cls.gain)
 
     @classmethod
-    def open_events(cls, key: str, fd: int, head: bytes) -> EerTimelineReader:
+    def open_events(cls, key: str, fd: int | RemoteFile, head: bytes) -> EerTimelineReader:
         """Open a reader of the events of the EER file at `key`, open as `fd`, which the reader then owns.
 
         Raises:

@@ -5,7 +5,9 @@ An acquisition of an event-counting detector is described by a
 extent), read through a `DetectorEventTimelineReader`, which a
 `DetectorEventTimelineReaderProvider` hands out by key. The bundled provider
 opens files with the event formats of a
-`DetectorEventTimelineFileReadFormatSelector` (EER).
+`DetectorEventTimelineFileReadFormatSelector` (EER), and files at URLs
+(`s3://`, `https://`) with the `storage_options` fsspec takes, their frames'
+strips fetched by byte ranges as an `EerReader`'s are.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import math
 import operator
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..._fs import open_readonly
+from ..._remote import RemoteFile, is_url, pread
 from ..._types import as_key, no_such_file
 from .._contract import Format, FormatError
 from .._registry import resolve_formats
@@ -189,15 +192,15 @@ class EerTimelineReader(DetectorEventTimelineReader):
 
     Args:
         key: The file's key.
-        fd: The open file, which the reader owns.
+        fd: The open file (or `RemoteFile`), which the reader owns.
 
     Raises:
         FormatError: If the file is not a TIFF file of EER frames, or is truncated.
     """
 
-    def __init__(self, key: str, fd: int):
+    def __init__(self, key: str, fd: int | RemoteFile):
         self.key = key
-        self._fd = -1
+        self._fd: int | RemoteFile = -1
         self._layout = layout = Layout(key, fd)
         self._descriptor = DetectorEventTimelineDescriptor(
             (layout.height << layout.vbits, layout.width << layout.hbits),
@@ -219,15 +222,14 @@ class EerTimelineReader(DetectorEventTimelineReader):
             raise TypeError(f"the destination is a DetectorEventTimeline, not {type(destination).__name__}")
         with destination._in_use():  # another call on `destination` meanwhile raises BufferError
             self._check_read(time_begin, time_end, destination)
-            if self._fd < 0:
+            if self._fd == -1:
                 raise ValueError(f"{self.key}: the reader is closed")
             decode_frames(self._layout, self._fd, destination, time_begin, time_end)
 
     def close(self) -> None:
         """Close the file."""
         fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        _close(fd)
 
     def __del__(self) -> None:
         self.close()
@@ -253,20 +255,41 @@ class DetectorEventTimelineReaderProvider(ABC):
         """
 
 
+def _open(key: str, storage_options: Mapping[str, Any] | None) -> int | RemoteFile:
+    """The file at `key`, a path (opened read-only) or a URL.
+
+    Raises:
+        ImageFileNotFoundError: If there is no file at `key`.
+    """
+    if is_url(key):
+        return RemoteFile(key, storage_options)
+    try:
+        return open_readonly(key)
+    except FileNotFoundError as error:
+        raise no_such_file(key, error.errno) from None
+
+
+def _close(fd: int | RemoteFile) -> None:
+    if isinstance(fd, int) and fd >= 0:
+        os.close(fd)
+
+
 class FileDetectorEventTimelineReaderProvider(DetectorEventTimelineReaderProvider):
-    """Opens the file at the path a key is, with the event format `formats` picks; keeps no reader.
+    """Opens the file at the path (or URL) a key is, with the event format `formats` picks; keeps no reader.
 
     Args:
         formats: A `DetectorEventTimelineFileReadFormatSelector`, or a sequence of event formats.
+        storage_options: What fsspec takes to reach keys that are URLs (`{"anon": True}`, credentials).
 
     Raises:
         TypeError: If `formats` is None or holds something that is not a `Format`.
     """
 
-    def __init__(self, formats: Iterable[type[Format]]):
+    def __init__(self, formats: Iterable[type[Format]], storage_options: Mapping[str, Any] | None = None):
         if formats is None:
             raise TypeError("formats is a DetectorEventTimelineFileReadFormatSelector, not None")
         self._formats = formats
+        self._storage_options = storage_options
 
     @property
     def formats(self) -> Iterable[type[Format]]:
@@ -275,13 +298,11 @@ class FileDetectorEventTimelineReaderProvider(DetectorEventTimelineReaderProvide
 
     def acquire(self, key: Any) -> DetectorEventTimelineReader:
         key = as_key(key)
-        candidates = [f for f in resolve_formats(self._formats) if f.events]
+        remote = is_url(key)
+        candidates = [f for f in resolve_formats(self._formats) if f.events and (f.reads_urls or not remote)]
+        fd = _open(key, self._storage_options)
         try:
-            fd = open_readonly(key)
-        except FileNotFoundError as error:
-            raise no_such_file(key, error.errno) from None
-        try:
-            head = os.pread(fd, _HEAD_BYTES, 0)
+            head = pread(fd, _HEAD_BYTES, 0)
             extension = os.path.splitext(key)[1].lower()
             for candidate in candidates:
                 if candidate.recognizes(head, extension):
@@ -289,7 +310,7 @@ class FileDetectorEventTimelineReaderProvider(DetectorEventTimelineReaderProvide
             names = ", ".join(c.name for c in candidates) or "none"
             raise FormatError(f"{key}: not a file of any detector event format ({names})")
         except BaseException:
-            os.close(fd)
+            _close(fd)
             raise
 
     def __repr__(self) -> str:
@@ -297,15 +318,17 @@ class FileDetectorEventTimelineReaderProvider(DetectorEventTimelineReaderProvide
 
 
 def detector_event_timeline_reader_provider(
-    formats: Iterable[type[Format]] | None = None,
+    formats: Iterable[type[Format]] | None = None, *, storage_options: Mapping[str, Any] | None = None
 ) -> DetectorEventTimelineReaderProvider:
     """The usual event provider: a `FileDetectorEventTimelineReaderProvider` over `formats`.
 
     Args:
         formats: A `DetectorEventTimelineFileReadFormatSelector`; None for the shared one.
+        storage_options: What fsspec takes to reach keys that are URLs.
     """
     return FileDetectorEventTimelineReaderProvider(
-        DetectorEventTimelineFileReadFormatSelector.get_shared() if formats is None else formats
+        DetectorEventTimelineFileReadFormatSelector.get_shared() if formats is None else formats,
+        storage_options,
     )
 
 
@@ -314,6 +337,8 @@ def read_events(
     begin: int | None = None,
     end: int | None = None,
     events: DetectorEventTimelineReaderProvider | DetectorEventTimeline | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> DetectorEventTimeline:
     """The events of frames `begin..end` of the acquisition at `key`, a group per frame with events.
 
@@ -322,11 +347,12 @@ def read_events(
     detector's resolution per axis for 2 sub-pixel bits).
 
     Args:
-        key: The file.
+        key: The file, or its URL.
         begin: The first frame to read, up to `end` (not included); None: from the first, to the last.
         events: What reads: a `DetectorEventTimelineReaderProvider` (as the
             published package takes it), or a `DetectorEventTimeline` to append
             to, reusing its memory; None for the usual provider.
+        storage_options: What fsspec takes to reach a URL, unless `events` is a provider (which has its own).
 
     Returns:
         A new timeline of the reader's rank, or `events` if it is a timeline.
@@ -340,8 +366,12 @@ def read_events(
         BufferError: If `events` is a timeline with a live view.
     """
     if isinstance(events, DetectorEventTimeline):
-        return _append_events(as_key(key), begin, end, events)
-    provider = detector_event_timeline_reader_provider() if events is None else events
+        return _append_events(as_key(key), begin, end, events, storage_options)
+    if events is not None and storage_options is not None:
+        raise ValueError("give events or storage_options, not both: the provider reaches the files")
+    provider = (
+        detector_event_timeline_reader_provider(storage_options=storage_options) if events is None else events
+    )
     if not isinstance(provider, DetectorEventTimelineReaderProvider):
         raise TypeError(
             f"events is a DetectorEventTimelineReaderProvider or a DetectorEventTimeline, "
@@ -364,13 +394,14 @@ def read_events(
 
 
 def _append_events(
-    key: str, begin: int | None, end: int | None, timeline: DetectorEventTimeline
+    key: str,
+    begin: int | None,
+    end: int | None,
+    timeline: DetectorEventTimeline,
+    storage_options: Mapping[str, Any] | None,
 ) -> DetectorEventTimeline:
     timeline._check_unshared()
-    try:
-        fd = open_readonly(key)
-    except FileNotFoundError as error:
-        raise no_such_file(key, error.errno) from None
+    fd = _open(key, storage_options)
     try:
         layout = Layout(key, fd)
         begin = 0 if begin is None else operator.index(begin)
@@ -379,5 +410,5 @@ def _append_events(
             raise IndexError(f"{key}: frames {begin} to {end} are not within its {layout.frame_count} frames")
         decode_frames(layout, fd, timeline, begin, end)
     finally:
-        os.close(fd)
+        _close(fd)
     return timeline
