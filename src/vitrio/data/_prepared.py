@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from .._concurrency import Completion, Executor
 from .._loading import ImageLoader
 from ._source import Pendings, Source, as_completion
 from ._transforms import as_data_type, prepare_batch
@@ -98,14 +97,16 @@ class PreparedSource(Source):
             np.take(self._held, rows, axis=0, out=out)
             return Pendings()
         raw = np.empty((len(new), *self._source.shape), dtype=self._source.dtype)
-        reads = as_completion(self._source.read_async(loader, new, raw))
-        return Pendings([_Preparing(self, new, raw, reads, rows, out, getattr(loader, "executor", None))])
+        executor = getattr(loader, "executor", None)
 
-    def _take_in(self, new: np.ndarray, raw: np.ndarray, executor: Executor | None) -> None:
-        prepared = prepare_batch(self._prepare, raw, executor)
-        with self._lock:
-            self._held[new] = prepared
-            self._done[new] = True
+        def take_in() -> None:
+            prepared = prepare_batch(self._prepare, raw, executor)
+            with self._lock:
+                self._held[new] = prepared
+                self._done[new] = True
+            np.take(self._held, rows, axis=0, out=out)
+
+        return Pendings([as_completion(self._source.read_async(loader, new, raw)).then(take_in)])
 
     def subset(self, rows: np.ndarray) -> PreparedSource:
         """Get the source of only these rows, in this order, prepared anew by the same transform."""
@@ -113,49 +114,3 @@ class PreparedSource(Source):
 
     def __repr__(self) -> str:
         return f"PreparedSource({self._source!r}, {self._transform!r}, data_type={self._data_type!r})"
-
-
-class _Preparing:
-    """The reads of the new rows of a batch; once they are done, the rows are prepared and copied out."""
-
-    def __init__(
-        self,
-        source: PreparedSource,
-        new: np.ndarray,
-        raw: np.ndarray,
-        reads: Completion,
-        rows: np.ndarray,
-        out: np.ndarray,
-        executor: Executor | None,
-    ):
-        self._source, self._new, self._raw, self._reads = source, new, raw, reads
-        self._rows, self._out, self._executor = rows, out, executor
-        self._failure: BaseException | None = None
-        self._finished = False
-        self._lock = threading.Lock()
-
-    @property
-    def is_ready(self) -> bool:
-        """Whether the rows are read and prepared."""
-        return self._finished
-
-    def wait(self) -> None:
-        """Wait for the reads, then prepare the new rows and copy every row out. Raises nothing."""
-        with self._lock:
-            if self._finished:
-                return
-            try:
-                self._reads.get()
-                self._source._take_in(self._new, self._raw, self._executor)
-                np.take(self._source._held, self._rows, axis=0, out=self._out)
-            except Exception as error:
-                self._failure = error
-            finally:
-                self._reads.wait()
-                self._finished, self._raw = True, None
-
-    def get(self) -> None:
-        """Wait, then raise what a read or the transform raised, if anything."""
-        self.wait()
-        if self._failure is not None:
-            raise self._failure
