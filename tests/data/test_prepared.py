@@ -211,3 +211,19 @@ def test_a_scratch_file_needs_files_and_a_transform_its_parameters_name(tmp_path
         PreparedSource(ArraySource(images), STEPS, scratch=tmp_path / "prepared.scratch")
     with pytest.raises(TypeError, match="parameters name"):
         PreparedSource(ImageSource(stacks), lambda batch: batch, scratch=tmp_path / "prepared.scratch")
+    with pytest.raises(ValueError, match="a.mrcs: a stack named whole"):
+        PreparedSource(ImageSource([stacks[0].key]), STEPS, scratch=tmp_path / "prepared.scratch")
+
+
+def test_whole_files_and_rows_of_several_images_are_prepared_image_by_image(tmp_path, stacks, images):
+    for i in range(3):
+        mrcfile.write(tmp_path / f"micrograph{i}.mrc", images[i])
+    micrographs = ImageSource([tmp_path / f"micrograph{i}.mrc" for i in range(3)])
+    steps = Compose(FourierCrop(16), Invert())
+    whole = PreparedSource(micrographs, steps, scratch=tmp_path / "micrographs.scratch")
+    np.testing.assert_array_equal(Dataset({"image": whole})[0:3]["image"], steps(images[:3]))
+    pairs = ImageSource([[stacks[i], stacks[9 - i]] for i in range(5)])
+    paired = PreparedSource(pairs, steps, "bfloat16", scratch=tmp_path / "pairs.scratch")
+    expected = steps(np.stack([images[:5], images[9:4:-1]], axis=1)).astype(ml_dtypes.bfloat16)
+    assert paired.shape == (2, 16, 16)
+    np.testing.assert_array_equal(Dataset({"image": paired})[0:5]["image"], expected)

@@ -133,9 +133,13 @@ class PreparedFiles(ImageReaderProvider):
                 found = served.descriptor
             finally:
                 self.backing.release(reader)
-            if found.core_extents != self.image or (self.whole and found.is_stack):
+            if self.whole and found.is_stack:
                 raise ValueError(
-                    f"{key}: holds {found.extents}, not images of {self.image} each as the source's rows"
+                    f"{key}: a stack named whole; a scratch of prepared images holds one image a location"
+                )
+            if found.core_extents != self.image:
+                raise ValueError(
+                    f"{key}: holds images of {found.core_extents}, not {self.image} as the first"
                 )
             count = self._counts[key] = found.image_count
         return count
