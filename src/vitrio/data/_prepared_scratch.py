@@ -15,7 +15,7 @@ which no file type names, is held as its bits (uint16).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,33 +59,36 @@ def preparation(transform: Any, read_as: np.dtype, image: tuple, prepared: np.nd
     return f"{_named(transform)} of {read_as.name} {image} to {prepared.dtype.name} {prepared.shape[1:]}"
 
 
+def _as_indexed(location: ImageLocation) -> ImageLocation:
+    """The location as an image of its file: a whole file, one image, as its image 0."""
+    return ImageLocation(location.key, max(location.index_in_stack, 0))
+
+
 def _held_type(dtype: np.dtype) -> np.dtype:
     """The type the scratch holds images of `dtype` in: itself, or uint16 for bfloat16."""
     return np.dtype(np.uint16) if dtype.name == "bfloat16" else dtype
 
 
 class _PreparedReader(ImageReader):
-    """The images of one file, each read through `files` and prepared."""
+    """The images of one file, read through `files.backing` and prepared."""
 
-    def __init__(
-        self, key: str, descriptor: ImageDescriptor, files: PreparedFiles, backing: ImageReaderProvider
-    ):
+    def __init__(self, key: str, descriptor: ImageDescriptor, files: PreparedFiles):
         super().__init__(key, descriptor)
-        self._files, self._backing = files, backing
+        self._files = files
 
     def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
         self.check_indices(indices)
         files = self._files
         raw = np.empty((len(indices), *files.image), dtype=files.read_as)
-        reader = self._backing.acquire(self.key)
+        reader = files.backing.acquire(self.key)
         try:
             served = reader if files.whole else reader.indexed()
             served.read_images(indices, raw, np.arange(len(indices)))
         finally:
-            self._backing.release(reader)
+            files.backing.release(reader)
         out[slots] = files.prepare(raw).view(out.dtype)
 
-    def read_run(self, start: int, outs: Any) -> None:
+    def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         block = np.empty((len(outs), *self.core_extents), dtype=self.descriptor.data_type.dtype)
         self.read_images(np.arange(start, start + len(outs)), block, np.arange(len(outs)))
         for out, image in zip(outs, block):
@@ -113,14 +116,8 @@ class PreparedFiles(ImageReaderProvider):
         prepared: tuple[tuple[int, ...], np.dtype],
         whole: bool,
     ):
-        self.backing, self.prepare, self.image, self.read_as, self.whole = (
-            backing,
-            prepare,
-            image,
-            read_as,
-            whole,
-        )
-        self._prepared = prepared
+        self.backing, self.prepare, self.whole = backing, prepare, whole
+        self.image, self.read_as, self._prepared = image, read_as, prepared
         self._counts: dict[str, int] = {}
 
     def _count(self, key: str) -> int:
@@ -147,7 +144,7 @@ class PreparedFiles(ImageReaderProvider):
     def acquire(self, key) -> ImageReader:
         shape, dtype = self._prepared
         count = self._count(key)
-        return _PreparedReader(key, ImageDescriptor((count, *shape), len(shape), dtype), self, self.backing)
+        return _PreparedReader(key, ImageDescriptor((count, *shape), len(shape), dtype), self)
 
     def release(self, reader: ImageReader) -> None:
         pass
@@ -179,9 +176,7 @@ class PreparedScratch:
         whole = not locations.ravel()[0].has_index_in_stack
         held = _held_type(probe.dtype)
         files = PreparedFiles(reader_provider(), prepare, image, source.dtype, (probe.shape[1:], held), whole)
-        indexed = np.vectorize(lambda at: ImageLocation(at.key, max(at.index_in_stack, 0)), otypes=[object])(
-            locations
-        )
+        indexed = np.vectorize(_as_indexed, otypes=[object])(locations)
         of = preparation(transform, source.dtype, image, probe)
         self._scratch = mapped_scratch(group(indexed.ravel()), path, RUN_LENGTH, None, files, of=of)
         self._files = files
