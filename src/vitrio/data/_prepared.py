@@ -40,8 +40,8 @@ class PreparedSource(Source):
     With `scratch`, a file, the prepared images are held there, in a
     mapped-file scratch (as `vitrio.create_mapped_file_image_scratch` keeps
     stored ones), and a later program that prepares the same images the
-    same way serves them from it, reading no file and calling no
-    transform. The file is made for the source's images and the transform's
+    same way serves them from it, reading no image of a file and calling
+    no transform. The file is made for the source's images and the transform's
     class and parameters, the types and the shapes: made for others, it is
     rebuilt; the images of a source file whose size or modification time
     changed since are prepared again. The images of a file are read and
