@@ -227,3 +227,13 @@ def test_whole_files_and_rows_of_several_images_are_prepared_image_by_image(tmp_
     expected = steps(np.stack([images[:5], images[9:4:-1]], axis=1)).astype(ml_dtypes.bfloat16)
     assert paired.shape == (2, 16, 16)
     np.testing.assert_array_equal(Dataset({"image": paired})[0:5]["image"], expected)
+
+
+def test_a_symbolic_link_at_the_scratch_path_is_replaced_not_followed(tmp_path, stacks):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"not a scratch")
+    (tmp_path / "prepared.scratch").symlink_to(victim)
+    prepared = PreparedSource(ImageSource(stacks), STEPS, scratch=tmp_path / "prepared.scratch")
+    epoch(prepared)
+    assert victim.read_bytes() == b"not a scratch" and not (tmp_path / "prepared.scratch").is_symlink()
+    assert prepared.prepared_count == 10
