@@ -12,7 +12,11 @@ file, Fourier cropped to 128 x 128 and normalised (background radius 48):
    with --device, the same batches as PyTorch tensors on that device;
 2. epochs of a DataLoader, in images per second: preparing every batch on
    the fly every epoch (`transform=`) against a `PreparedSource`, whose
-   first epoch reads and prepares and whose later ones copy from memory.
+   first epoch reads and prepares and whose later ones copy from memory;
+   and a `PreparedSource` whose scratch is a file (`scratch=`): epochs of
+   the program that fills it, then of a later one that serves it (a new
+   `PreparedSource` over the same file, which reads and computes nothing;
+   the file is in the page cache).
 """
 
 from __future__ import annotations
@@ -106,7 +110,7 @@ def _transform_rates(steps: Compose, batches: list, count: int, device: str | No
         print(f"vitrio, batches of {BATCH} (torch on {device}, copies included): {torched:,.0f} images/s")
 
 
-def epoch_rates(path: Path, count: int, epochs: int) -> None:
+def epoch_rates(path: Path, count: int, epochs: int, scratch: Path) -> None:
     steps = Compose(FourierCrop(CROPPED), Normalize(RADIUS))
     images = ImageSource([vio.ImageLocation(path, i) for i in range(count)])
     on_the_fly = DataLoader(Dataset({"image": images}), BATCH, shuffle=True, transform=steps)
@@ -115,6 +119,12 @@ def epoch_rates(path: Path, count: int, epochs: int) -> None:
     prepared = DataLoader(Dataset({"image": PreparedSource(images, steps)}), BATCH, shuffle=True)
     for epoch in range(epochs):
         print(f"prepared scratch, epoch {epoch + 1}: {rate(count, lambda: list(prepared)):,.0f} images/s")
+    for program in ("filling", "a later program"):
+        on_disk = PreparedSource(images, steps, scratch=scratch)
+        loader = DataLoader(Dataset({"image": on_disk}), BATCH, shuffle=True)
+        for epoch in range(epochs):
+            figure = rate(count, lambda batches=loader: list(batches))
+            print(f"prepared scratch file, {program}, epoch {epoch + 1}: {figure:,.0f} images/s")
 
 
 def main() -> None:
@@ -138,7 +148,7 @@ def main() -> None:
             f"{count:,} particles of {SIDE} x {SIDE} to {CROPPED} x {CROPPED}, normalised (radius {RADIUS})"
         )
         transform_rates(path, count, args.device)
-        epoch_rates(path, count, args.epochs)
+        epoch_rates(path, count, args.epochs, Path(folder) / "prepared.scratch")
 
 
 if __name__ == "__main__":

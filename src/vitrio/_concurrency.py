@@ -75,7 +75,8 @@ class Completion:
     The one thing to wait on. It stands for tasks on an executor
     (`run_tasks`), for several waitables at once (`Completion.all`), for a
     failure known at once (`Completion.failed`), or for another completion
-    whose failure is explained (`explained`). It keeps the arrays the work
+    whose failure is explained (`explained`), or for work that follows
+    another (`then`). It keeps the arrays the work
     reads and writes alive for as long as it lives, so that they outlast
     `get()` even when the caller dropped them; dropping a completion that is
     not ready waits for the work. Waiting never holds the GIL.
@@ -111,6 +112,14 @@ class Completion:
     def explained(self, explain: Callable[[BaseException], str]) -> Completion:
         """This completion, whose `get()` raises its failure with `explain(failure)` added to the message."""
         return Completion(parts=(self,), explain=explain)
+
+    def then(self, function: Callable[[], None]) -> Completion:
+        """This completion followed by `function`, run once this one succeeds, by the first thread to wait.
+
+        The completion returned is ready once `function` has run; its `get()`
+        raises this one's failure (and `function` never runs), or `function`'s.
+        """
+        return Completion(parts=(_Then(self, function),))
 
     @property
     def is_ready(self) -> bool:
@@ -167,6 +176,38 @@ class Completion:
 
     def __repr__(self) -> str:
         return f"<Completion {'ready' if self.is_ready else 'pending'}>"
+
+
+class _Then:
+    """What `Completion.then` waits for: a completion, then a function run by the first to wait."""
+
+    __slots__ = ("first", "function", "error", "done", "lock")
+
+    def __init__(self, first: Completion, function: Callable[[], None]):
+        self.first, self.function = first, function
+        self.error: BaseException | None = None
+        self.done = False
+        self.lock = threading.Lock()
+
+    @property
+    def is_ready(self) -> bool:
+        return self.done
+
+    def wait(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            try:
+                self.first.get()
+                self.function()
+            except Exception as error:
+                self.error = error
+            self.done, self.function = True, None
+
+    def get(self) -> None:
+        self.wait()
+        if self.error is not None:
+            raise self.error
 
 
 _abandoned: list[_Work] = []

@@ -84,3 +84,23 @@ def test_a_sources_single_waitable_is_waited_for_by_the_batch():
         batch.get()
     gate.error = None
     np.testing.assert_array_equal(batch.get()["x"], [2, 3])
+
+
+def test_then_runs_once_after_the_work_and_raises_the_first_failure():
+    gate, calls = Gate(), []
+    following = vio.Completion.all([gate]).then(lambda: calls.append(threading.get_ident()))
+    assert not following.is_ready and calls == []
+    gate.opened.set()
+    following.get()
+    following.get()
+    assert following.is_ready and calls == [threading.get_ident()]
+
+    def refuse():
+        raise ValueError("refused")
+
+    refused = vio.Completion().then(refuse)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="refused"):
+            refused.get()
+    never = vio.Completion.failed(OSError(5, "broken")).then(lambda: calls.append(0))
+    assert isinstance(never.exception, OSError) and calls == [threading.get_ident()]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
+
 import ml_dtypes
 import mrcfile
 import numpy as np
@@ -55,6 +59,41 @@ def test_even_crops_are_cryodrgn_downsample(stack: np.ndarray, n: int, size: int
     got = FourierCrop(size)(images)
     assert got.dtype == np.float32 and got.shape == (6, size, size)
     np.testing.assert_allclose(got, expected, atol=2e-5 * np.abs(expected).max())
+
+
+CRYODRGN_DOWNSAMPLE = """
+import argparse, sys
+from cryodrgn.commands import downsample
+
+parser = argparse.ArgumentParser()
+downsample.add_args(parser)
+stack, *sizes = sys.argv[1:]
+for size in sizes:
+    downsample.main(parser.parse_args([stack, "-D", size, "-o", f"{stack}.{size}.mrcs"]))
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("cryodrgn") is None,
+    reason="cryoDRGN is not installed (pip install --no-deps cryodrgn==4.3.0 igraph texttable)",
+)
+def test_even_crops_are_what_cryodrgn_downsample_writes(stack: np.ndarray, tmp_path):
+    """cryoDRGN's own `downsample` command, run in a program of its own (its import sets up logging)."""
+    path = tmp_path / "particles.mrcs"
+    mrcfile.write(path, stack)
+    sizes = (24, 20, 48)
+    command = [sys.executable, "-c", CRYODRGN_DOWNSAMPLE, str(path), *map(str, sizes)]
+    ran = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    images = ImageSource([ImageLocation(path, i) for i in range(len(stack))])
+    read = Dataset({"image": images})[0 : len(stack)]["image"]
+    for size in sizes:
+        written = mrcfile.read(f"{path}.{size}.mrcs")
+        got = FourierCrop(size)(read)
+        assert written.shape == got.shape == (len(stack), size, size)
+        np.testing.assert_allclose(
+            got, written, rtol=0, atol=8 * np.finfo(np.float32).eps * np.abs(written).max()
+        )
 
 
 @pytest.mark.parametrize(("n", "size"), [(48, 25), (47, 23), (47, 47)])

@@ -5,19 +5,22 @@ other new rows of that batch in one call of the transform; afterwards it is
 copied out of memory, so later epochs neither read files nor compute. What
 is held is that of one transform and one type: a source prepared otherwise
 is another `PreparedSource`, with rows of its own, so a changed parameter
-never serves images prepared with the old one.
+never serves images prepared with the old one. Given a scratch file, the
+rows are held there instead, for later programs too (`_prepared_scratch`).
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .._concurrency import Completion, Executor
 from .._loading import ImageLoader
+from .._types import as_key
+from ._prepared_scratch import PreparedScratch
 from ._source import Pendings, Source, as_completion
 from ._transforms import as_data_type, prepare_batch
 
@@ -25,7 +28,7 @@ __all__ = ["PreparedSource"]
 
 
 class PreparedSource(Source):
-    """The images of a source, prepared once by a transform and held in memory for the epochs after.
+    """The images of a source, prepared once by a transform and held for the epochs after.
 
     The first read of a row reads it through `source` and prepares it, with
     the rows read with it as one batch; every later read copies it from
@@ -34,6 +37,16 @@ class PreparedSource(Source):
     rows held are of this source's transform and type alone (`key`): a
     source made with other parameters prepares its rows anew.
 
+    With `scratch`, a file, the prepared images are held there, in a
+    mapped-file scratch (as `vitrio.create_mapped_file_image_scratch` keeps
+    stored ones), and a later program that prepares the same images the
+    same way serves them from it, reading no image of a file and calling
+    no transform. The file is made for the source's images and the transform's
+    class and parameters, the types and the shapes: made for others, it is
+    rebuilt; the images of a source file whose size or modification time
+    changed since are prepared again. The images of a file are read and
+    prepared 16 at a time, on the loader's threads.
+
     Args:
         source: Where the images come from, such as an ImageSource.
         transform: What prepares an array of images of shape (rows, *source.shape): a
@@ -41,16 +54,31 @@ class PreparedSource(Source):
             that returns an array of as many prepared images.
         data_type: The type the images are held and handed out in: 'float32',
             'float16' or 'bfloat16' (needs ml_dtypes, which JAX installs).
+        scratch: A file to hold the prepared images in, for this program and later ones,
+            readable by this user alone; one that is a symbolic link, another user's or
+            writable by others is never read, but rebuilt. Needs an `ImageSource`, and a
+            `Transform` or `Compose` (whose parameters name it).
 
     Raises:
         ValueError: If `data_type` is none of the three, or the transform
             returns other than one image per row.
+        TypeError: If `scratch` is given with another source or transform than it needs.
+        OSError: If the scratch file cannot be made, or the disk has no room for it.
     """
 
-    def __init__(self, source: Source, transform: Callable[[Any], Any], data_type: str = "float32"):
+    def __init__(
+        self,
+        source: Source,
+        transform: Callable[[Any], Any],
+        data_type: str = "float32",
+        scratch: Any = None,
+    ):
         self._source, self._transform, self._data_type = source, transform, data_type
         probe = self._prepare(np.zeros((1, *source.shape), dtype=source.dtype))
-        self._held = np.empty((len(source), *probe.shape[1:]), dtype=probe.dtype)
+        self._disk = None
+        if scratch is not None:
+            self._disk = PreparedScratch(source, transform, self._prepare, as_key(scratch))
+        self._held = np.empty((0 if self._disk else len(source), *probe.shape[1:]), dtype=probe.dtype)
         self._done = np.zeros(len(source), dtype=bool)
         self._lock = threading.Lock()
 
@@ -84,8 +112,8 @@ class PreparedSource(Source):
 
     @property
     def prepared_count(self) -> int:
-        """How many rows are held, prepared."""
-        return int(self._done.sum())
+        """How many rows are held, prepared; with a scratch file, how many images it holds."""
+        return int(self._done.sum()) if self._disk is None else self._disk.scratch.held_count
 
     def __len__(self) -> int:
         return len(self._done)
@@ -93,69 +121,36 @@ class PreparedSource(Source):
     def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Pendings:
         """Start reading the values of some rows, as Source.read_async: those not held yet are read."""
         rows = np.asarray(rows, dtype=np.int64)
+        if self._disk is not None:
+            return self._disk.read_async(loader, rows, out)
         new = np.unique(rows[~self._done[rows]])
         if not len(new):
             np.take(self._held, rows, axis=0, out=out)
             return Pendings()
         raw = np.empty((len(new), *self._source.shape), dtype=self._source.dtype)
-        reads = as_completion(self._source.read_async(loader, new, raw))
-        return Pendings([_Preparing(self, new, raw, reads, rows, out, getattr(loader, "executor", None))])
+        executor = getattr(loader, "executor", None)
 
-    def _take_in(self, new: np.ndarray, raw: np.ndarray, executor: Executor | None) -> None:
-        prepared = prepare_batch(self._prepare, raw, executor)
-        with self._lock:
-            self._held[new] = prepared
-            self._done[new] = True
+        def take_in() -> None:
+            prepared = prepare_batch(self._prepare, raw, executor)
+            with self._lock:
+                self._held[new] = prepared
+                self._done[new] = True
+            np.take(self._held, rows, axis=0, out=out)
+
+        return Pendings([as_completion(self._source.read_async(loader, new, raw)).then(take_in)])
 
     def subset(self, rows: np.ndarray) -> PreparedSource:
-        """Get the source of only these rows, in this order, prepared anew by the same transform."""
-        return PreparedSource(self._source.subset(rows), self._transform, self._data_type)
+        """Get the source of only these rows, in this order, prepared anew by the same transform
+        (or served from the same scratch file)."""
+        if self._disk is None:
+            return PreparedSource(self._source.subset(rows), self._transform, self._data_type)
+        subset = copy.copy(self)
+        subset._source, subset._disk = self._source.subset(rows), self._disk.subset(rows)
+        subset._done = np.zeros(len(subset._source), dtype=bool)
+        return subset
 
     def __repr__(self) -> str:
-        return f"PreparedSource({self._source!r}, {self._transform!r}, data_type={self._data_type!r})"
-
-
-class _Preparing:
-    """The reads of the new rows of a batch; once they are done, the rows are prepared and copied out."""
-
-    def __init__(
-        self,
-        source: PreparedSource,
-        new: np.ndarray,
-        raw: np.ndarray,
-        reads: Completion,
-        rows: np.ndarray,
-        out: np.ndarray,
-        executor: Executor | None,
-    ):
-        self._source, self._new, self._raw, self._reads = source, new, raw, reads
-        self._rows, self._out, self._executor = rows, out, executor
-        self._failure: BaseException | None = None
-        self._finished = False
-        self._lock = threading.Lock()
-
-    @property
-    def is_ready(self) -> bool:
-        """Whether the rows are read and prepared."""
-        return self._finished
-
-    def wait(self) -> None:
-        """Wait for the reads, then prepare the new rows and copy every row out. Raises nothing."""
-        with self._lock:
-            if self._finished:
-                return
-            try:
-                self._reads.get()
-                self._source._take_in(self._new, self._raw, self._executor)
-                np.take(self._source._held, self._rows, axis=0, out=self._out)
-            except Exception as error:
-                self._failure = error
-            finally:
-                self._reads.wait()
-                self._finished, self._raw = True, None
-
-    def get(self) -> None:
-        """Wait, then raise what a read or the transform raised, if anything."""
-        self.wait()
-        if self._failure is not None:
-            raise self._failure
+        scratch = "" if self._disk is None else f", scratch={self._disk.scratch.path!r}"
+        return (
+            f"PreparedSource({self._source!r}, {self._transform!r}, data_type={self._data_type!r}{scratch})"
+        )

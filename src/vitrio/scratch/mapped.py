@@ -199,17 +199,20 @@ def mapped_scratch(
     max_size: int | None,
     files: ImageReaderProvider | None,
     folder: int | None = None,
+    of: str = "",
 ) -> ImageScratch:
     """The scratch of the locations `grouped` (by `plan.group`) in the file at `path`, resumed or made.
 
     With `folder`, the descriptor of the folder of `path`, the file is opened and made in that folder.
+    `of` says what the images `files` hand out are of, if not the stored ones (`plan.digest`): a file
+    made for another is rebuilt.
 
     Raises:
         ValueError: If the first file does not fit in `max_size`.
         IndexError: If an index is past the end of its stack.
         OSError: If the file cannot be made, or the disk has no room for it.
     """
-    planned = digest(grouped, run_length, max_size)
+    planned = digest(grouped, run_length, max_size, of)
     files = files or FileImageReaderProvider()
     fd = open_own_file(path, folder)
     try:

@@ -58,9 +58,12 @@ def group(locations: Iterable[Any] | ImageLocationGrouping) -> dict[str, np.ndar
     return {found.key: np.unique(found.location_indices) for found in locations}
 
 
-def digest(grouped: dict[str, np.ndarray], run_length: int, max_size: int | None) -> bytes:
-    """32 hex digits that tell one plan from another: the same for the same images, layout and size."""
+def digest(grouped: dict[str, np.ndarray], run_length: int, max_size: int | None, of: str = "") -> bytes:
+    """32 hex digits that tell one plan from another: the same for the same images, layout and size,
+    and `of`, what the images held are of besides their files (none for their stored values)."""
     hashed = hashlib.sha256(f"{run_length}:{max_size}".encode())
+    if of:
+        hashed.update(of.encode() + b"\0")
     for key, indices in grouped.items():
         hashed.update(key.encode() + b"\0")
         hashed.update(indices.tobytes() + b"\0")
