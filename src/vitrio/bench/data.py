@@ -70,7 +70,9 @@ def measure(name: str, dataset: Dataset, baseline, cache: int, epochs: int, batc
     """The medians of vitrio's and the baseline's epochs over one workload."""
     loader = vio.loader(workers=2, cache=cache)
     ours = DataLoader(dataset, BATCH, shuffle=True, seed=0, loader=loader, output="torch")
-    theirs = torch.utils.data.DataLoader(baseline, batch_size=BATCH, shuffle=True, num_workers=2)
+    theirs = torch.utils.data.DataLoader(  # spawned, as torch_baseline_rate's: a fork of threads may hang
+        baseline, batch_size=BATCH, shuffle=True, num_workers=2, multiprocessing_context="spawn"
+    )
     epoch(ours, 2, lambda batch: len(batch["image"]))
     ours_epochs = [epoch(ours, batches, lambda batch: len(batch["image"])) for _ in range(epochs)]
     theirs_epochs = [epoch(theirs, batches, len) for _ in range(epochs)]
