@@ -2,7 +2,8 @@
  *
  * - EER decoding (render, events), below;
  * - a check of LZW streams before imagecodecs decodes them (lzw_check);
- * - file maps whose pages read as zeros instead of raising SIGBUS (map_file).
+ * - file maps whose pages read as zeros instead of raising SIGBUS (map_file);
+ * - the plain rows of the loops of STAR files (star_scan, star_fill), said where they are defined.
  *
  * Decoding of EER frames: run lengths of electron events and their sub-pixel positions.
  *
@@ -1310,6 +1311,361 @@ static PyObject *simd(PyObject *self, PyObject *args) {
     return PyBool_FromLong(was);
 }
 
+/* ---- The rows of a loop of a STAR file ----
+ *
+ * Plain rows are read here, what the general parser (vitrio/data/_star_text.py, pandas' C parser
+ * over chunks of the text) would make of them, value for value: printable ASCII split at spaces and
+ * tabs, `#` starting a comment, LF or CRLF line ends, no quotes. The loop ends before the first line
+ * that starts (after spaces and tabs) with `data_`, or at the end of the text. Anything else (another
+ * byte, a row of more or fewer values than the loop has columns, a column whose values pandas would
+ * take in a way this does not: booleans, infinities, text among numbers, NaN among text) is left to
+ * the general parser, which also says what is wrong. Both functions release the GIL while they run.
+ *
+ *   star_scan(text, start, columns) -> None | (end, rows, lines, kinds, sizes)
+ *     Reads the rows from byte `start` of `text`: the loop ends at byte `end`, after `lines` line
+ *     ends, and holds `rows` rows. `kinds` has a byte per column: b'i' integers (int64), b'f' numbers
+ *     (float64; "nan", "NaN" and "<NA>" are NaN), b't' text; `sizes`, the bytes of each column's
+ *     values. None if the rows are not plain, or there are none.
+ *
+ *   star_fill(text, start, end, kinds, outs)
+ *     Writes the values of the rows star_scan read into `outs`, one per column: an int64 or float64
+ *     array of a value per row for b'i' and b'f', a pair (offsets, data) for b't', the Arrow layout
+ *     of a string array (offsets int64, rows + 1 of them; data, the values one after another).
+ *     Numbers are converted as pandas converts them (its precise_xstrtod), not by strtod: the two
+ *     differ in the last bit for some numbers of more than 15 digits. Raises ValueError if the rows
+ *     are not what `kinds` says or do not fit `outs`.
+ */
+
+enum { STAR_INT = 1, STAR_LONG = 2, STAR_FLOAT = 4, STAR_NA = 8, STAR_TEXT = 16, STAR_OTHER = 32 };
+#define STAR_MAX_COLUMNS 65536
+#define STAR_MAX_DIGITS 17 /* the significant digits pandas takes of a number */
+
+/* What each byte is to the rows: a byte of a value has SB_VALUE and the bits of its kind of character
+ * (a value's bits together say what it can be); the others are separators, or 0 (not plain). */
+enum {
+    SB_VALUE = 1,  /* printable ASCII but quotes and '#' */
+    SB_DIGIT = 2,
+    SB_POINT = 4,
+    SB_EXP = 8,    /* e, E */
+    SB_SIGN = 16,  /* +, - */
+    SB_WORDY = 32, /* what numbers in other spellings are made of: inf, Infinity, nan, 1_000 */
+    SB_TEXT = 64,  /* what no spelling of a number has */
+    SB_SPACE = 128,
+    SB_LINE = 256,
+    SB_CR = 512,
+    SB_HASH = 1024,
+};
+
+static uint16_t star_bytes[256];
+static double star_powers[309]; /* 1e0 ... 1e308, each as the compiler rounds the literal */
+
+static void star_init(void) {
+    for (int c = '!'; c <= '~'; c++)
+        star_bytes[c] = SB_VALUE | (c >= '0' && c <= '9' ? SB_DIGIT
+                                    : c == '.'             ? SB_POINT
+                                    : c == 'e' || c == 'E' ? SB_EXP
+                                    : c == '+' || c == '-' ? SB_SIGN
+                                    : strchr("iInNfFaAtTyY_", c) ? SB_WORDY
+                                                                 : SB_TEXT);
+    star_bytes['"'] = star_bytes['\''] = 0;
+    star_bytes['#'] = SB_HASH;
+    star_bytes[' '] = star_bytes['\t'] = SB_SPACE;
+    star_bytes['\n'] = SB_LINE;
+    star_bytes['\r'] = SB_CR;
+    for (int i = 0; i < 309; i++) {
+        char literal[8] = {'1', 'e', (char)('0' + i / 100), (char)('0' + i / 10 % 10), (char)('0' + i % 10)};
+        star_powers[i] = strtod(literal, NULL); /* correctly rounded, as the compiler rounds 1e23 */
+    }
+}
+
+static inline int star_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+/* The next value of the line at *at: 1 and [*value, *value + *length) with the bits of its bytes in
+ * *bits, or 0 at the line's end (*at then past its line end, or at `end`), or -1 where the text is
+ * not plain. */
+static inline int star_value(const uint8_t **at, const uint8_t *end, const uint8_t **value, size_t *length,
+                             unsigned *bits) {
+    const uint8_t *p = *at;
+    while (p < end) {
+        unsigned b = star_bytes[*p];
+        if (b & SB_VALUE) {
+            const uint8_t *start = p;
+            unsigned all = 0;
+            do all |= b, p++;
+            while (p < end && ((b = star_bytes[*p]) & SB_VALUE));
+            if (p < end && !(b & (SB_SPACE | SB_LINE | SB_CR | SB_HASH))) return -1;
+            *value = start, *length = (size_t)(p - start), *bits = all, *at = p;
+            return 1;
+        }
+        if (b & SB_SPACE) {
+            p++;
+        } else if (b & SB_LINE) {
+            p++;
+            break;
+        } else if (b & SB_CR && p + 1 < end && p[1] == '\n') {
+            p += 2;
+            break;
+        } else if (b & SB_HASH) {
+            for (p++; p < end && *p != '\n'; p++) {
+                b = star_bytes[*p];
+                if (!(b & (SB_VALUE | SB_SPACE | SB_HASH)) && !(b & SB_CR && p + 1 < end && p[1] == '\n')) return -1;
+            }
+        } else {
+            return -1;
+        }
+    }
+    *at = p;
+    return 0;
+}
+
+/* Whether the line at p starts a block: `data_` after spaces and tabs. */
+static inline int star_block(const uint8_t *p, const uint8_t *end) {
+    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    return end - p >= 5 && memcmp(p, "data_", 5) == 0;
+}
+
+/* What a value of `n` bytes whose bytes have `bits` may be: STAR_NA, STAR_INT (STAR_LONG: of more than
+ * 15 bytes), STAR_FLOAT, STAR_TEXT (a number in no spelling), or STAR_OTHER (left to the general
+ * parser: booleans, infinities, NaN in another spelling). Numbers are told by their bytes alone:
+ * star_fill checks them whole, and refuses what is not. */
+static inline int star_class(const uint8_t *s, size_t n, unsigned bits) {
+    if (bits & SB_TEXT) {
+        if (n == 4 && !memcmp(s, "<NA>", 4)) return STAR_NA;
+        if ((n == 4 || n == 5) && strchr("TtFf", s[0]) &&
+            (!memcmp(s, "True", n) || !memcmp(s, "TRUE", n) || !memcmp(s, "true", n) || !memcmp(s, "False", n) ||
+             !memcmp(s, "FALSE", n) || !memcmp(s, "false", n)))
+            return STAR_OTHER;
+        return STAR_TEXT;
+    }
+    if (!(bits & SB_DIGIT) || bits & SB_WORDY)
+        return n == 3 && (!memcmp(s, "nan", 3) || !memcmp(s, "NaN", 3)) ? STAR_NA : STAR_OTHER;
+    if (!(bits & (SB_POINT | SB_EXP))) return n <= 15 ? STAR_INT : n <= 18 ? STAR_INT | STAR_LONG : STAR_OTHER;
+    return STAR_FLOAT;
+}
+
+/* A number as pandas' precise_xstrtod converts it (the default of its C parser): at most 17 digits are
+ * taken, into a double, then scaled by a power of ten. The first 16 are summed as an integer, which
+ * the double's sums equal (every partial sum of up to 16 digits is exact, or rounded once at the
+ * 16th). Returns 0 if the value is not a number of this spelling, or pandas would take it as out of
+ * range. */
+static int star_number(const uint8_t *s, size_t n, double *out) {
+    const uint8_t *p = s, *e = s + n;
+    int negative = 0, digits = 0, decimals = 0, exponent = 0, last = 0;
+    uint64_t sum = 0;
+    if (p < e && (*p == '+' || *p == '-')) negative = *p++ == '-';
+    for (; p < e && star_digit(*p); p++) {
+        if (digits < 16) sum = sum * 10 + (*p - '0'), digits++;
+        else if (digits == 16) last = *p - '0', digits++;
+        else exponent++;
+    }
+    if (p < e && *p == '.') {
+        for (p++; p < e && star_digit(*p) && digits < STAR_MAX_DIGITS; p++, decimals++) {
+            if (digits < 16) sum = sum * 10 + (*p - '0'), digits++;
+            else last = *p - '0', digits++;
+        }
+        while (p < e && star_digit(*p)) p++;
+        exponent -= decimals;
+    }
+    if (digits == 0) return 0;
+    double number = (double)sum;
+    if (digits == STAR_MAX_DIGITS) number = number * 10. + last;
+    if (negative) number = -number;
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        int minus = 0, value = 0, count = 0;
+        p++;
+        if (p < e && (*p == '+' || *p == '-')) minus = *p++ == '-';
+        for (; p < e && star_digit(*p) && count < 5; p++, count++) value = value * 10 + (*p - '0');
+        if (!count) return 0;
+        exponent += minus ? -value : value;
+    }
+    if (p != e || exponent > 308) return 0;
+    if (exponent > 0) number *= star_powers[exponent];
+    else if (exponent < -616) number = 0.;
+    else if (exponent < -308) number = number / star_powers[-308 - exponent] / star_powers[308];
+    else number /= star_powers[-exponent];
+    if (number == HUGE_VAL || number == -HUGE_VAL) return 0;
+    *out = number;
+    return 1;
+}
+
+static PyObject *star_scan(PyObject *self, PyObject *args) {
+    Py_buffer text = {0};
+    Py_ssize_t start, columns;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*nn:star_scan", &text, &start, &columns)) return NULL;
+    if (start < 0 || start > text.len || columns < 1 || columns > STAR_MAX_COLUMNS) {
+        PyErr_SetString(PyExc_ValueError, "start lies outside the text, or columns is not 1 to 65536");
+        goto done;
+    }
+    uint8_t *masks = calloc((size_t)columns, 1);
+    uint64_t *sizes = calloc((size_t)columns, sizeof *sizes);
+    if (masks == NULL || sizes == NULL) {
+        free(masks), free(sizes);
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *p = (const uint8_t *)text.buf + start, *end = (const uint8_t *)text.buf + text.len;
+    Py_ssize_t rows = 0, lines = 0;
+    int plain = 1;
+    Py_BEGIN_ALLOW_THREADS;
+    while (plain && p < end && !star_block(p, end)) {
+        const uint8_t *value;
+        size_t length;
+        unsigned bits;
+        Py_ssize_t count = 0;
+        int found;
+        while ((found = star_value(&p, end, &value, &length, &bits)) > 0) {
+            if (count < columns) masks[count] |= (uint8_t)star_class(value, length, bits), sizes[count] += length;
+            count++;
+        }
+        if (found == 0) lines += p[-1] == '\n'; /* a line read moves p past at least one byte */
+        plain = found == 0 && (count == 0 || count == columns);
+        rows += count > 0;
+    }
+    Py_END_ALLOW_THREADS;
+    char *kinds = (char *)masks;
+    for (Py_ssize_t c = 0; plain && c < columns; c++) {
+        int mask = masks[c];
+        if (mask == STAR_INT || mask == (STAR_INT | STAR_LONG)) kinds[c] = 'i';
+        else if (!(mask & ~(STAR_INT | STAR_FLOAT | STAR_NA))) kinds[c] = 'f';
+        else if (mask == STAR_TEXT) kinds[c] = 't';
+        else plain = 0;
+    }
+    if (!plain || rows == 0) {
+        result = Py_NewRef(Py_None);
+    } else {
+        PyObject *sized = PyTuple_New(columns);
+        for (Py_ssize_t c = 0; sized != NULL && c < columns; c++) {
+            PyObject *size = PyLong_FromUnsignedLongLong(sizes[c]);
+            if (size == NULL || PyTuple_SetItem(sized, c, size) < 0) Py_CLEAR(sized);
+        }
+        if (sized != NULL)
+            result = Py_BuildValue("(nnny#N)", (Py_ssize_t)(p - (const uint8_t *)text.buf), rows, lines, kinds,
+                                   columns, sized);
+    }
+    free(masks), free(sizes);
+done:
+    PyBuffer_Release(&text);
+    return result;
+}
+
+typedef struct {
+    char kind;
+    Py_buffer values, data; /* data: the bytes of text values */
+} StarColumn;
+
+/* Writes the rows of text[start:end] into the columns; the row and column of the first value that
+ * does not fit is left in *bad_row and *bad_column (-1, -1 if all fit). */
+static void star_write(const uint8_t *p, const uint8_t *end, StarColumn *columns, Py_ssize_t count,
+                       Py_ssize_t rows, Py_ssize_t *bad_row, Py_ssize_t *bad_column) {
+    Py_ssize_t row = 0;
+    for (Py_ssize_t c = 0; c < count; c++)
+        if (columns[c].kind == 't') ((int64_t *)columns[c].values.buf)[0] = 0;
+    while (p < end) {
+        const uint8_t *value;
+        size_t length;
+        unsigned bits;
+        Py_ssize_t c = 0;
+        int found;
+        while ((found = star_value(&p, end, &value, &length, &bits)) > 0) {
+            StarColumn *column = columns + c;
+            int ok = c < count && row < rows;
+            if (ok && column->kind == 'i') {
+                const uint8_t *q = value, *e = value + length;
+                int negative = q < e && *q == '-';
+                q += q < e && (*q == '-' || *q == '+');
+                int64_t number = 0;
+                ok = q < e && e - q <= 18;
+                for (; ok && q < e; q++) ok = star_digit(*q), number = number * 10 + (*q - '0');
+                ((int64_t *)column->values.buf)[row] = negative ? -number : number;
+            } else if (ok && column->kind == 'f') {
+                double *out = (double *)column->values.buf + row;
+                if (star_class(value, length, bits) == STAR_NA) *out = NAN;
+                else ok = star_number(value, length, out);
+            } else if (ok) {
+                int64_t *offsets = (int64_t *)column->values.buf, at = offsets[row];
+                ok = (uint64_t)length <= (uint64_t)(column->data.len - at);
+                if (ok) memcpy((uint8_t *)column->data.buf + at, value, length), offsets[row + 1] = at + (int64_t)length;
+            }
+            if (!ok) {
+                *bad_row = row, *bad_column = c;
+                return;
+            }
+            c++;
+        }
+        if (found < 0 || (c != 0 && c != count)) {
+            *bad_row = row, *bad_column = c;
+            return;
+        }
+        row += c > 0;
+    }
+    if (row != rows) *bad_row = row, *bad_column = 0;
+}
+
+static PyObject *star_fill(PyObject *self, PyObject *args) {
+    Py_buffer text = {0};
+    Py_ssize_t start, end, kinds_length;
+    const char *kinds;
+    PyObject *outs, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*nny#O!:star_fill", &text, &start, &end, &kinds, &kinds_length, &PyTuple_Type,
+                          &outs))
+        return NULL;
+    Py_ssize_t count = kinds_length, rows = -1, taken = 0;
+    StarColumn *columns = NULL;
+    if (start < 0 || end < start || end > text.len || count < 1 || count > STAR_MAX_COLUMNS ||
+        PyTuple_Size(outs) != count) {
+        PyErr_SetString(PyExc_ValueError, "start and end lie outside the text, or outs is not one per kind");
+        goto done;
+    }
+    if ((columns = PyMem_Calloc((size_t)count, sizeof *columns)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; taken < count; taken++) {
+        StarColumn *column = columns + taken;
+        PyObject *out = PyTuple_GetItem(outs, taken);
+        column->kind = kinds[taken];
+        if (column->kind == 't') {
+            PyObject *values, *data;
+            if (!PyArg_ParseTuple(out, "OO:star_fill", &values, &data)) goto done;
+            if (PyObject_GetBuffer(values, &column->values, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto done;
+            if (PyObject_GetBuffer(data, &column->data, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+                PyBuffer_Release(&column->values);
+                goto done;
+            }
+        } else if ((column->kind != 'i' && column->kind != 'f') ||
+                   PyObject_GetBuffer(out, &column->values, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a kind is b'i', b'f' or b't'");
+            goto done;
+        }
+        Py_ssize_t room = column->values.len / 8 - (column->kind == 't');
+        if (column->values.len % 8 || room < 0) {
+            PyErr_SetString(PyExc_ValueError, "outs are arrays of 8-byte values");
+            taken++;
+            goto done;
+        }
+        rows = rows < 0 || room < rows ? room : rows;
+    }
+    Py_ssize_t bad_row = -1, bad_column = -1;
+    Py_BEGIN_ALLOW_THREADS;
+    star_write((const uint8_t *)text.buf + start, (const uint8_t *)text.buf + end, columns, count, rows, &bad_row,
+               &bad_column);
+    Py_END_ALLOW_THREADS;
+    if (bad_row >= 0)
+        PyErr_Format(PyExc_ValueError, "row %zd, column %zd of the loop is not what its kind says, or does not fit",
+                     bad_row, bad_column);
+    else
+        result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t c = 0; columns != NULL && c < taken; c++) {
+        PyBuffer_Release(&columns[c].values);
+        if (columns[c].kind == 't') PyBuffer_Release(&columns[c].data);
+    }
+    PyMem_Free(columns);
+    PyBuffer_Release(&text);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"render", render, METH_VARARGS, "Add the events of EER strips into an image."},
     {"events", events, METH_VARARGS, "Write the sub-pixel positions of the events of EER strips."},
@@ -1321,6 +1677,8 @@ static PyMethodDef methods[] = {
     {"convert", convert, METH_VARARGS, "Convert values of one kind into another."},
     {"crop", crop, METH_VARARGS, "Crop patches out of an image, converting them."},
     {"simd", simd, METH_VARARGS, "Whether conversions use the processor's vector extensions (for tests)."},
+    {"star_scan", star_scan, METH_VARARGS, "Find the end, rows and kinds of columns of the plain rows of a STAR loop."},
+    {"star_fill", star_fill, METH_VARARGS, "Write the values of the plain rows of a STAR loop into arrays."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1373,6 +1731,7 @@ static const struct {
 
 PyMODINIT_FUNC PyInit__native(void) {
     page_size = (size_t)sysconf(_SC_PAGESIZE);
+    star_init();
 #ifdef X86
     __builtin_cpu_init();
     has_f16c = cpu_f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");

@@ -103,11 +103,11 @@ def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
         raise ValueError(f"{path}: optics groups {unknown.tolist()} of particles are not in data_optics")
     order = np.argsort(groups, kind="stable")
     rows = order[np.searchsorted(groups, wanted, sorter=order)]
-    merged = particles.copy(deep=False)  # new columns only: the rows read are not copied
+    columns = {column: particles[column] for column in particles.columns}  # not copied
     for column in optics.columns:
-        if column not in merged.columns:
-            merged[column] = optics[column].to_numpy()[rows]
-    return merged
+        if column not in columns:
+            columns[column] = optics[column].array.take(rows)  # text stays in Arrow strings
+    return type(particles)(columns, copy=False)
 
 
 def star_table(

@@ -1,13 +1,16 @@
 """The text of a STAR file parsed into its blocks, as starfile parses it, at the speed of its size.
 
-The file is read a megabyte at a time. The lines around the loops
-(block names, column names, single values) are taken one by one; the rows
-of a loop, nearly all of the file, go to pandas' C parser a chunk of lines
-at a time, values split at spaces and tabs, a `'` read as `"` (so `'a b'` is
-one value), a `#` starting a comment, `nan` and `<NA>` NaN: what starfile
-asks of pandas, without reading each line in Python first. Each chunk
-without quotes is checked by numpy first, so that a row with more or fewer
-values than the loop has columns is an error naming its line.
+The file is read whole (it is at most `limit` bytes). The lines around the
+loops (block names, column names, single values) are taken one by one. The
+rows of a loop, nearly all of the file, are read by the C extension where
+they are plain (`vitrio._native.star_scan`: printable ASCII, no quotes, each
+column all integers, all numbers or all text), numbers straight into arrays
+and text into Arrow strings, as pandas would make them. Other rows go to
+pandas' C parser a chunk of lines at a time, values split at spaces and
+tabs, a `'` read as `"` (so `'a b'` is one value), a `#` starting a comment,
+`nan` and `<NA>` NaN: what starfile asks of pandas. Each chunk without
+quotes is checked by numpy first, so that a row with more or fewer values
+than the loop has columns is an error naming its line.
 """
 
 from __future__ import annotations
@@ -18,73 +21,72 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
+from .. import _native
+
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["parse_star"]
 
 CHUNK_BYTES = 1 << 20
-"""How much of a loop's body is split at once."""
+"""How much of a loop's body pandas is given at once."""
+
+PLAIN_ROWS = True
+"""Whether plain rows are read by the C extension (False: by pandas, as all others; for tests)."""
 
 
 class _Lines:
     """The text of a file, taken a line or a chunk of whole lines at a time, counting its lines."""
 
-    def __init__(self, path: str | os.PathLike[str], file: BinaryIO, limit: int):
-        self._path = path
-        self._file = file
-        self._limit = limit
-        self._taken = 0
-        self._buffer = b""
-        self._position = 0
+    def __init__(self, text: bytes):
+        self.text = text
+        self.position = 0
+        """Where the next line starts."""
         self.line_number = 0
         """How many lines were taken."""
 
-    def _fill(self) -> bool:
-        more = self._file.read(CHUNK_BYTES)
-        self._taken += len(more)
-        if self._taken > self._limit:
-            raise ValueError(f"{self._path}: more than the {self._limit} bytes a STAR file may have")
-        if more:
-            self._buffer = self._buffer[self._position :] + more
-            self._position = 0
-        return bool(more)
-
     def _line_end(self) -> int:
-        end = self._buffer.find(b"\n", self._position)
-        while end < 0 and self._fill():
-            end = self._buffer.find(b"\n", self._position)
-        return len(self._buffer) if end < 0 else end
+        end = self.text.find(b"\n", self.position)
+        return len(self.text) if end < 0 else end
 
     def peek(self) -> bytes | None:
         """The next line, without its line end, stripped; None at the end of the file."""
-        end = self._line_end()
-        if end == self._position == len(self._buffer):
+        if self.position == len(self.text):
             return None
-        return self._buffer[self._position : end].strip()
+        return self.text[self.position : self._line_end()].strip()
 
     def skip(self) -> None:
         """Take the next line."""
-        self._position = min(self._line_end() + 1, len(self._buffer))
+        self.position = min(self._line_end() + 1, len(self.text))
         self.line_number += 1
+
+    def take(self, end: int, lines: int) -> None:
+        """Take the text up to `end`, which holds `lines` line ends."""
+        self.position = end
+        self.line_number += lines
 
     def chunk(self) -> bytes:
         """The next whole lines, about `CHUNK_BYTES` of them; empty at the end of the file."""
-        buffer = self._buffer
-        while len(buffer) - self._position < CHUNK_BYTES or buffer.find(b"\n", self._position) < 0:
-            if not self._fill():
-                break
-            buffer = self._buffer
-        end = self._buffer.rfind(b"\n", self._position) + 1 or len(self._buffer)
-        text = self._buffer[self._position : end]
-        self._position = end
-        self.line_number += text.count(b"\n")
+        end = self.text.find(b"\n", self.position + CHUNK_BYTES) + 1 or len(self.text)
+        text = self.text[self.position : end]
+        self.take(end, text.count(b"\n"))
         return text
 
     def give_back(self, text: bytes) -> None:
         """Put back the end of the last chunk, `text`, to be taken again."""
-        self._position -= len(text)
+        self.position -= len(text)
         self.line_number -= text.count(b"\n")
+
+
+def _read(path: str | os.PathLike[str], file: BinaryIO, limit: int) -> bytes:
+    """The whole text of `file`, of at most `limit` bytes; a ValueError naming `path` if it is larger."""
+    size = os.fstat(file.fileno()).st_size
+    text = file.read(min(size, limit) + 1) if size <= limit else b""
+    if len(text) > size:  # the file grew since
+        text += file.read(limit + 1 - len(text))
+    if size > limit or len(text) > limit:
+        raise ValueError(f"{path}: more than the {limit} bytes a STAR file may have")
+    return text
 
 
 def parse_star(
@@ -99,7 +101,7 @@ def parse_star(
             (naming the file and the line), the text is not UTF-8, or the file
             is larger than `limit`.
     """
-    lines = _Lines(path, file, limit)
+    lines = _Lines(_read(path, file, limit))
     blocks: dict[str, Any] = {}
     line = lines.peek()
     while line is not None:
@@ -163,6 +165,53 @@ def _loop(path: str | os.PathLike[str], lines: _Lines, name: str) -> pd.DataFram
     while line is not None and not line:
         lines.skip()
         line = lines.peek()
+    table = _plain_rows(lines, names) if PLAIN_ROWS else None
+    if table is None:
+        table = _parsed_rows(path, lines, name, names)
+    for column in names:
+        values = table[column]
+        if not pd.api.types.is_numeric_dtype(values) and _numeric(values.iloc[:1]):
+            table[column] = pd.to_numeric(values)
+    return table
+
+
+def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
+    """The rows of a loop read by `vitrio._native.star_scan` and `star_fill`, as pandas reads them; None
+    if they are not plain, or pandas does not hold text in Arrow strings (pyarrow missing)."""
+    import pandas as pd
+
+    strings = pd.Series(["text"]).dtype
+    if len(set(names)) != len(names) or getattr(strings, "storage", None) != "pyarrow":
+        return None
+    import pyarrow as pa
+
+    found = _native.star_scan(lines.text, lines.position, len(names))
+    if found is None:
+        return None
+    end, rows, line_ends, kinds, sizes = found
+    outs = tuple(
+        (np.empty(rows + 1, np.int64), np.empty(size, np.uint8)) if kind == ord("t")
+        else np.empty(rows, np.int64 if kind == ord("i") else np.float64)
+        for kind, size in zip(kinds, sizes)
+    )
+    try:
+        _native.star_fill(lines.text, lines.position, end, kinds, outs)
+    except ValueError:  # a value of a column of numbers is not one (1.2.3), or not one pandas takes (1e999)
+        return None
+    lines.take(end, line_ends)
+    columns: dict[str, Any] = {}
+    for column, out in zip(names, outs):
+        if isinstance(out, tuple):
+            text = pa.LargeStringArray.from_buffers(rows, pa.py_buffer(out[0]), pa.py_buffer(out[1]))
+            out = pd.arrays.ArrowStringArray(pa.chunked_array([text]), dtype=strings)
+        columns[column] = out
+    return pd.DataFrame(columns, copy=False)
+
+
+def _parsed_rows(path: str | os.PathLike[str], lines: _Lines, name: str, names: list[str]) -> pd.DataFrame:
+    """The rows of a loop as pandas' C parser reads them, fed a chunk at a time, each chunk checked."""
+    import pandas as pd
+
     body = _Body(path, lines, len(names))
     try:
         table = pd.read_csv(
@@ -184,10 +233,6 @@ def _loop(path: str | os.PathLike[str], lines: _Lines, name: str) -> pd.DataFram
             f"rows of {table.shape[1]} values, for {len(names)} columns"
         )
     table.columns = names
-    for column in names:
-        values = table[column]
-        if not pd.api.types.is_numeric_dtype(values) and _numeric(values.iloc[:1]):
-            table[column] = pd.to_numeric(values)
     return table
 
 
