@@ -3,7 +3,8 @@
  * - EER decoding (render, events), below;
  * - a check of LZW streams before imagecodecs decodes them (lzw_check);
  * - file maps whose pages read as zeros instead of raising SIGBUS (map_file);
- * - the plain rows of the loops of STAR files (star_scan, star_fill), said where they are defined.
+ * - the plain rows of the loops of STAR files (star_scan, star_fill), RELION's image names split
+ *   (split_image_names) and locations made in bulk (new_locations), said where they are defined.
  *
  * Decoding of EER frames: run lengths of electron events and their sub-pixel positions.
  *
@@ -121,6 +122,7 @@
 #include <structmember.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
@@ -1331,14 +1333,12 @@ static PyObject *simd(PyObject *self, PyObject *args) {
  *     Writes the values of the rows star_scan read into `outs`, one per column: an int64 or float64
  *     array of a value per row for b'i' and b'f', a pair (offsets, data) for b't', the Arrow layout
  *     of a string array (offsets int64, rows + 1 of them; data, the values one after another).
- *     Numbers are converted as pandas converts them (its precise_xstrtod), not by strtod: the two
- *     differ in the last bit for some numbers of more than 15 digits. Raises ValueError if the rows
- *     are not what `kinds` says or do not fit `outs`.
+ *     Numbers are converted as pandas converts them: to the nearest double. Raises ValueError if the
+ *     rows are not what `kinds` says or do not fit `outs`.
  */
 
-enum { STAR_INT = 1, STAR_LONG = 2, STAR_FLOAT = 4, STAR_NA = 8, STAR_TEXT = 16, STAR_OTHER = 32 };
+enum { STAR_INT = 1, STAR_FLOAT = 2, STAR_NA = 4, STAR_TEXT = 8, STAR_OTHER = 16 };
 #define STAR_MAX_COLUMNS 65536
-#define STAR_MAX_DIGITS 17 /* the significant digits pandas takes of a number */
 
 /* What each byte is to the rows: a byte of a value has SB_VALUE and the bits of its kind of character
  * (a value's bits together say what it can be); the others are separators, or 0 (not plain). */
@@ -1357,9 +1357,9 @@ enum {
 };
 
 static uint16_t star_bytes[256];
-static double star_powers[309]; /* 1e0 ... 1e308, each as the compiler rounds the literal */
+static locale_t star_locale; /* "C": numbers read the same whatever the process's locale */
 
-static void star_init(void) {
+static int star_init(void) {
     for (int c = '!'; c <= '~'; c++)
         star_bytes[c] = SB_VALUE | (c >= '0' && c <= '9' ? SB_DIGIT
                                     : c == '.'             ? SB_POINT
@@ -1372,10 +1372,8 @@ static void star_init(void) {
     star_bytes[' '] = star_bytes['\t'] = SB_SPACE;
     star_bytes['\n'] = SB_LINE;
     star_bytes['\r'] = SB_CR;
-    for (int i = 0; i < 309; i++) {
-        char literal[8] = {'1', 'e', (char)('0' + i / 100), (char)('0' + i / 10 % 10), (char)('0' + i % 10)};
-        star_powers[i] = strtod(literal, NULL); /* correctly rounded, as the compiler rounds 1e23 */
-    }
+    star_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    return star_locale != (locale_t)0;
 }
 
 static inline int star_digit(uint8_t c) { return c >= '0' && c <= '9'; }
@@ -1424,8 +1422,15 @@ static inline int star_block(const uint8_t *p, const uint8_t *end) {
     return end - p >= 5 && memcmp(p, "data_", 5) == 0;
 }
 
-/* What a value of `n` bytes whose bytes have `bits` may be: STAR_NA, STAR_INT (STAR_LONG: of more than
- * 15 bytes), STAR_FLOAT, STAR_TEXT (a number in no spelling), or STAR_OTHER (left to the general
+/* Whether the line at p is a comment after spaces or tabs, which pandas takes as a row of no values. */
+static inline int star_indented_comment(const uint8_t *p, const uint8_t *end) {
+    const uint8_t *start = p;
+    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    return p > start && p < end && *p == '#';
+}
+
+/* What a value of `n` bytes whose bytes have `bits` may be: STAR_NA, STAR_INT (of at most 18 bytes,
+ * which int64 holds), STAR_FLOAT, STAR_TEXT (a number in no spelling), or STAR_OTHER (left to the general
  * parser: booleans, infinities, NaN in another spelling). Numbers are told by their bytes alone:
  * star_fill checks them whole, and refuses what is not. */
 static inline int star_class(const uint8_t *s, size_t n, unsigned bits) {
@@ -1439,53 +1444,49 @@ static inline int star_class(const uint8_t *s, size_t n, unsigned bits) {
     }
     if (!(bits & SB_DIGIT) || bits & SB_WORDY)
         return n == 3 && (!memcmp(s, "nan", 3) || !memcmp(s, "NaN", 3)) ? STAR_NA : STAR_OTHER;
-    if (!(bits & (SB_POINT | SB_EXP))) return n <= 15 ? STAR_INT : n <= 18 ? STAR_INT | STAR_LONG : STAR_OTHER;
+    if (!(bits & (SB_POINT | SB_EXP))) return n <= 18 ? STAR_INT : STAR_OTHER;
     return STAR_FLOAT;
 }
 
-/* A number as pandas' precise_xstrtod converts it (the default of its C parser): at most 17 digits are
- * taken, into a double, then scaled by a power of ten. The first 16 are summed as an integer, which
- * the double's sums equal (every partial sum of up to 16 digits is exact, or rounded once at the
- * 16th). Returns 0 if the value is not a number of this spelling, or pandas would take it as out of
- * range. */
+/* The powers of ten a double holds exactly. */
+static const double star_exact[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* A number as pandas' C parser converts it: the double nearest to its decimal value (±inf past the
+ * largest, 0 below the smallest). Of up to 15 digits and a power of ten up to 22, the digits as an
+ * integer times or divided by that power, each exact, rounded once; else strtod in the C locale.
+ * Returns 0 if the value is not a number of the spelling [+-]digits[.digits][e[+-]digits]. */
 static int star_number(const uint8_t *s, size_t n, double *out) {
     const uint8_t *p = s, *e = s + n;
-    int negative = 0, digits = 0, decimals = 0, exponent = 0, last = 0;
+    int negative = 0, digits = 0, decimals = 0, exponent = 0, exponent_digits = 0, minus = 0;
     uint64_t sum = 0;
     if (p < e && (*p == '+' || *p == '-')) negative = *p++ == '-';
-    for (; p < e && star_digit(*p); p++) {
-        if (digits < 16) sum = sum * 10 + (*p - '0'), digits++;
-        else if (digits == 16) last = *p - '0', digits++;
-        else exponent++;
-    }
-    if (p < e && *p == '.') {
-        for (p++; p < e && star_digit(*p) && digits < STAR_MAX_DIGITS; p++, decimals++) {
-            if (digits < 16) sum = sum * 10 + (*p - '0'), digits++;
-            else last = *p - '0', digits++;
-        }
-        while (p < e && star_digit(*p)) p++;
-        exponent -= decimals;
-    }
+    for (; p < e && star_digit(*p); p++, digits++) sum = sum * 10 + (uint64_t)(*p - '0');
+    if (p < e && *p == '.')
+        for (p++; p < e && star_digit(*p); p++, digits++, decimals++) sum = sum * 10 + (uint64_t)(*p - '0');
     if (digits == 0) return 0;
-    double number = (double)sum;
-    if (digits == STAR_MAX_DIGITS) number = number * 10. + last;
-    if (negative) number = -number;
     if (p < e && (*p == 'e' || *p == 'E')) {
-        int minus = 0, value = 0, count = 0;
         p++;
         if (p < e && (*p == '+' || *p == '-')) minus = *p++ == '-';
-        for (; p < e && star_digit(*p) && count < 5; p++, count++) value = value * 10 + (*p - '0');
-        if (!count) return 0;
-        exponent += minus ? -value : value;
+        for (; p < e && star_digit(*p); p++, exponent_digits++)
+            if (exponent_digits < 6) exponent = exponent * 10 + (*p - '0');
+        if (exponent_digits == 0) return 0;
     }
-    if (p != e || exponent > 308) return 0;
-    if (exponent > 0) number *= star_powers[exponent];
-    else if (exponent < -616) number = 0.;
-    else if (exponent < -308) number = number / star_powers[-308 - exponent] / star_powers[308];
-    else number /= star_powers[-exponent];
-    if (number == HUGE_VAL || number == -HUGE_VAL) return 0;
-    *out = number;
-    return 1;
+    if (p != e) return 0;
+    int scale = (minus ? -exponent : exponent) - decimals;
+    if (digits <= 15 && exponent_digits <= 5 && scale >= -22 && scale <= 22) {
+        double number = (double)sum;
+        number = scale >= 0 ? number * star_exact[scale] : number / star_exact[-scale];
+        *out = negative ? -number : number;
+        return 1;
+    }
+    char text[128];
+    if (n >= sizeof text) return 0;
+    memcpy(text, s, n);
+    text[n] = 0;
+    char *end;
+    *out = strtod_l(text, &end, star_locale);
+    return end == text + n;
 }
 
 static PyObject *star_scan(PyObject *self, PyObject *args) {
@@ -1509,6 +1510,10 @@ static PyObject *star_scan(PyObject *self, PyObject *args) {
     int plain = 1;
     Py_BEGIN_ALLOW_THREADS;
     while (plain && p < end && !star_block(p, end)) {
+        if (star_indented_comment(p, end)) {
+            plain = 0;
+            break;
+        }
         const uint8_t *value;
         size_t length;
         unsigned bits;
@@ -1526,7 +1531,7 @@ static PyObject *star_scan(PyObject *self, PyObject *args) {
     char *kinds = (char *)masks;
     for (Py_ssize_t c = 0; plain && c < columns; c++) {
         int mask = masks[c];
-        if (mask == STAR_INT || mask == (STAR_INT | STAR_LONG)) kinds[c] = 'i';
+        if (mask == STAR_INT) kinds[c] = 'i';
         else if (!(mask & ~(STAR_INT | STAR_FLOAT | STAR_NA))) kinds[c] = 'f';
         else if (mask == STAR_TEXT) kinds[c] = 't';
         else plain = 0;
@@ -1666,6 +1671,168 @@ done:
     return result;
 }
 
+/* ---- RELION's image names, and locations made in bulk ----
+ *
+ *   split_image_names(offsets, data, indices, codes) -> None | list[str]
+ *     Splits the names "index@path" of an Arrow string array (int64 `offsets`, rows + 1 of them, into
+ *     `data`) into the index of each, counting from zero, written into `indices` (int64), and the
+ *     number of its path among the distinct paths, written into `codes` (int64); returns the distinct
+ *     paths, in the order they first appear. None if a name is not of 1 to 18 digits, `@` and a path
+ *     of printable ASCII, or an index is 0: the general parser says what is wrong.
+ *
+ *   new_locations(cls, key_slot, index_slot, keys, key_ids, indices) -> list
+ *     Objects of `cls` (a class whose instances object.__new__ makes), one per row, made without
+ *     calling __init__: `key_slot` (a slot's descriptor) set to keys[key_ids[i]] (str), `index_slot`
+ *     to indices[i] (int64, -1 or more): how ImageLocation keeps its key and index.
+ */
+
+typedef struct {
+    const uint8_t *data;
+    int64_t *firsts; /* of each distinct path: its start in data and its length, in pairs */
+    int64_t distinct, capacity;
+    int64_t *table; /* code + 1 of each slot, 0 for an empty one */
+    uint64_t mask;
+} PathCodes;
+
+static uint64_t path_hash(const uint8_t *s, int64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The code of the path [start, start + n) of codes->data, a new one if it is new; -1 if out of memory. */
+static int64_t path_code(PathCodes *codes, int64_t start, int64_t n) {
+    if (codes->distinct * 2 >= (int64_t)codes->mask) {
+        uint64_t mask = codes->mask * 2 + 1;
+        int64_t *table = calloc(mask + 1, sizeof *table);
+        if (table == NULL) return -1;
+        for (int64_t code = 0; code < codes->distinct; code++) {
+            uint64_t slot = path_hash(codes->data + codes->firsts[2 * code], codes->firsts[2 * code + 1]) & mask;
+            while (table[slot]) slot = (slot + 1) & mask;
+            table[slot] = code + 1;
+        }
+        free(codes->table);
+        codes->table = table, codes->mask = mask;
+    }
+    const uint8_t *path = codes->data + start;
+    uint64_t slot = path_hash(path, n) & codes->mask;
+    for (; codes->table[slot]; slot = (slot + 1) & codes->mask) {
+        int64_t code = codes->table[slot] - 1;
+        if (codes->firsts[2 * code + 1] == n && !memcmp(codes->data + codes->firsts[2 * code], path, (size_t)n))
+            return code;
+    }
+    if (codes->distinct == codes->capacity) {
+        int64_t *firsts = realloc(codes->firsts, (size_t)codes->capacity * 4 * sizeof *firsts);
+        if (firsts == NULL) return -1;
+        codes->firsts = firsts, codes->capacity *= 2;
+    }
+    codes->firsts[2 * codes->distinct] = start, codes->firsts[2 * codes->distinct + 1] = n;
+    codes->table[slot] = codes->distinct + 1;
+    return codes->distinct++;
+}
+
+/* 1 if every name splits, 0 if one does not, -1 if out of memory. */
+static int split_names(const int64_t *offsets, Py_ssize_t rows, int64_t *indices, int64_t *out, PathCodes *codes) {
+    int64_t previous = -1, previous_start = 0, previous_n = -1;
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        const uint8_t *s = codes->data + offsets[row], *e = codes->data + offsets[row + 1], *p = s;
+        int64_t index = 0;
+        while (p < e && star_digit(*p) && p - s < 18) index = index * 10 + (*p++ - '0');
+        if (p == s || p == e || *p != '@' || index == 0 || ++p == e) return 0;
+        for (const uint8_t *q = p; q < e; q++)
+            if (*q <= ' ' || *q >= 0x7f) return 0; /* Python's \s has more than spaces and controls */
+        int64_t start = p - codes->data, n = e - p;
+        if (n != previous_n || memcmp(p, codes->data + previous_start, (size_t)n)) {
+            if ((previous = path_code(codes, start, n)) < 0) return -1;
+            previous_start = start, previous_n = n;
+        }
+        indices[row] = index - 1, out[row] = previous;
+    }
+    return 1;
+}
+
+static PyObject *split_image_names(PyObject *self, PyObject *args) {
+    Py_buffer offsets = {0}, data = {0}, indices = {0}, out = {0};
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*w*w*:split_image_names", &offsets, &data, &indices, &out)) return NULL;
+    Py_ssize_t rows = offsets.len / 8 - 1;
+    const int64_t *at = (const int64_t *)offsets.buf;
+    int ok = offsets.len % 8 == 0 && rows >= 0 && indices.len == rows * 8 && out.len == rows * 8;
+    for (Py_ssize_t row = 0; ok && row <= rows; row++)
+        ok = at[row] >= (row ? at[row - 1] : 0) && at[row] <= data.len;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "offsets are int64, rows + 1 ascending within data; indices and codes "
+                                          "int64, one per row");
+        goto done;
+    }
+    PathCodes codes = {data.buf, malloc(2 * 64 * sizeof(int64_t)), 0, 64, calloc(128, sizeof(int64_t)), 127};
+    int split = codes.firsts != NULL && codes.table != NULL ? 0 : -1;
+    if (split == 0) {
+        Py_BEGIN_ALLOW_THREADS;
+        split = split_names(at, rows, (int64_t *)indices.buf, (int64_t *)out.buf, &codes);
+        Py_END_ALLOW_THREADS;
+    }
+    if (split < 0) {
+        PyErr_NoMemory();
+    } else if (split == 0) {
+        result = Py_NewRef(Py_None);
+    } else if ((result = PyList_New(codes.distinct)) != NULL) {
+        for (int64_t code = 0; code < codes.distinct; code++) {
+            PyObject *path = PyUnicode_DecodeUTF8((const char *)data.buf + codes.firsts[2 * code],
+                                                  codes.firsts[2 * code + 1], NULL);
+            if (path == NULL || PyList_SetItem(result, code, path) < 0) {
+                Py_CLEAR(result);
+                break;
+            }
+        }
+    }
+    free(codes.firsts), free(codes.table);
+done:
+    release_views((Py_buffer *const[]){&offsets, &data, &indices, &out, NULL});
+    return result;
+}
+
+static PyObject *new_locations(PyObject *self, PyObject *args) {
+    PyObject *cls, *key_slot, *index_slot, *keys, *result = NULL;
+    Py_buffer ids = {0}, indices = {0};
+    if (!PyArg_ParseTuple(args, "O!OOO!y*y*:new_locations", &PyType_Type, &cls, &key_slot, &index_slot,
+                          &PyList_Type, &keys, &ids, &indices))
+        return NULL;
+    PyTypeObject *type = (PyTypeObject *)cls;
+    descrsetfunc set_key = PyType_GetSlot(Py_TYPE(key_slot), Py_tp_descr_set);
+    descrsetfunc set_index = PyType_GetSlot(Py_TYPE(index_slot), Py_tp_descr_set);
+    allocfunc alloc = PyType_GetSlot(type, Py_tp_alloc);
+    Py_ssize_t rows = ids.len / 8, count = PyList_Size(keys);
+    const int64_t *id = (const int64_t *)ids.buf, *index = (const int64_t *)indices.buf;
+    int ok = set_key != NULL && set_index != NULL && alloc != NULL &&
+             PyType_GetSlot(type, Py_tp_new) == PyType_GetSlot(&PyBaseObject_Type, Py_tp_new) &&
+             ids.len % 8 == 0 && indices.len == ids.len;
+    for (Py_ssize_t row = 0; ok && row < rows; row++) ok = id[row] >= 0 && id[row] < count && index[row] >= -1;
+    for (Py_ssize_t key = 0; ok && key < count; key++) ok = PyUnicode_Check(PyList_GetItem(keys, key));
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "cls is made by object.__new__, the slots are descriptors, keys are "
+                                          "str, key_ids number them, as many as indices (-1 or more), int64");
+        goto done;
+    }
+    if ((result = PyList_New(rows)) == NULL) goto done;
+    int collecting = PyGC_Disable(); /* else each few hundred objects made walk those made before */
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        PyObject *made = alloc(type, 0), *number = PyLong_FromLongLong(index[row]);
+        int failed = made == NULL || number == NULL || set_key(key_slot, made, PyList_GetItem(keys, id[row])) < 0 ||
+                     set_index(index_slot, made, number) < 0;
+        Py_XDECREF(number);
+        if (failed || PyList_SetItem(result, row, made) < 0) {
+            if (failed) Py_XDECREF(made);
+            Py_CLEAR(result);
+            break;
+        }
+    }
+    if (collecting) PyGC_Enable();
+done:
+    release_views((Py_buffer *const[]){&ids, &indices, NULL});
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"render", render, METH_VARARGS, "Add the events of EER strips into an image."},
     {"events", events, METH_VARARGS, "Write the sub-pixel positions of the events of EER strips."},
@@ -1679,6 +1846,8 @@ static PyMethodDef methods[] = {
     {"simd", simd, METH_VARARGS, "Whether conversions use the processor's vector extensions (for tests)."},
     {"star_scan", star_scan, METH_VARARGS, "Find the end, rows and kinds of columns of the plain rows of a STAR loop."},
     {"star_fill", star_fill, METH_VARARGS, "Write the values of the plain rows of a STAR loop into arrays."},
+    {"split_image_names", split_image_names, METH_VARARGS, "Split RELION's index@path names into indices and paths."},
+    {"new_locations", new_locations, METH_VARARGS, "Make locations of keys and indices without calling __init__."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1731,7 +1900,7 @@ static const struct {
 
 PyMODINIT_FUNC PyInit__native(void) {
     page_size = (size_t)sysconf(_SC_PAGESIZE);
-    star_init();
+    if (!star_init()) return PyErr_NoMemory();
 #ifdef X86
     __builtin_cpu_init();
     has_f16c = cpu_f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");

@@ -190,7 +190,8 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
         return None
     end, rows, line_ends, kinds, sizes = found
     outs = tuple(
-        (np.empty(rows + 1, np.int64), np.empty(size, np.uint8)) if kind == ord("t")
+        (np.empty(rows + 1, np.int64), np.empty(size, np.uint8))
+        if kind == ord("t")
         else np.empty(rows, np.int64 if kind == ord("i") else np.float64)
         for kind, size in zip(kinds, sizes)
     )
