@@ -1378,11 +1378,15 @@ static int star_init(void) {
 
 static inline int star_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 
-/* The next value of the line at *at: 1 and [*value, *value + *length) with the bits of its bytes in
- * *bits, or 0 at the line's end (*at then past its line end, or at `end`), or -1 where the text is
- * not plain. */
-static inline int star_value(const uint8_t **at, const uint8_t *end, const uint8_t **value, size_t *length,
-                             unsigned *bits) {
+typedef struct {
+    const uint8_t *start;
+    size_t length;
+    unsigned bits; /* of its bytes, together */
+} StarValue;
+
+/* The next value of the line at *at: 1 and the value, or 0 at the line's end (*at then past its line
+ * end, or at `end`), or -1 where the text is not plain. */
+static inline int star_value(const uint8_t **at, const uint8_t *end, StarValue *value) {
     const uint8_t *p = *at;
     while (p < end) {
         unsigned b = star_bytes[*p];
@@ -1392,7 +1396,8 @@ static inline int star_value(const uint8_t **at, const uint8_t *end, const uint8
             do all |= b, p++;
             while (p < end && ((b = star_bytes[*p]) & SB_VALUE));
             if (p < end && !(b & (SB_SPACE | SB_LINE | SB_CR | SB_HASH))) return -1;
-            *value = start, *length = (size_t)(p - start), *bits = all, *at = p;
+            *value = (StarValue){start, (size_t)(p - start), all};
+            *at = p;
             return 1;
         }
         if (b & SB_SPACE) {
@@ -1429,11 +1434,14 @@ static inline int star_indented_comment(const uint8_t *p, const uint8_t *end) {
     return p > start && p < end && *p == '#';
 }
 
-/* What a value of `n` bytes whose bytes have `bits` may be: STAR_NA, STAR_INT (of at most 18 bytes,
+/* What a value may be: STAR_NA, STAR_INT (of at most 18 bytes,
  * which int64 holds), STAR_FLOAT, STAR_TEXT (a number in no spelling), or STAR_OTHER (left to the general
  * parser: booleans, infinities, NaN in another spelling). Numbers are told by their bytes alone:
  * star_fill checks them whole, and refuses what is not. */
-static inline int star_class(const uint8_t *s, size_t n, unsigned bits) {
+static inline int star_class(const StarValue *value) {
+    const uint8_t *s = value->start;
+    size_t n = value->length;
+    unsigned bits = value->bits;
     if (bits & SB_TEXT) {
         if (n == 4 && !memcmp(s, "<NA>", 4)) return STAR_NA;
         if ((n == 4 || n == 5) && strchr("TtFf", s[0]) &&
@@ -1514,13 +1522,11 @@ static PyObject *star_scan(PyObject *self, PyObject *args) {
             plain = 0;
             break;
         }
-        const uint8_t *value;
-        size_t length;
-        unsigned bits;
+        StarValue value;
         Py_ssize_t count = 0;
         int found;
-        while ((found = star_value(&p, end, &value, &length, &bits)) > 0) {
-            if (count < columns) masks[count] |= (uint8_t)star_class(value, length, bits), sizes[count] += length;
+        while ((found = star_value(&p, end, &value)) > 0) {
+            if (count < columns) masks[count] |= (uint8_t)star_class(&value), sizes[count] += value.length;
             count++;
         }
         if (found == 0) lines += p[-1] == '\n'; /* a line read moves p past at least one byte */
@@ -1567,12 +1573,12 @@ static void star_write(const uint8_t *p, const uint8_t *end, StarColumn *columns
     for (Py_ssize_t c = 0; c < count; c++)
         if (columns[c].kind == 't') ((int64_t *)columns[c].values.buf)[0] = 0;
     while (p < end) {
-        const uint8_t *value;
-        size_t length;
-        unsigned bits;
+        StarValue v;
         Py_ssize_t c = 0;
         int found;
-        while ((found = star_value(&p, end, &value, &length, &bits)) > 0) {
+        while ((found = star_value(&p, end, &v)) > 0) {
+            const uint8_t *value = v.start;
+            size_t length = v.length;
             StarColumn *column = columns + c;
             int ok = c < count && row < rows;
             if (ok && column->kind == 'i') {
@@ -1585,7 +1591,7 @@ static void star_write(const uint8_t *p, const uint8_t *end, StarColumn *columns
                 ((int64_t *)column->values.buf)[row] = negative ? -number : number;
             } else if (ok && column->kind == 'f') {
                 double *out = (double *)column->values.buf + row;
-                if (star_class(value, length, bits) == STAR_NA) *out = NAN;
+                if (star_class(&v) == STAR_NA) *out = NAN;
                 else ok = star_number(value, length, out);
             } else if (ok) {
                 int64_t *offsets = (int64_t *)column->values.buf, at = offsets[row];
