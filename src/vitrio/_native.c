@@ -1321,15 +1321,18 @@ static PyObject *simd(PyObject *self, PyObject *args) {
  * that starts (after spaces and tabs) with `data_`, or at the end of the text. Anything else (another
  * byte, a row of more or fewer values than the loop has columns, a column whose values pandas would
  * take in a way this does not: booleans, infinities, text among numbers, NaN among text) is left to
- * the general parser, which also says what is wrong. Both functions release the GIL while they run.
+ * the general parser, which also says what is wrong. Both functions release the GIL while they run;
+ * star_fill writes the rows from `half` on in a thread of its own.
  *
- *   star_scan(text, start, columns) -> None | (end, rows, lines, kinds, sizes)
+ *   star_scan(text, start, columns) -> None | (end, rows, lines, kinds, sizes, half)
  *     Reads the rows from byte `start` of `text`: the loop ends at byte `end`, after `lines` line
  *     ends, and holds `rows` rows. `kinds` has a byte per column: b'i' integers (int64), b'f' numbers
  *     (float64; "nan", "NaN" and "<NA>" are NaN), b't' text; `sizes`, the bytes of each column's
- *     values. None if the rows are not plain, or there are none.
+ *     values. `half`, (offset, rows, sizes): the first line at or past the middle of the text from
+ *     `start` (or `end`), the rows before it and the sizes of their values, where a second thread
+ *     starts writing. None if the rows are not plain, or there are none.
  *
- *   star_fill(text, start, end, kinds, outs)
+ *   star_fill(text, start, end, kinds, outs, half)
  *     Writes the values of the rows star_scan read into `outs`, one per column: an int64 or float64
  *     array of a value per row for b'i' and b'f', a pair (offsets, data) for b't', the Arrow layout
  *     of a string array (offsets int64, rows + 1 of them; data, the values one after another).
@@ -1338,6 +1341,7 @@ static PyObject *simd(PyObject *self, PyObject *args) {
  */
 
 enum { STAR_INT = 1, STAR_FLOAT = 2, STAR_NA = 4, STAR_TEXT = 8, STAR_OTHER = 16 };
+#define STAR_THREAD_BYTES (1 << 20) /* a half of rows at least this long is written by a thread of its own */
 #define STAR_MAX_COLUMNS 65536
 
 /* What each byte is to the rows: a byte of a value has SB_VALUE and the bits of its kind of character
@@ -1497,6 +1501,16 @@ static int star_number(const uint8_t *s, size_t n, double *out) {
     return end == text + n;
 }
 
+/* A tuple of the sizes. */
+static PyObject *star_sizes(const uint64_t *sizes, Py_ssize_t columns) {
+    PyObject *sized = PyTuple_New(columns);
+    for (Py_ssize_t c = 0; sized != NULL && c < columns; c++) {
+        PyObject *size = PyLong_FromUnsignedLongLong(sizes[c]);
+        if (size == NULL || PyTuple_SetItem(sized, c, size) < 0) Py_CLEAR(sized);
+    }
+    return sized;
+}
+
 static PyObject *star_scan(PyObject *self, PyObject *args) {
     Py_buffer text = {0};
     Py_ssize_t start, columns;
@@ -1507,17 +1521,23 @@ static PyObject *star_scan(PyObject *self, PyObject *args) {
         goto done;
     }
     uint8_t *masks = calloc((size_t)columns, 1);
-    uint64_t *sizes = calloc((size_t)columns, sizeof *sizes);
-    if (masks == NULL || sizes == NULL) {
-        free(masks), free(sizes);
+    uint64_t *sizes = calloc((size_t)columns, sizeof *sizes), *half_sizes = calloc((size_t)columns, sizeof *sizes);
+    if (masks == NULL || sizes == NULL || half_sizes == NULL) {
+        free(masks), free(sizes), free(half_sizes);
         PyErr_NoMemory();
         goto done;
     }
     const uint8_t *p = (const uint8_t *)text.buf + start, *end = (const uint8_t *)text.buf + text.len;
-    Py_ssize_t rows = 0, lines = 0;
+    const uint8_t *middle = p + (end - p) / 2, *half = NULL;
+    Py_ssize_t rows = 0, lines = 0, half_rows = 0;
     int plain = 1;
     Py_BEGIN_ALLOW_THREADS;
-    while (plain && p < end && !star_block(p, end)) {
+    while (plain && p < end) {
+        if (half == NULL && p >= middle) {
+            half = p, half_rows = rows;
+            memcpy(half_sizes, sizes, (size_t)columns * sizeof *sizes);
+        }
+        if (star_block(p, end)) break;
         if (star_indented_comment(p, end)) {
             plain = 0;
             break;
@@ -1542,19 +1562,21 @@ static PyObject *star_scan(PyObject *self, PyObject *args) {
         else if (mask == STAR_TEXT) kinds[c] = 't';
         else plain = 0;
     }
+    if (half == NULL) {
+        half = p, half_rows = rows;
+        memcpy(half_sizes, sizes, (size_t)columns * sizeof *sizes);
+    }
     if (!plain || rows == 0) {
         result = Py_NewRef(Py_None);
     } else {
-        PyObject *sized = PyTuple_New(columns);
-        for (Py_ssize_t c = 0; sized != NULL && c < columns; c++) {
-            PyObject *size = PyLong_FromUnsignedLongLong(sizes[c]);
-            if (size == NULL || PyTuple_SetItem(sized, c, size) < 0) Py_CLEAR(sized);
-        }
-        if (sized != NULL)
-            result = Py_BuildValue("(nnny#N)", (Py_ssize_t)(p - (const uint8_t *)text.buf), rows, lines, kinds,
-                                   columns, sized);
+        PyObject *sized = star_sizes(sizes, columns), *half_sized = star_sizes(half_sizes, columns);
+        if (sized != NULL && half_sized != NULL)
+            result = Py_BuildValue("(nnny#O(nnO))", (Py_ssize_t)(p - (const uint8_t *)text.buf), rows, lines, kinds,
+                                   columns, sized, (Py_ssize_t)(half - (const uint8_t *)text.buf), half_rows,
+                                   half_sized);
+        Py_XDECREF(sized), Py_XDECREF(half_sized);
     }
-    free(masks), free(sizes);
+    free(masks), free(sizes), free(half_sizes);
 done:
     PyBuffer_Release(&text);
     return result;
@@ -1565,22 +1587,29 @@ typedef struct {
     Py_buffer values, data; /* data: the bytes of text values */
 } StarColumn;
 
-/* Writes the rows of text[start:end] into the columns; the row and column of the first value that
- * does not fit is left in *bad_row and *bad_column (-1, -1 if all fit). */
-static void star_write(const uint8_t *p, const uint8_t *end, StarColumn *columns, Py_ssize_t count,
-                       Py_ssize_t rows, Py_ssize_t *bad_row, Py_ssize_t *bad_column) {
-    Py_ssize_t row = 0;
-    for (Py_ssize_t c = 0; c < count; c++)
-        if (columns[c].kind == 't') ((int64_t *)columns[c].values.buf)[0] = 0;
-    while (p < end) {
+/* Rows of a loop written by one thread: text[p:end] into rows `row` to `rows` of the columns, the
+ * text values of column c from at[c] up to limit[c] of its data. The row and column of the first
+ * value that does not fit is left in bad_row and bad_column (-1 if all fit). */
+typedef struct {
+    const uint8_t *p, *end;
+    StarColumn *columns;
+    Py_ssize_t count, row, rows, bad_row, bad_column;
+    int64_t *at, *limit;
+} StarPart;
+
+static void *star_write(void *argument) {
+    StarPart *part = argument;
+    const uint8_t *p = part->p;
+    Py_ssize_t row = part->row, count = part->count;
+    while (p < part->end) {
         StarValue v;
         Py_ssize_t c = 0;
         int found;
-        while ((found = star_value(&p, end, &v)) > 0) {
+        while ((found = star_value(&p, part->end, &v)) > 0) {
             const uint8_t *value = v.start;
             size_t length = v.length;
-            StarColumn *column = columns + c;
-            int ok = c < count && row < rows;
+            StarColumn *column = part->columns + c;
+            int ok = c < count && row < part->rows;
             if (ok && column->kind == 'i') {
                 const uint8_t *q = value, *e = value + length;
                 int negative = q < e && *q == '-';
@@ -1594,41 +1623,49 @@ static void star_write(const uint8_t *p, const uint8_t *end, StarColumn *columns
                 if (star_class(&v) == STAR_NA) *out = NAN;
                 else ok = star_number(value, length, out);
             } else if (ok) {
-                int64_t *offsets = (int64_t *)column->values.buf, at = offsets[row];
-                ok = (uint64_t)length <= (uint64_t)(column->data.len - at);
-                if (ok) memcpy((uint8_t *)column->data.buf + at, value, length), offsets[row + 1] = at + (int64_t)length;
+                int64_t at = part->at[c];
+                ok = (uint64_t)length <= (uint64_t)(part->limit[c] - at);
+                if (ok) {
+                    memcpy((uint8_t *)column->data.buf + at, value, length);
+                    ((int64_t *)column->values.buf)[row + 1] = part->at[c] = at + (int64_t)length;
+                }
             }
             if (!ok) {
-                *bad_row = row, *bad_column = c;
-                return;
+                part->bad_row = row, part->bad_column = c;
+                return NULL;
             }
             c++;
         }
         if (found < 0 || (c != 0 && c != count)) {
-            *bad_row = row, *bad_column = c;
-            return;
+            part->bad_row = row, part->bad_column = c;
+            return NULL;
         }
         row += c > 0;
     }
-    if (row != rows) *bad_row = row, *bad_column = 0;
+    if (row != part->rows) part->bad_row = row, part->bad_column = 0;
+    return NULL;
 }
 
 static PyObject *star_fill(PyObject *self, PyObject *args) {
     Py_buffer text = {0};
     Py_ssize_t start, end, kinds_length;
     const char *kinds;
-    PyObject *outs, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*nny#O!:star_fill", &text, &start, &end, &kinds, &kinds_length, &PyTuple_Type,
-                          &outs))
+    PyObject *outs, *half_sizes, *result = NULL;
+    Py_ssize_t half, half_rows;
+    if (!PyArg_ParseTuple(args, "y*nny#O!(nnO!):star_fill", &text, &start, &end, &kinds, &kinds_length,
+                          &PyTuple_Type, &outs, &half, &half_rows, &PyTuple_Type, &half_sizes))
         return NULL;
     Py_ssize_t count = kinds_length, rows = -1, taken = 0;
     StarColumn *columns = NULL;
-    if (start < 0 || end < start || end > text.len || count < 1 || count > STAR_MAX_COLUMNS ||
-        PyTuple_Size(outs) != count) {
-        PyErr_SetString(PyExc_ValueError, "start and end lie outside the text, or outs is not one per kind");
+    int64_t *bounds = NULL; /* where the text of each half starts and ends: 4 arrays of a value per column */
+    if (start < 0 || end < start || end > text.len || half < start || half > end || count < 1 ||
+        count > STAR_MAX_COLUMNS || PyTuple_Size(outs) != count || PyTuple_Size(half_sizes) != count) {
+        PyErr_SetString(PyExc_ValueError, "start, the half and end lie outside the text in another order, or outs "
+                                          "and the half's sizes are not one per kind");
         goto done;
     }
-    if ((columns = PyMem_Calloc((size_t)count, sizeof *columns)) == NULL) {
+    if ((columns = PyMem_Calloc((size_t)count, sizeof *columns)) == NULL ||
+        (bounds = PyMem_Calloc((size_t)count * 4, sizeof *bounds)) == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1656,15 +1693,37 @@ static PyObject *star_fill(PyObject *self, PyObject *args) {
             goto done;
         }
         rows = rows < 0 || room < rows ? room : rows;
+        long long size = PyLong_AsLongLong(PyTuple_GetItem(half_sizes, taken));
+        if (PyErr_Occurred()) {
+            taken++;
+            goto done;
+        }
+        int64_t length = column->kind == 't' ? (int64_t)column->data.len : 0;
+        bounds[count + taken] = bounds[2 * count + taken] = size < 0 || size > length ? length : size;
+        bounds[3 * count + taken] = length;
+        if (column->kind == 't') ((int64_t *)column->values.buf)[0] = 0;
     }
-    Py_ssize_t bad_row = -1, bad_column = -1;
+    if (half_rows < 0 || half_rows > rows) {
+        PyErr_SetString(PyExc_ValueError, "the half's rows are more than outs hold");
+        goto done;
+    }
+    const uint8_t *at = text.buf;
+    StarPart first = {at + start, at + half, columns, count, 0, half_rows, -1, -1, bounds, bounds + count};
+    StarPart second = {at + half, at + end, columns, count, half_rows, rows, -1, -1, bounds + 2 * count,
+                       bounds + 3 * count};
     Py_BEGIN_ALLOW_THREADS;
-    star_write((const uint8_t *)text.buf + start, (const uint8_t *)text.buf + end, columns, count, rows, &bad_row,
-               &bad_column);
+    pthread_t thread;
+    int apart = end - half >= STAR_THREAD_BYTES && !pthread_create(&thread, NULL, star_write, &second);
+    star_write(&first);
+    if (apart) pthread_join(thread, NULL);
+    else star_write(&second);
     Py_END_ALLOW_THREADS;
-    if (bad_row >= 0)
+    StarPart *bad = first.bad_row >= 0 ? &first : second.bad_row >= 0 ? &second : NULL;
+    for (Py_ssize_t c = 0; bad == NULL && c < count; c++)
+        if (first.at[c] != first.limit[c] || second.at[c] != second.limit[c]) bad = &second;
+    if (bad != NULL)
         PyErr_Format(PyExc_ValueError, "row %zd, column %zd of the loop is not what its kind says, or does not fit",
-                     bad_row, bad_column);
+                     bad->bad_row, bad->bad_column);
     else
         result = Py_NewRef(Py_None);
 done:
@@ -1672,7 +1731,7 @@ done:
         PyBuffer_Release(&columns[c].values);
         if (columns[c].kind == 't') PyBuffer_Release(&columns[c].data);
     }
-    PyMem_Free(columns);
+    PyMem_Free(columns), PyMem_Free(bounds);
     PyBuffer_Release(&text);
     return result;
 }

@@ -103,9 +103,15 @@ def crop(
 def simd(enabled: bool, /) -> bool: ...
 def star_scan(
     text: Buffer, start: int, columns: int, /
-) -> tuple[int, int, int, bytes, tuple[int, ...]] | None: ...
+) -> tuple[int, int, int, bytes, tuple[int, ...], tuple[int, int, tuple[int, ...]]] | None: ...
 def star_fill(
-    text: Buffer, start: int, end: int, kinds: bytes, outs: tuple[Buffer | tuple[Buffer, Buffer], ...], /
+    text: Buffer,
+    start: int,
+    end: int,
+    kinds: bytes,
+    outs: tuple[Buffer | tuple[Buffer, Buffer], ...],
+    half: tuple[int, int, tuple[int, ...]],
+    /,
 ) -> None: ...
 def split_image_names(
     offsets: Buffer, data: Buffer, indices: Buffer, codes: Buffer, /

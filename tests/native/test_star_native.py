@@ -99,7 +99,7 @@ def _parse(text: bytes, plain: bool, monkeypatch) -> dict | str:
     monkeypatch.setattr(star_text, "PLAIN_ROWS", plain)
     file = io.BufferedReader(io.FileIO(_file(text), "rb"))
     try:
-        return star_text.parse_star("x.star", file, 1 << 20)
+        return star_text.parse_star("x.star", file, 1 << 24)
     except Exception as error:
         return f"{type(error).__name__}: {error}"
     finally:
@@ -152,14 +152,14 @@ def test_plain_rows_are_read_without_pandas_parser(monkeypatch):
 
 def test_star_scan_and_fill_refuse_what_does_not_fit():
     text = b"1 2.5 m1\n3 4 m2\n"
-    end, rows, lines, kinds, sizes = _native.star_scan(text, 0, 3)
-    assert (end, rows, lines, kinds, sizes) == (len(text), 2, 2, b"ift", (2, 4, 4))
+    end, rows, lines, kinds, sizes, half = _native.star_scan(text, 0, 3)
+    assert (end, rows, lines, kinds, sizes, half) == (len(text), 2, 2, b"ift", (2, 4, 4), (9, 1, (1, 3, 2)))
     with pytest.raises(ValueError):
         _native.star_scan(text, len(text) + 1, 3)
     with pytest.raises(ValueError):
         _native.star_scan(text, 0, 0)
     fits = (np.empty(2, np.int64), np.empty(2), (np.empty(3, np.int64), np.empty(4, np.uint8)))
-    _native.star_fill(text, 0, end, kinds, fits)
+    _native.star_fill(text, 0, end, kinds, fits, half)
     assert fits[0].tolist() == [1, 3] and fits[1].tolist() == [2.5, 4.0]
     assert bytes(fits[2][1]) == b"m1m2" and fits[2][0].tolist() == [0, 2, 4]
     too_small = [
@@ -170,14 +170,36 @@ def test_star_scan_and_fill_refuse_what_does_not_fit():
     ]
     for outs in too_small:
         with pytest.raises(ValueError):
-            _native.star_fill(text, 0, end, kinds, outs)
+            _native.star_fill(text, 0, end, kinds, outs, half)
+    for wrong_half in (
+        (0, 1, (1, 3, 2)),
+        (9, 3, (1, 3, 2)),
+        (9, 1, (1, 3, 9)),
+        (len(text) + 1, 1, (1, 3, 2)),
+    ):
+        with pytest.raises(ValueError):
+            _native.star_fill(text, 0, end, kinds, fits, wrong_half)
     for wrong in (b"iii", b"tfi", b"if", b"ifx"):
         outs = tuple(
             (np.empty(3, np.int64), np.empty(8, np.uint8)) if kind == ord("t") else np.empty(2)
             for kind in wrong
         )
         with pytest.raises(ValueError):
-            _native.star_fill(text, 0, end, wrong, outs)
+            _native.star_fill(text, 0, end, wrong, outs, half)
+
+
+def test_a_long_loop_written_by_two_threads_as_pandas_reads_it(monkeypatch):
+    rng = np.random.default_rng(5)
+    rows = 40_000  # halves of more than a megabyte: the second is written by a thread of its own
+    values = rng.normal(0, 1e4, (rows, 3))
+    lines = [
+        f"{i:06d}@Movies/m{i // 200}.mrcs {a!r} {b:12.6f} {c:.3e} {i % 7}\n"
+        for i, (a, b, c) in enumerate(values)
+    ]
+    text = ("data_\nloop_\n" + "".join(f"_rlnC{c}\n" for c in range(5)) + "".join(lines)).encode()
+    assert len(text) > 2 << 20
+    ours, general = _parse(text, True, monkeypatch), _parse(text, False, monkeypatch)
+    pd.testing.assert_frame_equal(ours[""], general[""], check_exact=True)
 
 
 _NAMES = st.lists(

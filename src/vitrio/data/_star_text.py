@@ -188,7 +188,7 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
     found = _native.star_scan(lines.text, lines.position, len(names))
     if found is None:
         return None
-    end, rows, line_ends, kinds, sizes = found
+    end, rows, line_ends, kinds, sizes, half = found
     outs = tuple(
         (np.empty(rows + 1, np.int64), np.empty(size, np.uint8))
         if kind == ord("t")
@@ -196,7 +196,7 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
         for kind, size in zip(kinds, sizes)
     )
     try:
-        _native.star_fill(lines.text, lines.position, end, kinds, outs)
+        _native.star_fill(lines.text, lines.position, end, kinds, outs, half)
     except ValueError:  # a value of a column of numbers is not one (1.2.3), or not one pandas takes (1e999)
         return None
     lines.take(end, line_ends)
