@@ -264,3 +264,19 @@ def test_hostile_star_files_are_refused_with_the_file_named(tmp_path: Path, monk
     monkeypatch.setattr(vitrio.data._star, "MAX_STAR_BYTES", 1000)
     with pytest.raises(ValueError, match="x.star: more than the 1000 bytes a STAR file may have"):
         read_star(path)
+
+
+def test_a_star_file_cut_short_while_it_is_read_is_refused(tmp_path: Path, monkeypatch):
+    path = tmp_path / "cut.star"
+    rows = "".join(f"{i:06d}@Movies/a.mrcs {i * 0.5}\n" for i in range(1, 2000))
+    path.write_text(f"data_particles\n\nloop_\n_rlnImageName\n_rlnDefocusU\n{rows}")
+    mapped = vitrio.data._star_text._mapped
+
+    def cut_once_mapped(*args):
+        text = mapped(*args)
+        os.truncate(path, 100)  # the pages past the first now read as zeros
+        return text
+
+    monkeypatch.setattr(vitrio.data._star_text, "_mapped", cut_once_mapped)
+    with pytest.raises(ValueError, match="cut.star"):
+        read_star(path)

@@ -1,6 +1,6 @@
 """The text of a STAR file parsed into its blocks, as starfile parses it, at the speed of its size.
 
-The file is read whole (it is at most `limit` bytes). The lines around the
+The file is mapped whole (it is at most `limit` bytes). The lines around the
 loops (block names, column names, single values) are taken one by one. The
 rows of a loop, nearly all of the file, are read by the C extension where
 they are plain (`vitrio._native.star_scan`: printable ASCII, no quotes, each
@@ -16,6 +16,7 @@ than the loop has columns is an error naming its line.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -25,6 +26,7 @@ from .. import _native
 
 if TYPE_CHECKING:
     import pandas as pd
+    from typing_extensions import Buffer
 
 __all__ = ["parse_star"]
 
@@ -35,29 +37,34 @@ PLAIN_ROWS = True
 """Whether plain rows are read by the C extension (False: by pandas, as all others; for tests)."""
 
 
+_LINE_END = re.compile(b"\n")
+
+
 class _Lines:
     """The text of a file, taken a line or a chunk of whole lines at a time, counting its lines."""
 
-    def __init__(self, text: bytes):
+    def __init__(self, text: Buffer):
         self.text = text
+        """The text: bytes, or a map of the file."""
         self.position = 0
         """Where the next line starts."""
         self.line_number = 0
         """How many lines were taken."""
+        self._view = memoryview(text)
 
-    def _line_end(self) -> int:
-        end = self.text.find(b"\n", self.position)
-        return len(self.text) if end < 0 else end
+    def _line_end(self, start: int) -> int:
+        found = _LINE_END.search(self.text, start)  # type: ignore[call-overload]
+        return len(self._view) if found is None else found.start()
 
     def peek(self) -> bytes | None:
         """The next line, without its line end, stripped; None at the end of the file."""
-        if self.position == len(self.text):
+        if self.position == len(self._view):
             return None
-        return self.text[self.position : self._line_end()].strip()
+        return bytes(self._view[self.position : self._line_end(self.position)]).strip()
 
     def skip(self) -> None:
         """Take the next line."""
-        self.position = min(self._line_end() + 1, len(self.text))
+        self.position = min(self._line_end(self.position) + 1, len(self._view))
         self.line_number += 1
 
     def take(self, end: int, lines: int) -> None:
@@ -67,8 +74,8 @@ class _Lines:
 
     def chunk(self) -> bytes:
         """The next whole lines, about `CHUNK_BYTES` of them; empty at the end of the file."""
-        end = self.text.find(b"\n", self.position + CHUNK_BYTES) + 1 or len(self.text)
-        text = self.text[self.position : end]
+        end = min(self._line_end(self.position + CHUNK_BYTES) + 1, len(self._view))
+        text = bytes(self._view[self.position : end])
         self.take(end, text.count(b"\n"))
         return text
 
@@ -78,15 +85,13 @@ class _Lines:
         self.line_number -= text.count(b"\n")
 
 
-def _read(path: str | os.PathLike[str], file: BinaryIO, limit: int) -> bytes:
-    """The whole text of `file`, of at most `limit` bytes; a ValueError naming `path` if it is larger."""
+def _mapped(path: str | os.PathLike[str], file: BinaryIO, limit: int) -> Buffer:
+    """The text of `file`, of at most `limit` bytes, mapped (a page the file no longer holds reads as
+    zeros, and counts in the map's `faults`); a ValueError naming `path` if it is larger."""
     size = os.fstat(file.fileno()).st_size
-    text = file.read(min(size, limit) + 1) if size <= limit else b""
-    if len(text) > size:  # the file grew since
-        text += file.read(limit + 1 - len(text))
-    if size > limit or len(text) > limit:
+    if size > limit:
         raise ValueError(f"{path}: more than the {limit} bytes a STAR file may have")
-    return text
+    return _native.map_file(file.fileno(), size) if size else b""
 
 
 def parse_star(
@@ -99,9 +104,10 @@ def parse_star(
         ValueError: If a row of a loop has more or fewer values than the loop
             has columns, or a line of single values is not a name and a value
             (naming the file and the line), the text is not UTF-8, or the file
-            is larger than `limit`.
+            is larger than `limit` or cut short while it is read.
     """
-    lines = _Lines(_read(path, file, limit))
+    text = _mapped(path, file, limit)
+    lines = _Lines(text)
     blocks: dict[str, Any] = {}
     line = lines.peek()
     while line is not None:
@@ -112,6 +118,8 @@ def parse_star(
         else:
             lines.skip()
         line = lines.peek()
+    if getattr(text, "faults", 0):
+        raise ValueError(f"{path}: the file was cut short while it was read")
     return blocks
 
 
