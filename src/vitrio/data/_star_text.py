@@ -205,7 +205,7 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
     )
     try:
         _native.star_fill(lines.text, lines.position, end, kinds, outs, half)
-    except ValueError:  # a value of a column of numbers is not one (1.2.3), or not one pandas takes (1e999)
+    except ValueError:  # a value of a column of numbers is not one (1.2.3), or of more than 127 bytes
         return None
     lines.take(end, line_ends)
     columns: dict[str, Any] = {}
