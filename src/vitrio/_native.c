@@ -1511,6 +1511,44 @@ static PyObject *star_sizes(const uint64_t *sizes, Py_ssize_t columns) {
     return sized;
 }
 
+/* Rows of a loop scanned by one thread: from p up to `end` (a line start, or the end of the text), or
+ * to the line that starts a block (`block`), or to what is not plain. */
+typedef struct {
+    const uint8_t *p, *end;
+    Py_ssize_t columns, rows, lines;
+    uint8_t *masks;
+    uint64_t *sizes;
+    int plain, block;
+} StarScan;
+
+static void *star_scan_part(void *argument) {
+    StarScan *part = argument;
+    const uint8_t *p = part->p, *end = part->end;
+    while (part->plain && p < end) {
+        if (star_block(p, end)) {
+            part->block = 1;
+            break;
+        }
+        if (star_indented_comment(p, end)) {
+            part->plain = 0;
+            break;
+        }
+        StarValue value;
+        Py_ssize_t count = 0;
+        int found;
+        while ((found = star_value(&p, end, &value)) > 0) {
+            if (count < part->columns)
+                part->masks[count] |= (uint8_t)star_class(&value), part->sizes[count] += value.length;
+            count++;
+        }
+        if (found == 0) part->lines += p[-1] == '\n'; /* a line read moves p past at least one byte */
+        part->plain = found == 0 && (count == 0 || count == part->columns);
+        part->rows += count > 0;
+    }
+    part->p = p;
+    return NULL;
+}
+
 static PyObject *star_scan(PyObject *self, PyObject *args) {
     Py_buffer text = {0};
     Py_ssize_t start, columns;
@@ -1520,40 +1558,33 @@ static PyObject *star_scan(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "start lies outside the text, or columns is not 1 to 65536");
         goto done;
     }
-    uint8_t *masks = calloc((size_t)columns, 1);
-    uint64_t *sizes = calloc((size_t)columns, sizeof *sizes), *half_sizes = calloc((size_t)columns, sizeof *sizes);
-    if (masks == NULL || sizes == NULL || half_sizes == NULL) {
-        free(masks), free(sizes), free(half_sizes);
+    uint8_t *masks = calloc((size_t)columns * 2, 1);
+    uint64_t *sizes = calloc((size_t)columns * 2, sizeof *sizes);
+    if (masks == NULL || sizes == NULL) {
+        free(masks), free(sizes);
         PyErr_NoMemory();
         goto done;
     }
-    const uint8_t *p = (const uint8_t *)text.buf + start, *end = (const uint8_t *)text.buf + text.len;
-    const uint8_t *middle = p + (end - p) / 2, *half = NULL;
-    Py_ssize_t rows = 0, lines = 0, half_rows = 0;
-    int plain = 1;
+    const uint8_t *begin = (const uint8_t *)text.buf + start, *stop = (const uint8_t *)text.buf + text.len;
+    const uint8_t *half = stop, *line_end;
+    if (stop - begin >= 2 * STAR_THREAD_BYTES &&
+        (line_end = memchr(begin + (stop - begin) / 2, '\n', (size_t)(stop - begin - (stop - begin) / 2))))
+        half = line_end + 1;
+    StarScan first = {begin, half, columns, 0, 0, masks, sizes, 1, 0};
+    StarScan second = {half, stop, columns, 0, 0, masks + columns, sizes + columns, 1, 0};
     Py_BEGIN_ALLOW_THREADS;
-    while (plain && p < end) {
-        if (half == NULL && p >= middle) {
-            half = p, half_rows = rows;
-            memcpy(half_sizes, sizes, (size_t)columns * sizeof *sizes);
-        }
-        if (star_block(p, end)) break;
-        if (star_indented_comment(p, end)) {
-            plain = 0;
-            break;
-        }
-        StarValue value;
-        Py_ssize_t count = 0;
-        int found;
-        while ((found = star_value(&p, end, &value)) > 0) {
-            if (count < columns) masks[count] |= (uint8_t)star_class(&value), sizes[count] += value.length;
-            count++;
-        }
-        if (found == 0) lines += p[-1] == '\n'; /* a line read moves p past at least one byte */
-        plain = found == 0 && (count == 0 || count == columns);
-        rows += count > 0;
-    }
+    pthread_t thread;
+    int apart = half < stop && !pthread_create(&thread, NULL, star_scan_part, &second);
+    star_scan_part(&first);
+    if (apart) pthread_join(thread, NULL);
+    else if (half < stop) star_scan_part(&second);
     Py_END_ALLOW_THREADS;
+    int plain = first.plain, whole = first.p == half && !first.block && half < stop; /* the loop goes on past half */
+    PyObject *half_sized = star_sizes(sizes, columns);
+    if (whole) {
+        plain = second.plain;
+        for (Py_ssize_t c = 0; c < columns; c++) masks[c] |= masks[columns + c], sizes[c] += sizes[columns + c];
+    }
     char *kinds = (char *)masks;
     for (Py_ssize_t c = 0; plain && c < columns; c++) {
         int mask = masks[c];
@@ -1562,21 +1593,20 @@ static PyObject *star_scan(PyObject *self, PyObject *args) {
         else if (mask == STAR_TEXT) kinds[c] = 't';
         else plain = 0;
     }
-    if (half == NULL) {
-        half = p, half_rows = rows;
-        memcpy(half_sizes, sizes, (size_t)columns * sizeof *sizes);
-    }
-    if (!plain || rows == 0) {
+    Py_ssize_t rows = first.rows + (whole ? second.rows : 0), lines = first.lines + (whole ? second.lines : 0);
+    const uint8_t *end = whole ? second.p : first.p;
+    if (half_sized != NULL && (!plain || rows == 0)) {
         result = Py_NewRef(Py_None);
-    } else {
-        PyObject *sized = star_sizes(sizes, columns), *half_sized = star_sizes(half_sizes, columns);
-        if (sized != NULL && half_sized != NULL)
-            result = Py_BuildValue("(nnny#O(nnO))", (Py_ssize_t)(p - (const uint8_t *)text.buf), rows, lines, kinds,
-                                   columns, sized, (Py_ssize_t)(half - (const uint8_t *)text.buf), half_rows,
+    } else if (half_sized != NULL) {
+        PyObject *sized = star_sizes(sizes, columns);
+        if (sized != NULL)
+            result = Py_BuildValue("(nnny#O(nnO))", (Py_ssize_t)(end - (const uint8_t *)text.buf), rows, lines, kinds,
+                                   columns, sized, (Py_ssize_t)(first.p - (const uint8_t *)text.buf), first.rows,
                                    half_sized);
-        Py_XDECREF(sized), Py_XDECREF(half_sized);
+        Py_XDECREF(sized);
     }
-    free(masks), free(sizes), free(half_sizes);
+    Py_XDECREF(half_sized);
+    free(masks), free(sizes);
 done:
     PyBuffer_Release(&text);
     return result;

@@ -153,7 +153,14 @@ def test_plain_rows_are_read_without_pandas_parser(monkeypatch):
 def test_star_scan_and_fill_refuse_what_does_not_fit():
     text = b"1 2.5 m1\n3 4 m2\n"
     end, rows, lines, kinds, sizes, half = _native.star_scan(text, 0, 3)
-    assert (end, rows, lines, kinds, sizes, half) == (len(text), 2, 2, b"ift", (2, 4, 4), (9, 1, (1, 3, 2)))
+    assert (end, rows, lines, kinds, sizes, half) == (
+        len(text),
+        2,
+        2,
+        b"ift",
+        (2, 4, 4),
+        (len(text), 2, sizes),
+    )
     with pytest.raises(ValueError):
         _native.star_scan(text, len(text) + 1, 3)
     with pytest.raises(ValueError):
@@ -162,6 +169,12 @@ def test_star_scan_and_fill_refuse_what_does_not_fit():
     _native.star_fill(text, 0, end, kinds, fits, half)
     assert fits[0].tolist() == [1, 3] and fits[1].tolist() == [2.5, 4.0]
     assert bytes(fits[2][1]) == b"m1m2" and fits[2][0].tolist() == [0, 2, 4]
+    halves = tuple(
+        np.zeros_like(out) if isinstance(out, np.ndarray) else tuple(map(np.zeros_like, out)) for out in fits
+    )
+    _native.star_fill(text, 0, end, kinds, halves, (9, 1, (1, 3, 2)))  # the second row on its own
+    assert all(np.array_equal(a, b) for a, b in zip(np.hstack(fits[:2]), np.hstack(halves[:2])))
+    assert bytes(halves[2][1]) == b"m1m2" and halves[2][0].tolist() == [0, 2, 4]
     too_small = [
         (np.empty(1, np.int64), np.empty(2), (np.empty(3, np.int64), np.empty(4, np.uint8))),
         (np.empty(2, np.int64), np.empty(2), (np.empty(3, np.int64), np.empty(3, np.uint8))),
@@ -188,18 +201,33 @@ def test_star_scan_and_fill_refuse_what_does_not_fit():
             _native.star_fill(text, 0, end, wrong, outs, half)
 
 
-def test_a_long_loop_written_by_two_threads_as_pandas_reads_it(monkeypatch):
+@pytest.mark.parametrize(
+    "ending", ["plain", "a quote at the end", "a block near the end", "a block near the start"]
+)
+def test_a_long_loop_read_in_two_halves_as_pandas_reads_it(ending: str, monkeypatch):
     rng = np.random.default_rng(5)
-    rows = 40_000  # halves of more than a megabyte: the second is written by a thread of its own
+    rows = 40_000  # halves of more than a megabyte: each is scanned and written by a thread of its own
     values = rng.normal(0, 1e4, (rows, 3))
     lines = [
         f"{i:06d}@Movies/m{i // 200}.mrcs {a!r} {b:12.6f} {c:.3e} {i % 7}\n"
         for i, (a, b, c) in enumerate(values)
     ]
+    if ending == "a quote at the end":
+        lines[-1] = "'1@a b.mrcs' 1 2 3 4\n"
+    elif ending == "a block near the end":
+        lines[-10:] = ["data_next\nloop_\n_rlnX\n1\n"]
+    elif ending == "a block near the start":
+        lines[10:] = ["data_next\nloop_\n_rlnX\n", *(f"{i}\n" for i in range(rows * 10))]
     text = ("data_\nloop_\n" + "".join(f"_rlnC{c}\n" for c in range(5)) + "".join(lines)).encode()
-    assert len(text) > 2 << 20
+    found = _native.star_scan(text, text.index(b"000000@"), 5)
+    assert (found is None) == (ending == "a quote at the end")
+    if ending == "plain":
+        end, _, _, _, _, half = found
+        assert half[0] < end and 0 < half[1] < rows  # scanned and written in two halves
     ours, general = _parse(text, True, monkeypatch), _parse(text, False, monkeypatch)
-    pd.testing.assert_frame_equal(ours[""], general[""], check_exact=True)
+    assert list(ours) == list(general)
+    for name in general:
+        pd.testing.assert_frame_equal(ours[name], general[name], check_exact=True)
 
 
 _NAMES = st.lists(
