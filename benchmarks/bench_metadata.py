@@ -12,10 +12,13 @@ time does not.
 
 Cases: `read_particles` of the STAR file, then `particle_locations` of its
 table; `starfile.read` (up to `--starfile-rows`, as it takes ten times
-longer); `read_particles` of the `.cs` file against `numpy.load`.
+longer); `read_particles` of the `.cs` file against `numpy.load`. With
+`--repeat N` each case runs N times and the median of each figure is shown;
+`--cases` names the cases to run.
 
 Usage:
     .venv/bin/python benchmarks/bench_metadata.py [--quick] [--max-rows 1000000] [--starfile-rows 1000000]
+        [--repeat 3] [--cases read_particles "+ particle_locations"]
 """
 
 from __future__ import annotations
@@ -165,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-rows", type=int, default=1_000_000, help="the largest file, in rows")
     parser.add_argument("--starfile-rows", type=int, default=1_000_000, help="the largest starfile reads")
     parser.add_argument("--quick", action="store_true", help="a smoke run: files of 10^4 rows")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each case, the median shown")
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="the cases")
     args = parser.parse_args(argv)
     largest = 10_000 if args.quick else args.max_rows
     sizes = [10**power for power in range(4, 8) if 10**power <= largest]
@@ -174,12 +179,13 @@ def main(argv: list[str] | None = None) -> None:
             star, cs = Path(folder) / f"{rows}.star", Path(folder) / f"{rows}.cs"
             write_star(star, rows)
             write_cs(cs, rows)
-            for case in CASES:
+            for case in args.cases:
                 if case == "starfile.read" and rows > args.starfile_rows:
                     continue
                 path = cs if case.endswith(".cs") else star
-                figures = measure(case, path)
-                assert figures["rows"] == rows, (case, figures)
+                runs = [measure(case, path) for _ in range(args.repeat)]
+                assert all(run["rows"] == rows for run in runs), (case, runs)
+                figures = {name: float(np.median([run[name] for run in runs])) for name in runs[0]}
                 size = path.stat().st_size
                 cpu, wall, memory = figures["cpu"], figures["wall"], figures["memory"]
                 print(

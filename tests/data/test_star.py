@@ -199,11 +199,13 @@ LAYOUTS = {
 }
 
 
+@pytest.mark.parametrize("plain", [True, False], ids=["plain rows read natively", "all rows by pandas"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_read_star_equals_starfile_on_every_layout(tmp_path: Path, layout: str, monkeypatch):
+def test_read_star_equals_starfile_on_every_layout(tmp_path: Path, layout: str, plain: bool, monkeypatch):
     path = tmp_path / "file.star"
     path.write_bytes(LAYOUTS[layout].encode())
     theirs = starfile.read(path, always_dict=True)
+    monkeypatch.setattr(vitrio.data._star_text, "PLAIN_ROWS", plain)
     for chunk in (1 << 20, 64):  # whole, and split into chunks of a few lines each
         monkeypatch.setattr(vitrio.data._star_text, "CHUNK_BYTES", chunk)
         ours = read_star(path)
@@ -213,7 +215,8 @@ def test_read_star_equals_starfile_on_every_layout(tmp_path: Path, layout: str, 
             pd.testing.assert_frame_equal(ours[name], expected, check_exact=True)
 
 
-def test_a_long_loop_read_in_chunks_equals_starfile(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("plain", [True, False], ids=["plain rows read natively", "all rows by pandas"])
+def test_a_long_loop_read_in_chunks_equals_starfile(tmp_path: Path, plain: bool, monkeypatch):
     # rows across many chunks, a block starting inside a chunk, and a last line without its line end
     rng = np.random.default_rng(3)
     particles = pd.DataFrame(
@@ -227,6 +230,7 @@ def test_a_long_loop_read_in_chunks_equals_starfile(tmp_path: Path, monkeypatch)
     starfile.write({"optics": OPTICS, "particles": particles, "micrographs": MICROGRAPHS}, path)
     path.write_bytes(path.read_bytes().rstrip(b"\n"))
     monkeypatch.setattr(vitrio.data._star_text, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(vitrio.data._star_text, "PLAIN_ROWS", plain)
     ours, theirs = read_star(path), starfile.read(path, always_dict=True)
     assert list(ours) == ["optics", "particles", "micrographs"]
     for name in theirs:
@@ -259,4 +263,20 @@ def test_hostile_star_files_are_refused_with_the_file_named(tmp_path: Path, monk
     path.write_text("data_\nloop_\n_rlnA\n" + "1\n" * 1000)
     monkeypatch.setattr(vitrio.data._star, "MAX_STAR_BYTES", 1000)
     with pytest.raises(ValueError, match="x.star: more than the 1000 bytes a STAR file may have"):
+        read_star(path)
+
+
+def test_a_star_file_cut_short_while_it_is_read_is_refused(tmp_path: Path, monkeypatch):
+    path = tmp_path / "cut.star"
+    rows = "".join(f"{i:06d}@Movies/a.mrcs {i * 0.5}\n" for i in range(1, 2000))
+    path.write_text(f"data_particles\n\nloop_\n_rlnImageName\n_rlnDefocusU\n{rows}")
+    mapped = vitrio.data._star_text._mapped
+
+    def cut_once_mapped(*args):
+        text = mapped(*args)
+        os.truncate(path, 100)  # the pages past the first now read as zeros
+        return text
+
+    monkeypatch.setattr(vitrio.data._star_text, "_mapped", cut_once_mapped)
+    with pytest.raises(ValueError, match="cut.star"):
         read_star(path)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import _native
 from .._remote import is_url, local_copy
 from .._types import ImageLocation
 from ._cs import MAX_CS_BYTES, read_cs
@@ -107,17 +108,18 @@ def particle_locations(
     raise ValueError(f"{metadata}: the particles have neither rlnImageName nor blob/path and blob/idx")
 
 
-_STACK_IMAGE = r"^\s*(?P<index>\d{1,18})@(?P<path>.*\S)\s*$"
-
-
 def _relion_locations(names: Any, resolve: PathResolver) -> list[ImageLocation]:
-    """The locations of rlnImageName's "index@path": split by pyarrow where every name is one, each
-    distinct path resolved once; else name by name, as `ImageLocation.from_string` parses them."""
+    """The locations of rlnImageName's "index@path": split by the C extension where every name is one
+    of digits, `@` and a path without spaces, each distinct path resolved once, the locations made
+    in bulk; else name by name, as `ImageLocation.from_string` parses them."""
     split = _split(names)
     if split is not None:
         indices, codes, paths = split
-        found = np.array([resolve(path) for path in paths] or [""], dtype=object)
-        return list(map(ImageLocation, found[codes].tolist(), indices.tolist()))
+        found = [resolve(path) for path in paths]
+        # as ImageLocation(found[code], index) makes them: a str key, an index of 0 or more
+        return _native.new_locations(
+            ImageLocation, ImageLocation._key, ImageLocation._index, found, codes, indices
+        )
     locations = []
     for text in np.asarray(names).tolist():
         written = ImageLocation.from_string(text)
@@ -127,25 +129,25 @@ def _relion_locations(names: Any, resolve: PathResolver) -> list[ImageLocation]:
 
 def _split(names: Any) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
     """Of each "index@path" of `names`, its index counting from zero and the number of its path among
-    the distinct paths; and those paths. None if a name is not one, or pyarrow is not installed."""
+    the distinct paths; and those paths. None if a name is not one `vitrio._native.split_image_names`
+    takes, or pyarrow is not installed."""
     try:
         import pyarrow as pa
-        import pyarrow.compute as pc
     except ModuleNotFoundError:
         return None
     try:
         texts = pa.array(names)
         texts = pa.chunked_array([texts]) if isinstance(texts, pa.Array) else texts
-        parts = pc.extract_regex(texts.cast(pa.large_string()), _STACK_IMAGE)
+        texts = texts.cast(pa.large_string()).combine_chunks()
     except (pa.ArrowException, TypeError, ValueError):
         return None
-    if parts.null_count:
+    if texts.null_count:
         return None
-    indices = pc.struct_field(parts, "index").cast(pa.int64()).to_numpy() - 1
-    paths = pc.struct_field(parts, "path").combine_chunks().dictionary_encode()
-    if len(indices) and indices.min() < 0:
-        return None
-    return indices, paths.indices.to_numpy(), paths.dictionary.to_pylist()
+    _, offsets, data = texts.buffers()
+    offsets = np.frombuffer(offsets, np.int64)[texts.offset : texts.offset + len(texts) + 1]
+    indices, codes = np.empty(len(texts), np.int64), np.empty(len(texts), np.int64)
+    paths = _native.split_image_names(offsets, data or b"", indices, codes)
+    return None if paths is None else (indices, codes, paths)
 
 
 def _resolved(paths: Any, resolve: PathResolver) -> list[str]:

@@ -98,16 +98,23 @@ def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
         raise ValueError(f"{path}: no column rlnOpticsGroup in data_optics")
     groups = optics["rlnOpticsGroup"].to_numpy(dtype=np.int64)
     wanted = particles["rlnOpticsGroup"].to_numpy(dtype=np.int64)
-    unknown = np.setdiff1d(wanted, groups)
-    if unknown.size:
-        raise ValueError(f"{path}: optics groups {unknown.tolist()} of particles are not in data_optics")
     order = np.argsort(groups, kind="stable")
-    rows = order[np.searchsorted(groups, wanted, sorter=order)]
-    merged = particles.copy(deep=False)  # new columns only: the rows read are not copied
+    rows = (
+        order[np.searchsorted(groups, wanted, sorter=order).clip(0, max(len(order) - 1, 0))]
+        if len(order)
+        else 0
+    )
+    unknown = (
+        groups[rows] != wanted if len(order) else np.ones(len(wanted), bool)
+    )  # not a sort of the particles
+    if unknown.any():
+        missing = np.unique(wanted[unknown]).tolist()
+        raise ValueError(f"{path}: optics groups {missing} of particles are not in data_optics")
+    columns = {column: particles[column] for column in particles.columns}  # not copied
     for column in optics.columns:
-        if column not in merged.columns:
-            merged[column] = optics[column].to_numpy()[rows]
-    return merged
+        if column not in columns:
+            columns[column] = optics[column].array.take(rows)  # text stays in Arrow strings
+    return type(particles)(columns, copy=False)
 
 
 def star_table(

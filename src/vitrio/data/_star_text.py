@@ -1,90 +1,97 @@
 """The text of a STAR file parsed into its blocks, as starfile parses it, at the speed of its size.
 
-The file is read a megabyte at a time. The lines around the loops
-(block names, column names, single values) are taken one by one; the rows
-of a loop, nearly all of the file, go to pandas' C parser a chunk of lines
-at a time, values split at spaces and tabs, a `'` read as `"` (so `'a b'` is
-one value), a `#` starting a comment, `nan` and `<NA>` NaN: what starfile
-asks of pandas, without reading each line in Python first. Each chunk
-without quotes is checked by numpy first, so that a row with more or fewer
-values than the loop has columns is an error naming its line.
+The file is mapped whole (it is at most `limit` bytes). The lines around the
+loops (block names, column names, single values) are taken one by one. The
+rows of a loop, nearly all of the file, are read by the C extension where
+they are plain (`vitrio._native.star_scan`: printable ASCII, no quotes, each
+column all integers, all numbers or all text), numbers straight into arrays
+and text into Arrow strings, as pandas would make them. Other rows go to
+pandas' C parser a chunk of lines at a time, values split at spaces and
+tabs, a `'` read as `"` (so `'a b'` is one value), a `#` starting a comment,
+`nan` and `<NA>` NaN: what starfile asks of pandas. Each chunk without
+quotes is checked by numpy first, so that a row with more or fewer values
+than the loop has columns is an error naming its line.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
+from .. import _native
+
 if TYPE_CHECKING:
     import pandas as pd
+    from typing_extensions import Buffer
 
 __all__ = ["parse_star"]
 
 CHUNK_BYTES = 1 << 20
-"""How much of a loop's body is split at once."""
+"""How much of a loop's body pandas is given at once."""
+
+PLAIN_ROWS = True
+"""Whether plain rows are read by the C extension (False: by pandas, as all others; for tests)."""
+
+
+_LINE_END = re.compile(b"\n")
 
 
 class _Lines:
     """The text of a file, taken a line or a chunk of whole lines at a time, counting its lines."""
 
-    def __init__(self, path: str | os.PathLike[str], file: BinaryIO, limit: int):
-        self._path = path
-        self._file = file
-        self._limit = limit
-        self._taken = 0
-        self._buffer = b""
-        self._position = 0
+    def __init__(self, text: Buffer):
+        self.text = text
+        """The text: bytes, or a map of the file."""
+        self.position = 0
+        """Where the next line starts."""
         self.line_number = 0
         """How many lines were taken."""
+        self._view = memoryview(text)
 
-    def _fill(self) -> bool:
-        more = self._file.read(CHUNK_BYTES)
-        self._taken += len(more)
-        if self._taken > self._limit:
-            raise ValueError(f"{self._path}: more than the {self._limit} bytes a STAR file may have")
-        if more:
-            self._buffer = self._buffer[self._position :] + more
-            self._position = 0
-        return bool(more)
-
-    def _line_end(self) -> int:
-        end = self._buffer.find(b"\n", self._position)
-        while end < 0 and self._fill():
-            end = self._buffer.find(b"\n", self._position)
-        return len(self._buffer) if end < 0 else end
+    def _line_end(self, start: int) -> int:
+        found = _LINE_END.search(self.text, start)  # type: ignore[call-overload]
+        return len(self._view) if found is None else found.start()
 
     def peek(self) -> bytes | None:
         """The next line, without its line end, stripped; None at the end of the file."""
-        end = self._line_end()
-        if end == self._position == len(self._buffer):
+        if self.position == len(self._view):
             return None
-        return self._buffer[self._position : end].strip()
+        return bytes(self._view[self.position : self._line_end(self.position)]).strip()
 
     def skip(self) -> None:
         """Take the next line."""
-        self._position = min(self._line_end() + 1, len(self._buffer))
+        self.position = min(self._line_end(self.position) + 1, len(self._view))
         self.line_number += 1
+
+    def take(self, end: int, lines: int) -> None:
+        """Take the text up to `end`, which holds `lines` line ends."""
+        self.position = end
+        self.line_number += lines
 
     def chunk(self) -> bytes:
         """The next whole lines, about `CHUNK_BYTES` of them; empty at the end of the file."""
-        buffer = self._buffer
-        while len(buffer) - self._position < CHUNK_BYTES or buffer.find(b"\n", self._position) < 0:
-            if not self._fill():
-                break
-            buffer = self._buffer
-        end = self._buffer.rfind(b"\n", self._position) + 1 or len(self._buffer)
-        text = self._buffer[self._position : end]
-        self._position = end
-        self.line_number += text.count(b"\n")
+        end = min(self._line_end(self.position + CHUNK_BYTES) + 1, len(self._view))
+        text = bytes(self._view[self.position : end])
+        self.take(end, text.count(b"\n"))
         return text
 
     def give_back(self, text: bytes) -> None:
         """Put back the end of the last chunk, `text`, to be taken again."""
-        self._position -= len(text)
+        self.position -= len(text)
         self.line_number -= text.count(b"\n")
+
+
+def _mapped(path: str | os.PathLike[str], file: BinaryIO, limit: int) -> Buffer:
+    """The text of `file`, of at most `limit` bytes, mapped (a page the file no longer holds reads as
+    zeros, and counts in the map's `faults`); a ValueError naming `path` if it is larger."""
+    size = os.fstat(file.fileno()).st_size
+    if size > limit:
+        raise ValueError(f"{path}: more than the {limit} bytes a STAR file may have")
+    return _native.map_file(file.fileno(), size) if size else b""
 
 
 def parse_star(
@@ -97,9 +104,10 @@ def parse_star(
         ValueError: If a row of a loop has more or fewer values than the loop
             has columns, or a line of single values is not a name and a value
             (naming the file and the line), the text is not UTF-8, or the file
-            is larger than `limit`.
+            is larger than `limit` or cut short while it is read.
     """
-    lines = _Lines(path, file, limit)
+    text = _mapped(path, file, limit)
+    lines = _Lines(text)
     blocks: dict[str, Any] = {}
     line = lines.peek()
     while line is not None:
@@ -110,6 +118,8 @@ def parse_star(
         else:
             lines.skip()
         line = lines.peek()
+    if getattr(text, "faults", 0):
+        raise ValueError(f"{path}: the file was cut short while it was read")
     return blocks
 
 
@@ -163,6 +173,54 @@ def _loop(path: str | os.PathLike[str], lines: _Lines, name: str) -> pd.DataFram
     while line is not None and not line:
         lines.skip()
         line = lines.peek()
+    table = _plain_rows(lines, names) if PLAIN_ROWS else None
+    if table is None:
+        table = _parsed_rows(path, lines, name, names)
+    for column in names:
+        values = table[column]
+        if not pd.api.types.is_numeric_dtype(values) and _numeric(values.iloc[:1]):
+            table[column] = pd.to_numeric(values)
+    return table
+
+
+def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
+    """The rows of a loop read by `vitrio._native.star_scan` and `star_fill`, as pandas reads them; None
+    if they are not plain, or pandas does not hold text in Arrow strings (pyarrow missing)."""
+    import pandas as pd
+
+    strings = pd.Series(["text"]).dtype
+    if len(set(names)) != len(names) or getattr(strings, "storage", None) != "pyarrow":
+        return None
+    import pyarrow as pa
+
+    found = _native.star_scan(lines.text, lines.position, len(names))
+    if found is None:
+        return None
+    end, rows, line_ends, kinds, sizes, half = found
+    outs = tuple(
+        (np.empty(rows + 1, np.int64), np.empty(size, np.uint8))
+        if kind == ord("t")
+        else np.empty(rows, np.int64 if kind == ord("i") else np.float64)
+        for kind, size in zip(kinds, sizes)
+    )
+    try:
+        _native.star_fill(lines.text, lines.position, end, kinds, outs, half)
+    except ValueError:  # a value of a column of numbers is not one (1.2.3), or of more than 127 bytes
+        return None
+    lines.take(end, line_ends)
+    columns: dict[str, Any] = {}
+    for column, out in zip(names, outs):
+        if isinstance(out, tuple):
+            text = pa.LargeStringArray.from_buffers(rows, pa.py_buffer(out[0]), pa.py_buffer(out[1]))
+            out = pd.arrays.ArrowStringArray(pa.chunked_array([text]), dtype=strings)
+        columns[column] = out
+    return pd.DataFrame(columns, copy=False)
+
+
+def _parsed_rows(path: str | os.PathLike[str], lines: _Lines, name: str, names: list[str]) -> pd.DataFrame:
+    """The rows of a loop as pandas' C parser reads them, fed a chunk at a time, each chunk checked."""
+    import pandas as pd
+
     body = _Body(path, lines, len(names))
     try:
         table = pd.read_csv(
@@ -184,10 +242,6 @@ def _loop(path: str | os.PathLike[str], lines: _Lines, name: str) -> pd.DataFram
             f"rows of {table.shape[1]} values, for {len(names)} columns"
         )
     table.columns = names
-    for column in names:
-        values = table[column]
-        if not pd.api.types.is_numeric_dtype(values) and _numeric(values.iloc[:1]):
-            table[column] = pd.to_numeric(values)
     return table
 
 

@@ -1,0 +1,311 @@
+"""The C extension's STAR reading against the general parser: the rows of loops (star_scan, star_fill)
+give the tables pandas gives or are left to it, RELION's image names split (split_image_names) as
+`ImageLocation.from_string` parses them, and locations made in bulk (new_locations) equal to those
+made one by one; each function refuses what does not fit instead of reading or writing past it."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import vitrio.data._star_text as star_text
+from vitrio import ImageLocation, _native
+from vitrio.data import _particles
+
+_DIGITS = st.text("0123456789", min_size=1, max_size=22)
+_NUMBERS = st.one_of(
+    st.integers(-(2**63), 2**63 - 1).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.floats(-1e5, 1e5).map(lambda x: f"{x:12.6f}".strip()),
+    st.builds(
+        lambda sign, whole, point, fraction, exponent: f"{sign}{whole}{point}{fraction}{exponent}",
+        st.sampled_from(["", "-", "+"]),
+        _DIGITS,
+        st.sampled_from([".", ""]),
+        st.text("0123456789", max_size=20),
+        st.sampled_from(["", "e5", "E-3", "e+330", "e-320", "e308", "e-400", "e00001"]),
+    ),
+)
+_ODD = st.sampled_from(
+    [
+        "nan",
+        "NaN",
+        "<NA>",
+        "inf",
+        "-inf",
+        "Infinity",
+        "True",
+        "false",
+        "1.2.3",
+        "1e",
+        "-",
+        ".",
+        "e5",
+        "1_000",
+        "NA",
+        "0x1F",
+        "1,5",
+        "'a b'",
+        '"c"',
+        "a#b",
+        "é",
+        "\x0c",
+        "\r",
+    ]
+)
+_WORDS = st.text("abcxyzABC/_.@-0123456789<>", min_size=1, max_size=12)
+
+
+@st.composite
+def _loops(draw) -> bytes:
+    """The text of a STAR file of a loop (and maybe a block after it): columns of numbers, of words,
+    of a mixture, with odd values, comments, tabs, CRLF, blank lines, rows of the wrong length."""
+    columns = draw(st.integers(1, 4))
+    kinds = draw(
+        st.lists(st.sampled_from(["int", "number", "word", "any"]), min_size=columns, max_size=columns)
+    )
+    values = {
+        "int": st.integers(-(10**19), 10**19).map(str),
+        "number": _NUMBERS,
+        "word": _WORDS,
+        "any": st.one_of(_NUMBERS, _WORDS, _ODD),
+    }
+    rows = []
+    for _ in range(draw(st.integers(0, 6))):
+        row = [draw(values[kind]) for kind in kinds]
+        if draw(st.integers(0, 30)) == 0:
+            row = row[:-1] if draw(st.booleans()) else [*row, "1"]
+        if row and draw(st.integers(0, 20)) == 0:
+            row[draw(st.integers(0, len(row) - 1))] = draw(_ODD)
+        separator = draw(st.sampled_from([" ", "  ", "\t", " \t "]))
+        rows.append(separator.join(row) + draw(st.sampled_from(["", "", " # a comment", "  "])))
+        if draw(st.integers(0, 10)) == 0:
+            rows.append(draw(st.sampled_from(["", "# between", "   "])))
+    names = "".join(f"_rlnColumn{c} #{c + 1}\n" for c in range(columns))
+    end = draw(st.sampled_from(["\n", "", "\n\ndata_after\n\nloop_\n_rlnX #1\n1\n", "\n  data_\n_rlnY 2\n"]))
+    text = f"data_\n\nloop_\n{names}" + "\n".join(rows) + end
+    if draw(st.booleans()):
+        text = text.replace("\n", "\r\n")
+    return text.encode()
+
+
+def _parse(text: bytes, plain: bool, monkeypatch) -> dict | str:
+    """The blocks of `text` as parse_star reads them, or its error as text."""
+    monkeypatch.setattr(star_text, "PLAIN_ROWS", plain)
+    file = io.BufferedReader(io.FileIO(_file(text), "rb"))
+    try:
+        return star_text.parse_star("x.star", file, 1 << 24)
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    finally:
+        file.close()
+
+
+def _file(text: bytes) -> int:
+    """A descriptor of an unnamed file holding `text` (parse_star asks the size of a real file)."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryFile() as file:
+        file.write(text)
+        file.flush()
+        file.seek(0)
+        return os.dup(file.fileno())
+
+
+@settings(max_examples=250, deadline=None)
+@given(text=_loops())
+def test_plain_rows_read_as_pandas_reads_them(text: bytes):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        ours, general = _parse(text, True, monkeypatch), _parse(text, False, monkeypatch)
+    if isinstance(general, str) or isinstance(ours, str):
+        assert ours == general
+        return
+    assert list(ours) == list(general)
+    for name, block in general.items():
+        if isinstance(block, pd.DataFrame):
+            pd.testing.assert_frame_equal(ours[name], block, check_exact=True)
+        else:
+            assert ours[name] == block
+
+
+def test_plain_rows_are_read_without_pandas_parser(monkeypatch):
+    text = (
+        b"data_\nloop_\n_rlnA #1\n_rlnB #2\n_rlnC #3\n1@a.mrcs 2 -1.5e-3\r\n# note\n2@a.mrcs\t3 nan # end\n"
+    )
+
+    def refuse(*args):
+        raise AssertionError("the plain rows went to pandas")
+
+    monkeypatch.setattr(star_text, "_parsed_rows", refuse)
+    table = _parse(text, True, monkeypatch)[""]
+    assert table["rlnA"].tolist() == ["1@a.mrcs", "2@a.mrcs"]
+    assert table["rlnB"].dtype == np.int64 and table["rlnB"].tolist() == [2, 3]
+    assert table["rlnC"].iloc[0] == -1.5e-3 and np.isnan(table["rlnC"].iloc[1])
+    assert table["rlnA"].dtype == pd.Series(["text"]).dtype
+
+
+def test_star_scan_and_fill_refuse_what_does_not_fit():
+    text = b"1 2.5 m1\n3 4 m2\n"
+    end, rows, lines, kinds, sizes, half = _native.star_scan(text, 0, 3)
+    assert (end, rows, lines, kinds, sizes, half) == (
+        len(text),
+        2,
+        2,
+        b"ift",
+        (2, 4, 4),
+        (len(text), 2, sizes),
+    )
+    with pytest.raises(ValueError):
+        _native.star_scan(text, len(text) + 1, 3)
+    with pytest.raises(ValueError):
+        _native.star_scan(text, 0, 0)
+    fits = (np.empty(2, np.int64), np.empty(2), (np.empty(3, np.int64), np.empty(4, np.uint8)))
+    _native.star_fill(text, 0, end, kinds, fits, half)
+    assert fits[0].tolist() == [1, 3] and fits[1].tolist() == [2.5, 4.0]
+    assert bytes(fits[2][1]) == b"m1m2" and fits[2][0].tolist() == [0, 2, 4]
+    halves = tuple(
+        np.zeros_like(out) if isinstance(out, np.ndarray) else tuple(map(np.zeros_like, out)) for out in fits
+    )
+    _native.star_fill(text, 0, end, kinds, halves, (9, 1, (1, 3, 2)))  # the second row on its own
+    assert all(np.array_equal(a, b) for a, b in zip(np.hstack(fits[:2]), np.hstack(halves[:2])))
+    assert bytes(halves[2][1]) == b"m1m2" and halves[2][0].tolist() == [0, 2, 4]
+    too_small = [
+        (np.empty(1, np.int64), np.empty(2), (np.empty(3, np.int64), np.empty(4, np.uint8))),
+        (np.empty(2, np.int64), np.empty(2), (np.empty(3, np.int64), np.empty(3, np.uint8))),
+        (np.empty(2, np.int64), np.empty(2), (np.empty(2, np.int64), np.empty(4, np.uint8))),
+        (np.empty(2, np.int64), np.empty(2, np.int32), (np.empty(3, np.int64), np.empty(4, np.uint8))),
+    ]
+    for outs in too_small:
+        with pytest.raises(ValueError):
+            _native.star_fill(text, 0, end, kinds, outs, half)
+    for wrong_half in (
+        (0, 1, (1, 3, 2)),
+        (9, 3, (1, 3, 2)),
+        (9, 1, (1, 3, 9)),
+        (len(text) + 1, 1, (1, 3, 2)),
+    ):
+        with pytest.raises(ValueError):
+            _native.star_fill(text, 0, end, kinds, fits, wrong_half)
+    for wrong in (b"iii", b"tfi", b"if", b"ifx"):
+        outs = tuple(
+            (np.empty(3, np.int64), np.empty(8, np.uint8)) if kind == ord("t") else np.empty(2)
+            for kind in wrong
+        )
+        with pytest.raises(ValueError):
+            _native.star_fill(text, 0, end, wrong, outs, half)
+
+
+@pytest.mark.parametrize(
+    "ending", ["plain", "a quote at the end", "a block near the end", "a block near the start"]
+)
+def test_a_long_loop_read_in_two_halves_as_pandas_reads_it(ending: str, monkeypatch):
+    rng = np.random.default_rng(5)
+    rows = 40_000  # halves of more than a megabyte: each is scanned and written by a thread of its own
+    values = rng.normal(0, 1e4, (rows, 3))
+    lines = [
+        f"{i:06d}@Movies/m{i // 200}.mrcs {a!r} {b:12.6f} {c:.3e} {i % 7}\n"
+        for i, (a, b, c) in enumerate(values)
+    ]
+    if ending == "a quote at the end":
+        lines[-1] = "'1@a b.mrcs' 1 2 3 4\n"
+    elif ending == "a block near the end":
+        lines[-10:] = ["data_next\nloop_\n_rlnX\n1\n"]
+    elif ending == "a block near the start":
+        lines[10:] = ["data_next\nloop_\n_rlnX\n", *(f"{i}\n" for i in range(rows * 10))]
+    text = ("data_\nloop_\n" + "".join(f"_rlnC{c}\n" for c in range(5)) + "".join(lines)).encode()
+    found = _native.star_scan(text, text.index(b"000000@"), 5)
+    assert (found is None) == (ending == "a quote at the end")
+    if ending == "plain":
+        end, _, _, _, _, half = found
+        assert half[0] < end and 0 < half[1] < rows  # scanned and written in two halves
+    ours, general = _parse(text, True, monkeypatch), _parse(text, False, monkeypatch)
+    assert list(ours) == list(general)
+    for name in general:
+        pd.testing.assert_frame_equal(ours[name], general[name], check_exact=True)
+
+
+_NAMES = st.lists(
+    st.one_of(
+        st.builds(
+            lambda i, p: f"{i:06d}@{p}", st.integers(1, 10**7), st.sampled_from(["a.mrcs", "b/c.mrcs"])
+        ),
+        st.builds(lambda i, p: f"{i}@{p}", st.integers(0, 10**20), st.text(min_size=1, max_size=6)),
+        st.text(max_size=8),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=_NAMES)
+def test_image_names_split_as_one_by_one(names: list[str]):
+    split = _particles._split(pd.Series(names, dtype=pd.Series(["text"]).dtype))
+    try:
+        expected = [ImageLocation.from_string(name) for name in names]
+    except ValueError:
+        expected = None
+    if split is None:  # left to the names one by one
+        return
+    assert expected is not None
+    indices, codes, paths = split
+    made = _native.new_locations(
+        ImageLocation, ImageLocation._key, ImageLocation._index, paths, codes, indices
+    )
+    assert made == expected
+    assert [(m.key, m.index_in_stack) for m in made] == [(e.key, e.index_in_stack) for e in expected]
+    assert len(set(paths)) == len(paths)
+
+
+def test_plain_image_names_are_split_by_the_extension():
+    names = pd.Series(
+        ["000002@Movies/a.mrcs", "000001@Movies/a.mrcs", "3@b.mrcs"], dtype=pd.Series(["t"]).dtype
+    )
+    indices, codes, paths = _particles._split(names)
+    assert (
+        indices.tolist() == [1, 0, 2] and codes.tolist() == [0, 0, 1] and paths == ["Movies/a.mrcs", "b.mrcs"]
+    )
+
+
+def test_split_image_names_and_new_locations_refuse_what_does_not_fit():
+    data = b"1@a2@b"
+    out = np.empty(2, np.int64), np.empty(2, np.int64)
+    for offsets in ([0, 3, 7], [0, 4, 3], [-1, 3, 6], [0, 3]):
+        with pytest.raises(ValueError):
+            _native.split_image_names(np.array(offsets, np.int64), data, *out)
+    assert _native.split_image_names(np.array([0, 3, 6], np.int64), data, *out) == ["a", "b"]
+    ids, indices = np.array([0, 1], np.int64), np.array([0, 5], np.int64)
+    slots = (ImageLocation, ImageLocation._key, ImageLocation._index)
+    assert _native.new_locations(*slots, ["a", "b"], ids, indices) == [
+        ImageLocation("a", 0),
+        ImageLocation("b", 5),
+    ]
+    for keys, key_ids, at in (
+        (["a"], ids, indices),
+        (["a", 2], ids, indices),
+        (["a", "b"], ids, np.array([0, -2], np.int64)),
+        (["a", "b"], ids, indices[:1]),
+    ):
+        with pytest.raises(ValueError):
+            _native.new_locations(*slots, keys, key_ids, at)
+
+    class Other:
+        __slots__ = ("x",)
+
+    with pytest.raises(TypeError):
+        _native.new_locations(ImageLocation, Other.x, ImageLocation._index, ["a", "b"], ids, indices)
+
+    class Made:
+        __slots__ = ("_key", "_index")
+
+        def __new__(cls):
+            raise AssertionError
+
+    with pytest.raises(ValueError):
+        _native.new_locations(Made, Made._key, Made._index, ["a", "b"], ids, indices)
