@@ -59,8 +59,9 @@
  *     that exposes them through the buffer protocol and is unmapped when the last reference to it
  *     (numpy views included) goes. Reading a page of a map that the file no longer holds (it was
  *     truncated) or that the system cannot read (an I/O error, on a network filesystem say) raises
- *     SIGBUS, whose default action kills the process. The handler of SIGBUS that the first
- *     map_file installs maps a page of zeros in place of such a page instead, so that the copy
+ *     SIGBUS, whose default action kills the process. The handler of SIGBUS that map_file installs
+ *     (at its first call, and again at a later one where another took SIGBUS since, as
+ *     faulthandler.enable() does) maps a page of zeros in place of such a page instead, so that the copy
  *     goes on, and counts it in the map's `faults`, which readers check after they copy. A SIGBUS
  *     outside every map goes to the handler installed before. Up to 4096 maps are guarded at a
  *     time; more are mapped unguarded (`guarded` False). `random` tells the kernel the map is read
@@ -482,7 +483,6 @@ enum { GUARDS = 4096 };
 static Guard guards[GUARDS];
 static size_t next_guard, page_size;
 static struct sigaction previous_bus;
-static int bus_handler_installed;
 
 static void on_bus_error(int signum, siginfo_t *info, void *context) {
     uintptr_t address = (uintptr_t)info->si_addr;
@@ -599,14 +599,17 @@ static PyObject *map_file(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "a map holds at least one byte");
         return NULL;
     }
-    if (!bus_handler_installed) {
+    struct sigaction current;
+    if (sigaction(SIGBUS, NULL, &current) < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    if (!(current.sa_flags & SA_SIGINFO) || current.sa_sigaction != on_bus_error) {
+        /* first, or a handler installed since (faulthandler.enable, say) took SIGBUS: take it back,
+           handing it what we do not handle */
         struct sigaction action;
         memset(&action, 0, sizeof(action));
         action.sa_sigaction = on_bus_error;
         action.sa_flags = SA_SIGINFO | SA_ONSTACK;
         sigemptyset(&action.sa_mask);
         if (sigaction(SIGBUS, &action, &previous_bus) < 0) return PyErr_SetFromErrno(PyExc_OSError);
-        bus_handler_installed = 1;
     }
     void *address = mmap(NULL, (size_t)length, PROT_READ, MAP_SHARED, fd, 0);
     if (address == MAP_FAILED) return PyErr_SetFromErrno(PyExc_OSError);

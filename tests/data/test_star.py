@@ -12,6 +12,7 @@ import pytest
 import starfile
 
 import vitrio._fs
+import vitrio._native
 import vitrio.data._star
 import vitrio.data._star_text
 from vitrio.data import particle_optics, read_star, star_table, write_star
@@ -280,3 +281,24 @@ def test_a_star_file_cut_short_while_it_is_read_is_refused(tmp_path: Path, monke
     monkeypatch.setattr(vitrio.data._star_text, "_mapped", cut_once_mapped)
     with pytest.raises(ValueError, match="cut.star"):
         read_star(path)
+
+
+def test_a_star_file_is_read_whole_where_no_map_can_be_guarded(tmp_path: Path):
+    """With every guard of the maps taken, a map of the file would kill the process if the file were cut
+    short: the text is read instead, and equals what starfile reads."""
+    path = tmp_path / "p.star"
+    rows = "".join(f"{i:06d}@Movies/a.mrcs {i * 0.5}\n" for i in range(1, 200))
+    path.write_text(f"data_particles\n\nloop_\n_rlnImageName\n_rlnDefocusU\n{rows}")
+    page = tmp_path / "page"
+    page.write_bytes(b"\0" * 4096)
+    fd = os.open(page, os.O_RDONLY)
+    try:
+        held = []
+        while not held or held[-1].guarded:
+            held.append(vitrio._native.map_file(fd, 4096))
+        table = read_star(path)["particles"]
+    finally:
+        del held
+        os.close(fd)
+    expected = starfile.read(path, always_dict=True)["particles"]
+    pd.testing.assert_frame_equal(table, expected, check_dtype=False)

@@ -142,6 +142,32 @@ def test_a_truncation_racing_a_copy_raises_instead_of_killing(stacks: list[Path]
     assert all(f"{stacks[0]}: " in error and "could not be read" in error for error in result), result
 
 
+def test_a_handler_of_sigbus_installed_since_the_maps_leaves_them_guarded(stacks: list[Path]):
+    """faulthandler.enable() (as a test runner's worker may call it) takes SIGBUS from the guard of the
+    maps; the next map takes it back, so that a truncation under an open reader still raises."""
+    result = run_script(
+        f"""
+        import faulthandler, json, os, numpy as np, vitrio as vio
+        from vitrio.formats import RawArrayReader
+        RawArrayReader.check_unchanged = lambda self: None
+        first, second = {str(stacks[0])!r}, {str(stacks[1])!r}
+        loader = vio.loader(workers=1, cache=4)
+        out = np.zeros((8, 16, 16), np.float32)
+        for path in (first, second):
+            vio.write_stack(np.ones((8, 16, 16), np.float32), path)
+        vio.read_batch_async(loader, out, [vio.ImageLocation(first, i) for i in range(8)]).get()
+        faulthandler.enable()
+        vio.read_batch_async(loader, out, [vio.ImageLocation(second, i) for i in range(8)]).get()
+        os.truncate(first, 1024)
+        try:
+            vio.read_batch_async(loader, out, [vio.ImageLocation(first, i) for i in range(8)]).get()
+        except OSError as error:
+            print(json.dumps(str(error)))
+        """
+    )
+    assert f"{stacks[0]}: " in result and "could not be read" in result, result
+
+
 def test_files_truncated_and_restored_while_batches_are_read(stacks: list[Path]):
     """A thread truncates a file and writes it back, over and over, while batches are read from it,
     until both have happened a few times (or a minute has passed, which fails)."""

@@ -87,11 +87,17 @@ class _Lines:
 
 def _mapped(path: str | os.PathLike[str], file: BinaryIO, limit: int) -> Buffer:
     """The text of `file`, of at most `limit` bytes, mapped (a page the file no longer holds reads as
-    zeros, and counts in the map's `faults`); a ValueError naming `path` if it is larger."""
+    zeros, and counts in the map's `faults`), or read where the map could not be guarded (a page it
+    no longer holds would kill the process); a ValueError naming `path` if it is larger."""
     size = os.fstat(file.fileno()).st_size
     if size > limit:
         raise ValueError(f"{path}: more than the {limit} bytes a STAR file may have")
-    return _native.map_file(file.fileno(), size) if size else b""
+    text = _native.map_file(file.fileno(), size) if size else b""
+    if size and not text.guarded:
+        text = os.pread(file.fileno(), size, 0)
+        if len(text) < size:
+            raise ValueError(f"{path}: the file was cut short while it was read")
+    return text
 
 
 def parse_star(
