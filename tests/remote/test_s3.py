@@ -92,6 +92,23 @@ def test_patches_fetch_the_rows_they_cross(s3, files):
     np.testing.assert_array_equal(*box)
 
 
+def test_patches_of_one_file_at_a_url_fetch_each_byte_once(s3, files):
+    """All the patches of a file at a URL are one task, their rows merged: two workers would each fetch
+    the rows of their share, the rows that both shares cross twice."""
+    path, url, values = files["stack.mrcs"]
+    loader = vio.loader(2, storage_options=s3.options)
+    vio.query_descriptor(url, readers=loader.readers)  # the header, once
+    centres = [[10, 10], [12, 40], [14, 20], [16, 50], [18, 30], [20, 10], [22, 40], [24, 20]]
+    out = np.empty((len(centres), 8, 8), np.float32)
+    mark = s3.mark()
+    vio.read_patches_async(loader, out, vio.ImageLocation(url, 4), centres).get()
+    local = np.empty_like(out)
+    vio.read_patches_async(vio.loader(2), local, vio.ImageLocation(path, 4), centres).get()
+    np.testing.assert_array_equal(out, local)
+    spans = sorted(tuple(int(b) for b in r.removeprefix("bytes=").split("-")) for m, _, r in s3.since(mark))
+    assert spans and all(last < first for (_, last), (first, _) in zip(spans, spans[1:])), spans
+
+
 def test_image_and_patch_sources_read_urls(s3, files):
     _, url, values = files["stack.mrcs"]
     _, dm_url, dm_values = files["image.dm4"]

@@ -17,7 +17,6 @@ from .._counters import add_count, note_read, note_runs
 from .._errors import concerning
 from .._native import RUN_FILE, advise
 from .._providers import ImageReaderProvider
-from .._remote import is_url
 from .._types import group_ids
 from ..formats import ImageReader, RawArrayReader
 from ..formats._raw_layout import KnownFiles, read_runs
@@ -30,6 +29,7 @@ from ._loader import (
     plan_locations,
     slot_integers,
     task_bounds,
+    task_positions,
 )
 from ._runs import plan_known
 
@@ -138,12 +138,8 @@ def read_indexed_async(
                 if reader is not None:
                     readers.release(reader)
 
-    remote = [i for i in np.unique(key_ids[left]).tolist() if is_url(keys[i])]
-    if remote:  # a file at a URL is one task, so that all its ranges are merged and fetched at once
-        far = np.isin(key_ids[left], remote)
-        tasks += [lambda p=p: task(p) for _, g in group_ids(key_ids[left[far]]) for p in (left[far][g],)]
-        left = left[~far]
-    tasks += [lambda a=a, b=b: task(left[a:b]) for a, b in task_bounds(len(left), loader.worker_count)]
+    parts = task_positions(key_ids, left, loader.worker_count, keys.__getitem__)
+    tasks += [lambda p=p: task(p) for p in parts]
     loader.counters.batch(count, out.nbytes)
     return run_tasks(loader.executor, loader.counters.counted(tasks), keep=(out, keep))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,13 +11,15 @@ from .._arrays import check_numeric_destination
 from .._concurrency import SynchronousExecutor, ThreadPoolExecutor
 from .._counters import ReadCounters, ReadStats
 from .._providers import ImageReaderProvider
-from .._types import index_locations, integer_array
+from .._remote import is_url
+from .._types import group_ids, index_locations, integer_array
 
 __all__ = [
     "ImageLoader",
     "plan_locations",
     "check_leading_extent",
     "task_bounds",
+    "task_positions",
     "slot_integers",
     "check_ids",
     "as_out",
@@ -93,6 +95,25 @@ def task_bounds(count: int, workers: int, per_worker: int = _TASKS_PER_WORKER) -
     tasks = max(1, min(count, workers * per_worker))
     bounds = np.linspace(0, count, tasks + 1).astype(np.int64).tolist()
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def task_positions(
+    ids: np.ndarray, positions: np.ndarray, workers: int, key_of: Callable[[int], str]
+) -> list[np.ndarray]:
+    """The `positions` each task takes: all those of one file at a URL together, so that its ranges are
+    merged and fetched at once, and the rest in stretches, a few a worker (`task_bounds`).
+
+    Args:
+        ids: For each position, the number of its file; `key_of(id)`, that file's key.
+    """
+    remote = [i for i in np.unique(ids[positions]).tolist() if is_url(key_of(i))]
+    parts = []
+    if remote:
+        far = np.isin(ids[positions], remote)
+        fetched = positions[far]
+        parts = [fetched[group] for _, group in group_ids(ids[fetched])]
+        positions = positions[~far]
+    return parts + [positions[a:b] for a, b in task_bounds(len(positions), workers)]
 
 
 def slot_integers(values: Any, name: str, count: int) -> np.ndarray:

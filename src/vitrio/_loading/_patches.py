@@ -21,7 +21,7 @@ from ._loader import (
     check_ids,
     check_leading_extent,
     slot_integers,
-    task_bounds,
+    task_positions,
 )
 
 __all__ = ["read_patches_async", "read_patches_indexed_async"]
@@ -129,8 +129,8 @@ def read_patches_indexed_async(
             regions.append(tuple(slice(x, z) for x, z in zip(a, b)))
         reader.read_regions(index, regions, targets)
 
-    def task(first: int, last: int) -> None:
-        for image_id, positions in group_ids(image_ids[first:last]):
+    def task(positions: np.ndarray) -> None:
+        for image_id, group in group_ids(image_ids[positions]):
             key, index = images[image_id]
             started = perf_counter()
             with concerning(key):
@@ -138,12 +138,16 @@ def read_patches_indexed_async(
                 try:
                     served = reader if index < 0 else reader.indexed()  # a single volume's sections
                     check_destination_type(reader.key, reader.descriptor.data_type, out.dtype, casting)
-                    crop(served, _patch_index(served, index, len(shape)), positions + first)
+                    crop(served, _patch_index(served, index, len(shape)), positions[group])
                 finally:
                     readers.release(reader)
-            note_read(reader.format_name, key, len(positions), patch_bytes, perf_counter() - started)
+            note_read(reader.format_name, key, len(group), patch_bytes, perf_counter() - started)
 
-    tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(count, loader.worker_count)]
+    def key_of(image_id: int) -> str:
+        return images[image_id][0]
+
+    parts = task_positions(image_ids, np.arange(count), loader.worker_count, key_of)
+    tasks = [lambda p=p: task(p) for p in parts]
     loader.counters.batch(count, out.nbytes, patches=count)
     return run_tasks(loader.executor, loader.counters.counted(tasks), keep=(out, keep))
 
