@@ -1,5 +1,5 @@
 # make test: create .venv if missing, install vitrio with its test extras, run ruff and the whole suite:
-#   about 8 minutes on 2 cores, a process a core, and 3 more the first time for the installs. The tests of the DM reader
+#   about 9 minutes on 2 cores, a process a core, and 3 more the first time for the installs. The tests of the DM reader
 #   read real DigitalMicrograph files (DM3, DM4, from rosettasciio's public test data, with the arrays
 #   rosettasciio reads from them) from ../shared/testdata/dm-samples.tar.xz beside the repository;
 #   without it they are skipped, saying so (in CI, with CI set, they fail).
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml setup.py | $(BIN)/python
 	touch $(STAMP)
 
 test: $(STAMP)
-	@echo "ruff, then the whole suite: about 8 minutes on 2 cores. The DM tests read real DM files from"
+	@echo "ruff, then the whole suite: about 9 minutes on 2 cores. The DM tests read real DM files from"
 	@echo "../shared/testdata/dm-samples.tar.xz beside the repository and are skipped, saying so, without it."
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4
