@@ -5,7 +5,8 @@ when opened. `read_ranges` reads many byte ranges at once: sorted, merged
 where the gap between two is under `RemoteFile.gap` bytes (and a merged span
 under `RemoteFile.part`; a longer range is cut into parts), and fetched
 concurrently, at most `RemoteFile.in_flight` requests at a time, through
-fsspec's async API. A request that times out, loses its connection, is
+fsspec's async API; `read_many` fetches the ranges of many files so, at once.
+A request that times out, loses its connection, is
 answered 5xx or with a body of the wrong length is asked again, after a pause
 that doubles, up to `RemoteFile.attempts` times in all; then the read fails
 with an `OSError` naming the URL and the range. Over HTTP every body is asked
@@ -38,7 +39,16 @@ from typing import Any
 from ._counters import add_count
 from ._errors import no_such_file
 
-__all__ = ["RemoteFile", "file_size", "is_url", "local_copy", "merge_ranges", "open_binary", "pread"]
+__all__ = [
+    "RemoteFile",
+    "file_size",
+    "is_url",
+    "local_copy",
+    "merge_ranges",
+    "open_binary",
+    "pread",
+    "read_many",
+]
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
@@ -137,47 +147,16 @@ class RemoteFile:
             OSError: If a range lies past the end of the file, or a span could not be fetched as asked
                 after `attempts` tries, naming the URL and the range.
         """
+        return read_many([(self, ranges)])[0]
+
+    def _spans(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The merged spans that hold `ranges`, counted as requests; an `OSError` for a range past the end."""
         for start, end in ranges:
             if start < 0 or end > self.size or end < start:
                 raise OSError(errno.EIO, f"{self.url}: bytes {start}-{end} asked of a file of {self.size}")
         spans = merge_ranges(ranges, self.gap, self.part)
         add_count("remote_requests", len(spans))
-        bodies = self._fetch(spans)
-        starts = [a for a, _ in spans]
-        found = {}
-        views = []
-        for start, end in ranges:
-            if end == start:
-                views.append(memoryview(b""))
-                continue
-            i = found.get(start)
-            if i is None:
-                i = found[start] = _last_at_most(starts, start)
-            first = spans[i][0]
-            if end <= spans[i][1]:
-                views.append(memoryview(bodies[i])[start - first : end - first])
-            else:  # cut into parts: put back together
-                last = _last_at_most(starts, end - 1)
-                joined = b"".join(bodies[i : last + 1])
-                views.append(memoryview(joined)[start - first : end - first])
-        return views
-
-    def _fetch(self, spans: list[tuple[int, int]]) -> list[bytes]:
-        if not getattr(self.fs, "async_impl", False):
-            return [self._fetch_one_blocking(a, b) for a, b in spans]
-        from fsspec.asyn import sync
-
-        async def fetch_all() -> list[bytes]:
-            limit = asyncio.Semaphore(self.in_flight)
-            session = await self.fs.set_session() if self.http else None
-
-            async def one(start: int, end: int) -> bytes:
-                async with limit:
-                    return await self._fetch_one(session, start, end)
-
-            return await asyncio.gather(*(one(a, b) for a, b in spans))
-
-        return sync(self.fs.loop, fetch_all)
+        return spans
 
     def _fetch_one_blocking(self, start: int, end: int) -> bytes:
         def get() -> bytes:
@@ -204,6 +183,71 @@ class RemoteFile:
     def open_blocks(self, block: int = 1 << 16) -> io.BufferedReader:
         """A file object over the file, read `block` bytes at a time, the last 16 blocks kept."""
         return io.BufferedReader(_Blocks(self, block), buffer_size=block)
+
+
+def read_many(requests: Sequence[tuple[RemoteFile, Sequence[tuple[int, int]]]]) -> list[list[memoryview]]:
+    """What `RemoteFile.read_ranges` gives for each (file, ranges) of `requests`: the spans of all the
+    files fetched at once, at most `RemoteFile.in_flight` requests at a time, as one file's are.
+
+    Raises:
+        OSError: As `RemoteFile.read_ranges` raises it, naming the URL and the range (its `key`, the URL).
+    """
+    ranges = [list(r) for _, r in requests]
+    planned = [(file, file._spans(r)) for (file, _), r in zip(requests, ranges)]
+    bodies: list[list[bytes]] = [[] for _ in planned]
+    together: dict[Any, list[int]] = {}
+    for n, (file, spans) in enumerate(planned):
+        if getattr(file.fs, "async_impl", False):
+            together.setdefault(file.fs.loop, []).append(n)
+        else:
+            bodies[n] = [file._fetch_one_blocking(a, b) for a, b in spans]
+    if together:
+        from fsspec.asyn import sync
+
+        for loop, numbers in together.items():
+            fetched = sync(loop, _fetch_all, [planned[n] for n in numbers])
+            for n, got in zip(numbers, fetched):
+                bodies[n] = got
+    return [_cut(r, spans, got) for r, (_, spans), got in zip(ranges, planned, bodies)]
+
+
+async def _fetch_all(planned: list[tuple[RemoteFile, list[tuple[int, int]]]]) -> list[list[bytes]]:
+    limit = asyncio.Semaphore(max(file.in_flight for file, _ in planned))
+    sessions = {}
+    for file, _ in planned:
+        if file.http and id(file.fs) not in sessions:
+            sessions[id(file.fs)] = await file.fs.set_session()
+
+    async def one(file: RemoteFile, start: int, end: int) -> bytes:
+        async with limit:
+            return await file._fetch_one(sessions.get(id(file.fs)), start, end)
+
+    flat = iter(await asyncio.gather(*(one(f, a, b) for f, spans in planned for a, b in spans)))
+    return [[next(flat) for _ in spans] for _, spans in planned]
+
+
+def _cut(
+    ranges: list[tuple[int, int]], spans: list[tuple[int, int]], bodies: list[bytes]
+) -> list[memoryview]:
+    """The bytes of each of `ranges` out of the `bodies` fetched of `spans`."""
+    starts = [a for a, _ in spans]
+    found: dict[int, int] = {}
+    views = []
+    for start, end in ranges:
+        if end == start:
+            views.append(memoryview(b""))
+            continue
+        i = found.get(start)
+        if i is None:
+            i = found[start] = _last_at_most(starts, start)
+        first = spans[i][0]
+        if end <= spans[i][1]:
+            views.append(memoryview(bodies[i])[start - first : end - first])
+        else:  # cut into parts: put back together
+            last = _last_at_most(starts, end - 1)
+            joined = b"".join(bodies[i : last + 1])
+            views.append(memoryview(joined)[start - first : end - first])
+    return views
 
 
 class _Short(OSError):
@@ -242,9 +286,12 @@ def _transient(error: BaseException) -> bool:
 
 def _named(error: BaseException, url: str, start: int, end: int, attempts: int) -> OSError:
     if isinstance(error, FileNotFoundError):
-        return FileNotFoundError(errno.ENOENT, f"{url} (bytes {start}-{end - 1}): not found")
-    tried = f" after {attempts} attempts" if attempts > 1 else ""
-    return OSError(errno.EIO, f"{url} (bytes {start}-{end - 1}): {type(error).__name__}: {error}{tried}")
+        named: OSError = FileNotFoundError(errno.ENOENT, f"{url} (bytes {start}-{end - 1}): not found")
+    else:
+        tried = f" after {attempts} attempts" if attempts > 1 else ""
+        named = OSError(errno.EIO, f"{url} (bytes {start}-{end - 1}): {type(error).__name__}: {error}{tried}")
+    named.key = url  # type: ignore[attr-defined] - the file it concerns, as `concerning` gives it
+    return named
 
 
 def _checked_length(body: bytes, url: str, start: int, end: int) -> bytes:

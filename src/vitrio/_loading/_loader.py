@@ -100,8 +100,9 @@ def task_bounds(count: int, workers: int, per_worker: int = _TASKS_PER_WORKER) -
 def task_positions(
     ids: np.ndarray, positions: np.ndarray, workers: int, key_of: Callable[[int], str]
 ) -> list[np.ndarray]:
-    """The `positions` each task takes: all those of one file at a URL together, so that its ranges are
-    merged and fetched at once, and the rest in stretches, a few a worker (`task_bounds`).
+    """The `positions` each task takes: those of files at URLs, whole files a task, a worker's share of
+    them each, so that a file's ranges are merged and a task's fetched at once; the rest in stretches,
+    a few a worker (`task_bounds`).
 
     Args:
         ids: For each position, the number of its file; `key_of(id)`, that file's key.
@@ -111,7 +112,8 @@ def task_positions(
     if remote:
         far = np.isin(ids[positions], remote)
         fetched = positions[far]
-        parts = [fetched[group] for _, group in group_ids(ids[fetched])]
+        files = [fetched[group] for _, group in group_ids(ids[fetched])]
+        parts = [np.concatenate(files[a:b]) for a, b in task_bounds(len(files), workers, 1)]
         positions = positions[~far]
     return parts + [positions[a:b] for a, b in task_bounds(len(positions), workers)]
 

@@ -88,9 +88,20 @@ class RemoteRawReader(ImageReader):
             np.copyto(out, values, casting="unsafe")
 
     def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
+        self.put_images(self.file.read_ranges(self.image_ranges(indices)), out, slots)
+
+    def image_ranges(self, indices: np.ndarray) -> list[tuple[int, int]]:
+        """The byte ranges of images `indices`, to fetch with `read_many` and give `put_images`.
+
+        Raises:
+            IndexError: If an index is past the end of the stack.
+        """
         self.check_indices(indices)
         starts = (self._offset + np.asarray(indices, dtype=np.int64) * self.image_bytes).tolist()
-        bodies = self.file.read_ranges([(a, a + self.image_bytes) for a in starts])
+        return [(a, a + self.image_bytes) for a in starts]
+
+    def put_images(self, bodies: Sequence[Any], out: np.ndarray, slots: np.ndarray) -> None:
+        """Convert the fetched `bodies` of `image_ranges` into `out[slots]`."""
         for body, slot in zip(bodies, slots.tolist()):
             self._copy(self._image(body), out[slot])
 
