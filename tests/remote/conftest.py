@@ -1,5 +1,5 @@
 """Fixtures of the tests of files at URLs: the S3 server on 127.0.0.1, counting the ranges it serves,
-and files of every raw format put there beside their local copies."""
+and files of every raw format put there beside their local copies (`write_files` writes them)."""
 
 from __future__ import annotations
 
@@ -56,11 +56,9 @@ def s3():
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def files(s3, tmp_path_factory):
-    """{name: (local path, URL)} of a stack, a volume (a particle stack whose header says volume), a DM
-    image and an uncompressed TIFF stack, and the values each holds."""
-    folder = tmp_path_factory.mktemp("files")
+def write_files(folder) -> dict:
+    """{name: (path, values)} of a stack, a volume (a particle stack whose header says volume), a DM image
+    and an uncompressed TIFF stack written in `folder`."""
     rng = np.random.default_rng(28)
     made = {
         "stack.mrcs": rng.normal(size=(12, 40, 56)).astype(np.float32),
@@ -79,5 +77,12 @@ def files(s3, tmp_path_factory):
             vio.write_stack(values, path)
         else:
             vio.write_single(values, path)
-        out[name] = (path, s3.put(path, name), values)
+        out[name] = (path, values)
     return out
+
+
+@pytest.fixture(scope="module")
+def files(s3, tmp_path_factory):
+    """{name: (local path, URL, values)} of the files of `write_files`, put in the bucket."""
+    made = write_files(tmp_path_factory.mktemp("files"))
+    return {name: (path, s3.put(path, name), values) for name, (path, values) in made.items()}
