@@ -3,11 +3,13 @@ and files of every raw format put there beside their local copies (`write_files`
 
 from __future__ import annotations
 
+import mrcfile
 import numpy as np
 import pytest
 import tifffile
 
 import vitrio as vio
+from vitrio._remote import RemoteFile, merge_ranges
 from vitrio.testing.dm import write_dm
 
 from ..zarr.s3 import LocalS3
@@ -86,3 +88,22 @@ def files(s3, tmp_path_factory):
     """{name: (local path, URL, values)} of the files of `write_files`, put in the bucket."""
     made = write_files(tmp_path_factory.mktemp("files"))
     return {name: (path, s3.put(path, name), values) for name, (path, values) in made.items()}
+
+
+def read_merged_batch(loader, stack, mark):
+    """Read 8 images of `stack` (the path, URL and values of `stack.mrcs`) in three runs of touching images,
+    after its header, and check them; `mark()`, called after the header, and the sorted `Range` headers of
+    the runs, merged as `RemoteFile.gap` 1 merges them."""
+    path, url, values = stack
+    indices = [7, 0, 1, 2, 9, 3, 11, 10]
+    out = np.empty((len(indices), *values.shape[1:]), np.float32)
+    vio.read_batch_async(loader, out[:1], [vio.ImageLocation(url, 5)]).get()  # the header, once
+    marked = mark()
+    vio.read_batch_async(loader, out, [vio.ImageLocation(url, i) for i in indices]).get()
+    np.testing.assert_array_equal(out, values[indices])
+    with mrcfile.mmap(path, permissive=True) as file:
+        offset = file.header.nbytes + file.extended_header.nbytes
+    size = values[0].nbytes
+    spans = merge_ranges([(offset + i * size, offset + (i + 1) * size) for i in indices], 1, RemoteFile.part)
+    assert len(spans) == 3
+    return marked, sorted(f"bytes={a}-{b - 1}" for a, b in spans)

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import mrcfile
 import numpy as np
 import pytest
 
 import vitrio as vio
-from vitrio._remote import RemoteFile, merge_ranges
+from vitrio._remote import RemoteFile
 
-from .conftest import write_files
+from .conftest import read_merged_batch, write_files
 from .gcs import LocalGCS
 
 
@@ -36,24 +35,11 @@ def test_files_read_as_the_local_copies(gcs, name):
 
 def test_a_batch_downloads_each_merged_span_once(gcs, monkeypatch):
     fake, files = gcs
-    path, url, values = files["stack.mrcs"]
     monkeypatch.setattr(RemoteFile, "gap", 1)  # merge only what touches
     loader = vio.loader(2, storage_options=fake.options)
-    indices = [7, 0, 1, 2, 9, 3, 11, 10]
-    out = np.empty((len(indices), *values.shape[1:]), np.float32)
-    vio.read_batch_async(loader, out[:1], [vio.ImageLocation(url, 5)]).get()  # the header, once
-    mark = fake.mark()
-    vio.read_batch_async(loader, out, [vio.ImageLocation(url, i) for i in indices]).get()
-    np.testing.assert_array_equal(out, values[indices])
-    with mrcfile.mmap(path, permissive=True) as stack:
-        offset = stack.header.nbytes + stack.extended_header.nbytes
-    size = values[0].nbytes
-    planned = merge_ranges(
-        [(offset + i * size, offset + (i + 1) * size) for i in indices], 1, RemoteFile.part
-    )
-    assert len(planned) == 3
+    mark, planned = read_merged_batch(loader, files["stack.mrcs"], fake.mark)
     assert fake.mark() - mark == len(planned)  # downloads alone: the object's size was asked once
-    assert sorted(fake.media(mark)) == sorted(f"bytes={a}-{b - 1}" for a, b in planned)
+    assert sorted(fake.media(mark)) == planned
 
 
 def test_a_resumed_scratch_keeps_an_unchanged_object_and_takes_a_changed_one_in_again(gcs, tmp_path):
