@@ -32,7 +32,6 @@ import io
 import os
 import posixpath
 import re
-import ssl
 import tempfile
 import time
 from collections import OrderedDict
@@ -250,10 +249,10 @@ def _transient(error: BaseException) -> bool:
 
 
 def _unreached(error: BaseException | None) -> bool:
-    """Whether `error` is a connection that failed (refused, dropped, its TLS certificate not trusted)."""
+    """Whether `error` is a connection that failed: refused, dropped, timed out, its certificate refused."""
     import aiohttp
 
-    return isinstance(error, (aiohttp.ClientConnectionError, ConnectionError, ssl.SSLError))
+    return isinstance(error, (aiohttp.ClientConnectionError, TimeoutError))
 
 
 def _named(error: BaseException, url: str, start: int, end: int, attempts: int) -> OSError:
