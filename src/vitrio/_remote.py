@@ -9,9 +9,12 @@ fsspec's async API; `read_many` fetches the ranges of many files so, at once.
 A request that times out, loses its connection, is
 answered 5xx or with a body of the wrong length is asked again, after a pause
 that doubles, up to `RemoteFile.attempts` times in all; then the read fails
-with an `OSError` naming the URL and the range. Over HTTP every body is asked
-uncompressed and read as a stream, no further than the range asked: a server
-that ignores `Range` or sends more is refused, never read whole.
+with an `OSError` naming the URL and the range. A server whose TLS certificate
+is not trusted (or, when the file is opened, that cannot be reached) fails at
+once with an `OSError` naming the URL: nothing is read unverified. Over HTTP
+every body is asked uncompressed and read as a stream, no further than the
+range asked: a server that ignores `Range` or sends more is refused, never
+read whole.
 
 `pread(file, size, offset)` and `file_size(file)` read an open file
 descriptor or a `RemoteFile` alike, so that formats parse their headers from
@@ -112,7 +115,10 @@ class RemoteFile:
         self.fs, self.path = fsspec.core.url_to_fs(url, **options)
         try:
             info = self._retried(lambda: self.fs.info(self.path))
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            cause = error.__cause__  # fsspec's HTTP says "not found" of a server it did not reach too
+            if self.http and _unreached(cause):
+                raise OSError(errno.EIO, f"{url}: {type(cause).__name__}: {cause}") from cause
             raise no_such_file(url, errno.ENOENT) from None
         if info.get("type") == "directory" or info.get("size") is None:
             raise OSError(errno.EIO, f"{url}: the server does not say its size (not a file?)")
@@ -273,6 +279,8 @@ def _transient(error: BaseException) -> bool:
         return False
     if isinstance(error, aiohttp.ClientResponseError):
         return error.status >= 500
+    if isinstance(error, aiohttp.ClientSSLError):  # a certificate refused stays refused
+        return False
     if isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
         return True
     name = type(error).__name__  # botocore's, without importing it
@@ -282,6 +290,13 @@ def _transient(error: BaseException) -> bool:
         "EndpointConnectionError",
         "ConnectionClosedError",
     )
+
+
+def _unreached(error: BaseException | None) -> bool:
+    """Whether `error` is a connection that failed: refused, dropped, timed out, its certificate refused."""
+    import aiohttp
+
+    return isinstance(error, (aiohttp.ClientConnectionError, TimeoutError))
 
 
 def _named(error: BaseException, url: str, start: int, end: int, attempts: int) -> OSError:

@@ -1,13 +1,15 @@
 """Fixtures of the tests of files at URLs: the S3 server on 127.0.0.1, counting the ranges it serves,
-and files of every raw format put there beside their local copies."""
+and files of every raw format put there beside their local copies (`write_files` writes them)."""
 
 from __future__ import annotations
 
+import mrcfile
 import numpy as np
 import pytest
 import tifffile
 
 import vitrio as vio
+from vitrio._remote import RemoteFile, merge_ranges
 from vitrio.testing.dm import write_dm
 
 from ..zarr.s3 import LocalS3
@@ -56,11 +58,9 @@ def s3():
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def files(s3, tmp_path_factory):
-    """{name: (local path, URL)} of a stack, a volume (a particle stack whose header says volume), a DM
-    image and an uncompressed TIFF stack, and the values each holds."""
-    folder = tmp_path_factory.mktemp("files")
+def write_files(folder) -> dict:
+    """{name: (path, values)} of a stack, a volume (a particle stack whose header says volume), a DM image
+    and an uncompressed TIFF stack written in `folder`."""
     rng = np.random.default_rng(28)
     made = {
         "stack.mrcs": rng.normal(size=(12, 40, 56)).astype(np.float32),
@@ -79,5 +79,31 @@ def files(s3, tmp_path_factory):
             vio.write_stack(values, path)
         else:
             vio.write_single(values, path)
-        out[name] = (path, s3.put(path, name), values)
+        out[name] = (path, values)
     return out
+
+
+@pytest.fixture(scope="module")
+def files(s3, tmp_path_factory):
+    """{name: (local path, URL, values)} of the files of `write_files`, put in the bucket."""
+    made = write_files(tmp_path_factory.mktemp("files"))
+    return {name: (path, s3.put(path, name), values) for name, (path, values) in made.items()}
+
+
+def read_merged_batch(loader, stack, mark):
+    """Read 8 images of `stack` (the path, URL and values of `stack.mrcs`) in three runs of touching images,
+    after its header, and check them; `mark()`, called after the header, and the sorted `Range` headers of
+    the runs, merged as `RemoteFile.gap` 1 merges them."""
+    path, url, values = stack
+    indices = [7, 0, 1, 2, 9, 3, 11, 10]
+    out = np.empty((len(indices), *values.shape[1:]), np.float32)
+    vio.read_batch_async(loader, out[:1], [vio.ImageLocation(url, 5)]).get()  # the header, once
+    marked = mark()
+    vio.read_batch_async(loader, out, [vio.ImageLocation(url, i) for i in indices]).get()
+    np.testing.assert_array_equal(out, values[indices])
+    with mrcfile.mmap(path, permissive=True) as file:
+        offset = file.header.nbytes + file.extended_header.nbytes
+    size = values[0].nbytes
+    spans = merge_ranges([(offset + i * size, offset + (i + 1) * size) for i in indices], 1, RemoteFile.part)
+    assert len(spans) == 3
+    return marked, sorted(f"bytes={a}-{b - 1}" for a, b in spans)

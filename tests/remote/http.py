@@ -1,4 +1,4 @@
-"""A threaded HTTP server on 127.0.0.1 serving files by ranges, told to fail the requests it answers next.
+"""A threaded HTTP(S) server on 127.0.0.1 serving files by ranges, told to fail the requests it answers next.
 
 Faults, applied one per GET in the order queued: "drop" closes the connection
 unanswered, "503" answers Service Unavailable, "short" announces the range
@@ -10,18 +10,27 @@ from __future__ import annotations
 
 import http.server
 import re
+import ssl
 import threading
 from collections import deque
+from typing import Any
 
 __all__ = ["RangeServer"]
 
 
 class RangeServer:
-    """Serves `files` ({name: bytes}) at `url/<name>`; counts GETs (`gets`) and fails as `fail` queues."""
+    """Serves `files` ({name: bytes}, or anything whose `get(name)` answers) at `url/<name>`; counts GETs
+    (`gets`), keeps the name and `Range` header of each (`asked`), and fails as `fail` queues.
 
-    def __init__(self, files: dict[str, bytes]):
+    With `tls` (a server's `ssl.SSLContext`), each connection is TLS and `url` is https://; setting `tls`
+    later changes the certificate new connections are shown (each request makes one: HTTP/1.0).
+    """
+
+    def __init__(self, files: Any, tls: ssl.SSLContext | None = None):
         self.files = files
+        self.tls = tls
         self.gets = 0
+        self.asked: list[tuple[str, str | None]] = []
         self.faults: deque[str] = deque()
         self.always: str | None = None
         self._lock = threading.Lock()
@@ -44,6 +53,7 @@ class RangeServer:
             def do_GET(self):
                 with server._lock:
                     server.gets += 1
+                    server.asked.append((self.path.lstrip("/"), self.headers.get("Range")))
                     fault = server.faults.popleft() if server.faults else server.always
                 body = server.files.get(self.path.lstrip("/"))
                 if body is None:
@@ -80,11 +90,19 @@ class RangeServer:
                 if fault == "short":
                     self.close_connection = True
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def get_request(self):
+                connection, address = super().get_request()
+                if server.tls is not None:  # a failed handshake is an OSError: the connection is dropped
+                    connection = server.tls.wrap_socket(connection, server_side=True)
+                return connection, address
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self._server.server_address[1]}"
 
     def fail(self, *faults: str) -> None:
         """Fail the next GETs, one fault each, in this order."""

@@ -3,6 +3,8 @@ wrong length retried a bounded number of times, then an error naming the URL and
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,12 @@ def test_a_missing_file_is_named(served):
     server, _, _ = served
     with pytest.raises(vio.ImageFileNotFoundError, match="absent.mrc"):
         vio.read(f"{server.url}/absent.mrc")
+
+
+def test_a_server_not_reached_is_named_not_taken_for_a_missing_file():
+    server = RangeServer({})
+    url = f"{server.url}/stack.mrcs"
+    server.stop()
+    with pytest.raises(OSError, match=re.escape(f"{url}: ClientConnectorError")) as error:
+        vio.read(url)
+    assert not isinstance(error.value, FileNotFoundError)
