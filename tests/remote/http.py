@@ -23,7 +23,9 @@ class RangeServer:
     (`gets`), keeps the name and `Range` header of each (`asked`), and fails as `fail` queues.
 
     With `tls` (a server's `ssl.SSLContext`), each connection is TLS and `url` is https://; setting `tls`
-    later changes the certificate new connections are shown (each request makes one: HTTP/1.0).
+    later changes the certificate new connections are shown (each request makes one: HTTP/1.0). With
+    `meet` (a `threading.Barrier`), each GET waits there until as many are in flight; a broken barrier
+    drops the connection.
     """
 
     def __init__(self, files: Any, tls: ssl.SSLContext | None = None):
@@ -33,6 +35,7 @@ class RangeServer:
         self.asked: list[tuple[str, str | None]] = []
         self.faults: deque[str] = deque()
         self.always: str | None = None
+        self.meet: threading.Barrier | None = None
         self._lock = threading.Lock()
         server = self
 
@@ -55,6 +58,11 @@ class RangeServer:
                     server.gets += 1
                     server.asked.append((self.path.lstrip("/"), self.headers.get("Range")))
                     fault = server.faults.popleft() if server.faults else server.always
+                if server.meet is not None:
+                    try:
+                        server.meet.wait()
+                    except threading.BrokenBarrierError:
+                        fault = "drop"
                 body = server.files.get(self.path.lstrip("/"))
                 if body is None:
                     self.send_error(404)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import dask
@@ -33,6 +34,26 @@ def served(tmp_path_factory):
     server = RangeServer(files)
     yield folder, server.url
     server.stop()
+
+
+def test_a_batch_fetches_the_images_of_its_files_together(tmp_path):
+    stacks = {f"s{n}.mrcs": np.full((3, 8, 8), n, np.float32) for n in range(4)}
+    for name, values in stacks.items():
+        vio.write_stack(values, tmp_path / name)
+    server = RangeServer({name: (tmp_path / name).read_bytes() for name in stacks})
+    try:
+        loader = vio.loader(1, storage_options={})  # one thread: only one gather holds them together
+        locations = [vio.ImageLocation(f"{server.url}/{name}", 2) for name in stacks]
+        for location in locations:  # the headers first, one file after another
+            vio.query_descriptor(location.key, readers=loader.readers)
+        server.meet = threading.Barrier(len(stacks), timeout=10)  # each GET waits for the other three
+        before = server.gets
+        out = np.empty((len(stacks), 8, 8), np.float32)
+        vio.read_batch_async(loader, out, locations).get()
+        np.testing.assert_array_equal(out[:, 0, 0], np.arange(4))
+        assert server.gets - before == len(stacks)
+    finally:
+        server.stop()
 
 
 def test_extract_from_http_equals_the_local_run(served, tmp_path):
