@@ -4,8 +4,9 @@ A `RemoteFile` asks its size and version (ETag, else modification time) once,
 when opened. `read_ranges` reads many byte ranges at once: sorted, merged
 where the gap between two is under `RemoteFile.gap` bytes (and a merged span
 under `RemoteFile.part`; a longer range is cut into parts), and fetched
-concurrently, at most `RemoteFile.in_flight` requests at a time, through
-fsspec's async API; `read_many` fetches the ranges of many files so, at once.
+concurrently, at most `RemoteFile.in_flight` requests at a time (an S3
+filesystem keeping `RemoteFile.connections` connections), through fsspec's
+async API; `read_many` fetches the ranges of many files so, at once.
 A request that times out, loses its connection, is
 answered 5xx or with a body of the wrong length is asked again, after a pause
 that doubles, up to `RemoteFile.attempts` times in all; then the read fails
@@ -87,6 +88,8 @@ class RemoteFile:
         url, size: The URL and the size in bytes.
         version: The ETag, else the modification time, when opened; None where the server gives neither.
         gap, part, in_flight, attempts, backoff: How ranges are merged and fetched (see the module).
+        connections: The connections an `s3://` file's filesystem keeps open at most, unless
+            `storage_options` say (`config_kwargs={"max_pool_connections": n}`).
 
     Raises:
         ImageFileNotFoundError: If there is nothing at `url`.
@@ -96,6 +99,7 @@ class RemoteFile:
     gap = 1 << 20
     part = 16 << 20
     in_flight = 32
+    connections = 64
     attempts = 4
     backoff = 0.05
 
@@ -112,6 +116,10 @@ class RemoteFile:
             client = dict(options.get("client_kwargs", {}), auto_decompress=False)
             options["client_kwargs"] = client
             options["headers"] = {**options.get("headers", {}), **_IDENTITY}
+        elif url.lower().startswith(("s3://", "s3a://")):  # botocore keeps 10 connections unless told
+            config = dict(options.get("config_kwargs", {}))
+            config.setdefault("max_pool_connections", self.connections)
+            options["config_kwargs"] = config
         self.fs, self.path = fsspec.core.url_to_fs(url, **options)
         try:
             info = self._retried(lambda: self.fs.info(self.path))

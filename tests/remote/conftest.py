@@ -3,6 +3,8 @@ and files of every raw format put there beside their local copies (`write_files`
 
 from __future__ import annotations
 
+import threading
+
 import mrcfile
 import numpy as np
 import pytest
@@ -18,10 +20,13 @@ BUCKET = "remote-files"
 
 
 class RangedS3(LocalS3):
-    """`LocalS3` also keeping the `Range` header of each request: `(method, path, range)` in `ranged`."""
+    """`LocalS3` also keeping the `Range` header of each request: `(method, path, range)` in `ranged`.
+    With `meet` (a `threading.Barrier`), each GET waits there until as many are in flight; a broken
+    barrier answers 500."""
 
     def __init__(self) -> None:
         self.ranged: list[tuple[str, str, str | None]] = []
+        self.meet: threading.Barrier | None = None
         super().__init__()
 
     def _answer(self, inner, environ, start_response):
@@ -29,6 +34,12 @@ class RangedS3(LocalS3):
             self.ranged.append(
                 (environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("HTTP_RANGE"))
             )
+        if self.meet is not None and environ["REQUEST_METHOD"] == "GET":
+            try:
+                self.meet.wait()
+            except threading.BrokenBarrierError:
+                start_response("500 Not Met", [])
+                return [b""]
         return super()._answer(inner, environ, start_response)
 
     def mark(self) -> int:

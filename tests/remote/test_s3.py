@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -51,6 +52,24 @@ def test_a_batch_makes_one_request_per_merged_span(s3, files, monkeypatch):
     )
     assert sorted(r for m, _, r in s3.since(mark)) == planned
     assert loader.stats().remote_requests - counted == len(planned)  # as the loader's statistics say
+
+
+def test_a_batch_over_many_files_keeps_more_requests_in_flight_than_botocore_s_pool(s3, tmp_path):
+    count = 16  # botocore's pool holds 10 connections unless told
+    urls = []
+    for n in range(count):
+        vio.write_stack(np.full((2, 4, 4), n, np.float32), tmp_path / f"s{n}.mrcs")
+        urls.append(s3.put(tmp_path / f"s{n}.mrcs", f"many/s{n}.mrcs"))
+    loader = vio.loader(1, storage_options=s3.options)
+    for url in urls:
+        vio.query_descriptor(url, readers=loader.readers)
+    s3.meet = threading.Barrier(count, timeout=10)
+    try:
+        out = np.empty((count, 4, 4), np.float32)
+        vio.read_batch_async(loader, out, [vio.ImageLocation(url, 1) for url in urls]).get()
+    finally:
+        s3.meet = None
+    np.testing.assert_array_equal(out[:, 0, 0], np.arange(count))
 
 
 def test_sections_of_a_volume_are_fetched_together(s3, files):
