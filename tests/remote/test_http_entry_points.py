@@ -24,7 +24,7 @@ from .http import RangeServer
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """A folder of two picked micrographs, their STAR files, a stack and an EER movie; and its URL."""
+    """A folder of two picked micrographs, their STAR files, a stack and an EER movie; its URL and server."""
     folder = tmp_path_factory.mktemp("served")
     make_project(folder, micrographs=2, per_micrograph=8, size=80)
     rng = np.random.default_rng(9)
@@ -32,7 +32,7 @@ def served(tmp_path_factory):
     random_movie(folder / "movie.eer", frames=5, shape=(40, 40), seed=2)
     files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     server = RangeServer(files)
-    yield folder, server.url
+    yield folder, server.url, server
     server.stop()
 
 
@@ -57,10 +57,13 @@ def test_a_batch_fetches_the_images_of_its_files_together(tmp_path):
 
 
 def test_extract_from_http_equals_the_local_run(served, tmp_path):
-    folder, url = served
+    folder, url, server = served
     for where, prefix in (("local", str(folder)), ("remote", url)):
         args = ["--micrographs", f"{prefix}/micrographs.star", "--coordinates", f"{prefix}/coords.star"]
+        before = len(server.asked)
         assert main(["extract", *args, "--box-size", "16", "-o", str(tmp_path / where / "p.star")]) == 0
+    headers = [n for n, r in server.asked[before:] if n.endswith(".mrc") and r and r.startswith("bytes=0-")]
+    assert sorted(headers) == ["Micrographs/mic_000.mrc", "Micrographs/mic_001.mrc"]  # each opened once
     local, remote = (sorted((tmp_path / where).glob("*.mrcs")) for where in ("local", "remote"))
     assert [p.name for p in remote] == [p.name for p in local] and len(local) == 2
     for a, b in zip(local, remote):
@@ -68,7 +71,7 @@ def test_extract_from_http_equals_the_local_run(served, tmp_path):
 
 
 def test_montage_of_http_urls_equals_the_local_one(served, tmp_path):
-    folder, url = served
+    folder, url, _ = served
     pictures = []
     for prefix in (str(folder), url):
         out = tmp_path / f"{len(pictures)}.png"
@@ -83,7 +86,7 @@ def test_montage_of_http_urls_equals_the_local_one(served, tmp_path):
 
 
 def test_dask_arrays_of_http_urls_equal_the_local_ones(served):
-    folder, url = served
+    folder, url, _ = served
     indices = [6, 0, 3, 3, 5]
     remote = vd.from_locations([vio.ImageLocation(f"{url}/stack.mrcs", i) for i in indices], chunk=2)
     with dask.config.set(scheduler="threads"):
@@ -93,7 +96,7 @@ def test_dask_arrays_of_http_urls_equal_the_local_ones(served):
 
 
 def test_eer_events_at_http_urls_equal_the_local_ones(served):
-    folder, url = served
+    folder, url, _ = served
     remote, local = read_events(f"{url}/movie.eer", 1, 4), read_events(Path(folder, "movie.eer"), 1, 4)
     np.testing.assert_array_equal(remote.timestamps, local.timestamps)
     np.testing.assert_array_equal(remote.get_positions(), local.get_positions())

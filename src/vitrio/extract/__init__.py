@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._arrays import as_casting
+from .._functions import reader_provider
 from .._remote import is_url, local_copy
 from ..data import Compose, particle_optics, read_star, star_table, write_star
 from ..data._star import MAX_STAR_BYTES
@@ -180,7 +181,9 @@ def extract_particles(
     picks = star_table(coordinates, _read_star(coordinates, storage_options), COORDINATES, prefer="particles")
     if picks.empty:
         raise ValueError(f"{coordinates}: lists no particles")
-    found = match_picks(micrographs, mics, coordinates, picks, root, box, storage_options)
+    workers = threads or ((os.cpu_count() or 1) if client is None else CLUSTER_THREADS)
+    readers = reader_provider(max(4, 2 * workers), storage_options=storage_options)  # opened once
+    found = match_picks(micrographs, mics, coordinates, picks, root, box, readers, storage_options)
     stack_dir = output.parent if stack_dir is None else Path(stack_dir)
     stacks = [stack_dir / name for name in stack_names(found.names)]
     for folder in (output.parent, stack_dir):
@@ -189,7 +192,7 @@ def extract_particles(
     for path in (output, *stacks):
         _check_output(path, force)
     if blocks.get("optics") is None and pixel_size is None:
-        pixel_size = header_pixel_size(found.paths[0], storage_options)
+        pixel_size = header_pixel_size(found.paths[0], readers)
     optics = particle_optics(micrographs, mics, blocks.get("optics"), box, pixel_size)
     if prepare is not None:
         if np.dtype(data_type).kind != "f":
@@ -220,10 +223,9 @@ def extract_particles(
         casting = as_casting(casting)
         report = progress or (lambda _: None)
         sizes = stack_pixel_sizes(found, table, optics)
-        workers = threads or ((os.cpu_count() or 1) if client is None else CLUSTER_THREADS)
         boxes = Boxes(box, dtype, workers, casting, prepare, storage_options)
         if client is None:
-            crop(found, stacks, boxes, finished, report, sizes)
+            crop(found, stacks, boxes, finished, report, sizes, readers)
         else:
             crop_on(client, found, stacks, boxes, finished, report, sizes)
         seconds = time.perf_counter() - start

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._concurrency import Completion, ThreadPoolExecutor
+from .._executor_io import ExecutorImageLoader
 from .._functions import loader, saver, writer_provider
 from .._loading import read_patches_indexed_async
+from .._providers import ImageReaderProvider
 from .._remote import is_url
 from .._saving import write_batch_async
 from .._types import ImageDescriptor, ImageLocation
@@ -63,10 +65,12 @@ def crop(
     finished: list[Path],
     progress: Callable[[int], object],
     pixel_sizes: Sequence[float | None],
+    readers: ImageReaderProvider | None = None,
 ) -> None:
     """Crop the particles into their stacks, a few batches under way; each stack done joins `finished`.
 
-    Each stack's header says its pixel size, `pixel_sizes[i]` Å (None for none).
+    Each stack's header says its pixel size, `pixel_sizes[i]` Å (None for none). The micrographs are
+    read through `readers` (those `match_picks` opened), else a provider of the loader's own.
 
     A failure or an interruption discards the stacks not finished; those
     finished are for the caller to remove.
@@ -87,7 +91,11 @@ def crop(
     read_type = dtype if prepare is None else np.dtype(np.float32)
     shape = (box, box) if prepare is None else prepare.apply(np.zeros((1, box, box), read_type)).shape[1:]
     executor = ThreadPoolExecutor(threads)
-    reading = loader(executor=executor, cache=max(4, 2 * threads), storage_options=boxes.storage_options)
+    reading = (
+        loader(executor=executor, cache=max(4, 2 * threads), storage_options=boxes.storage_options)
+        if readers is None
+        else ExecutorImageLoader(readers, executor)
+    )
     sources = [(path, -1) for path in found.paths]
     reads: deque[tuple[int, int, np.ndarray, Completion]] = deque()
     writes: deque[tuple[int, int, Completion]] = deque()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._functions import query_descriptor
+from .._providers import ImageReaderProvider
 from ..data import PathResolver
-from ..formats import FormatWarning, open_reader
+from ..formats import FormatWarning
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,13 +57,20 @@ def _column(path: Path, table: pd.DataFrame, name: str) -> np.ndarray:
     return values
 
 
-def header_pixel_size(path: str, storage_options: Mapping[str, Any] | None = None) -> float | None:
+def header_pixel_size(path: str, readers: ImageReaderProvider) -> float | None:
     """The pixel size in Å along x that the header of the micrograph at `path` (or URL) gives, or None."""
     with warnings.catch_warnings():  # reading its descriptor warned already
         warnings.simplefilter("ignore", FormatWarning)
-        with open_reader(path, storage_options=storage_options) as reader:
+        reader = readers.acquire(path)
+        try:
             voxel_size = reader.voxel_size
+        finally:
+            readers.release(reader)
     return None if voxel_size is None else voxel_size[-1]
+
+
+_OPENING = 16
+"""How many micrographs' headers are read at once: those at URLs wait on the network."""
 
 
 @dataclass
@@ -94,11 +103,13 @@ def match_picks(
     picks: pd.DataFrame,
     root: Path | None,
     box: int,
+    readers: ImageReaderProvider,
     storage_options: Mapping[str, Any] | None = None,
 ) -> Picks:
     """Match each pick with its micrograph, and check that every box has its centre on its micrograph.
 
-    The micrographs of a `micrographs` at a URL are beside it, reached with `storage_options`.
+    The micrographs of a `micrographs` at a URL are beside it, reached with `storage_options`. Their
+    headers are read through `readers`, a few at once.
 
     Raises:
         ValueError: If a pick names a micrograph `micrographs` does not list, a micrograph is not one image
@@ -115,8 +126,9 @@ def match_picks(
     resolve = PathResolver(micrographs, root, storage_options)
     paths = [resolve(name) for name in names]
     extents = np.empty((len(paths), 2), dtype=np.int64)
-    for i, path in enumerate(paths):
-        descriptor = query_descriptor(path, storage_options=storage_options)
+    with ThreadPoolExecutor(min(_OPENING, len(paths))) as pool:
+        descriptors = list(pool.map(lambda path: query_descriptor(path, readers=readers), paths))
+    for i, (path, descriptor) in enumerate(zip(paths, descriptors)):
         if descriptor.is_stack or descriptor.core_rank != 2:
             kind = "a stack" if descriptor.is_stack else "a volume"
             shape = " x ".join(map(str, descriptor.extents))
