@@ -1,13 +1,13 @@
 """A shuffled epoch of particles in MRC stacks in a local S3 bucket: vitrio against a loop and a download.
 
 200 stacks of 100 particles of 64 x 64 float32 (`--quick`: 20 of 50) are put
-into a bucket of moto's S3 server (a process of its own on 127.0.0.1),
-reached directly and through a proxy that holds each request 20 ms
-(`--latency-ms`) before passing it on, as a real network does. One shuffled
-epoch is read in batches of 256 (`--batch`):
+into a bucket of moto's S3 server (a process of its own on 127.0.0.1,
+`s3_server.py`), which answers each request at once, then after holding it
+20 ms (`--latency-ms`), as a real network's latency does. One shuffled epoch
+is read in batches of 256 (`--batch`):
 
 - vitrio: `vio.read_batch_async` on `vio.loader(workers=16, storage_options=...)`;
-  images per second and requests per batch (counted at the proxy);
+  images per second and requests per batch (counted at the server);
 - loop: each particle opened with `fsspec.open`, its header parsed by
   mrcfile and its image read, one after another (the first 400 particles,
   `--quick` 100; the rate is theirs);
@@ -23,57 +23,18 @@ Needs `moto[server]`, s3fs and mrcfile.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import tempfile
-import threading
 import time
 
 import fsspec
 import mrcfile.mrcinterpreter
 import numpy as np
-from bench_zarr import start_s3
+from s3_server import requests, set_delay, start_s3
 
 import vitrio as vio
 
 SHAPE = (64, 64)
-
-
-class DelayingProxy:
-    """A TCP proxy on 127.0.0.1 to `port` that holds each request `delay` seconds and counts them."""
-
-    def __init__(self, port: int, delay: float):
-        self.requests = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._target, self._delay = port, delay
-        threading.Thread(target=self._run, daemon=True).start()
-        self._ready.wait()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        self._loop.run_forever()
-
-    async def _serve(self, reader, writer) -> None:
-        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self._target)
-
-        async def pipe(source, sink, delayed: bool) -> None:
-            try:
-                while data := await source.read(1 << 16):
-                    if delayed and data[:4] in (b"GET ", b"HEAD", b"PUT ", b"POST"):
-                        self.requests += 1
-                        await asyncio.sleep(self._delay)
-                    sink.write(data)
-                    await sink.drain()
-            except (ConnectionError, asyncio.CancelledError):
-                pass
-            finally:
-                sink.close()
-
-        await asyncio.gather(pipe(reader, upstream_writer, True), pipe(upstream_reader, writer, False))
 
 
 def make_stacks(options: dict, folder: str, stacks: int, per_stack: int) -> list[str]:
@@ -112,16 +73,15 @@ def loop(options, locations, count) -> float:
     return time.perf_counter() - start
 
 
-def run(options, port, delay, urls, per_stack, looped, folder, size) -> None:
-    proxy = DelayingProxy(port, delay)
-    options = {**options, "endpoint_url": f"http://127.0.0.1:{proxy.port}"}
+def run(options, delay, urls, per_stack, looped, folder, size) -> None:
+    set_delay(options, delay)
     locations = [vio.ImageLocation(url, i) for url in urls for i in range(per_stack)]
     order = np.random.default_rng(1).permutation(len(locations))
     batches = -(-len(order) // size)
     loader = vio.loader(workers=16, storage_options=options)
-    before = proxy.requests
+    before = requests(options)
     seconds = epoch(loader, locations, order, size)
-    asked = proxy.requests - before
+    asked = requests(options) - before
     rate = len(order) / seconds
     print(
         f"  vitrio      {rate:9.0f} images/s   {asked / batches:6.1f} requests a batch (the headers included)"
@@ -151,11 +111,11 @@ def run(options, port, delay, urls, per_stack, looped, folder, size) -> None:
     )
     cached = vio.loader(workers=16, scratch=scratch, storage_options=options)
     epoch(cached, locations, order, size)
-    before = proxy.requests
+    before = requests(options)
     second = epoch(cached, locations, np.random.default_rng(2).permutation(len(order)), size)
     print(
         f"  scratch     {len(order) / second:9.0f} images/s   "
-        f"second epoch, {proxy.requests - before} requests"
+        f"second epoch, {requests(options) - before} requests"
     )
 
 
@@ -170,10 +130,9 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as folder:
             urls = make_stacks(options, folder, stacks, per_stack)
-            port = int(options["endpoint_url"].rsplit(":", 1)[1])
             for delay in (0.0, args.latency_ms / 1000):
                 print(f"{stacks * per_stack} particles in {stacks} stacks, {delay * 1000:.0f} ms a request:")
-                run(options, port, delay, urls, per_stack, looped, folder, args.batch)
+                run(options, delay, urls, per_stack, looped, folder, args.batch)
     finally:
         server.terminate()
 

@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -37,6 +34,7 @@ import dask.array as da
 import fsspec
 import numpy as np
 import zarr
+from s3_server import start_s3
 
 import vitrio as vio
 from vitrio.formats.zarr import OmeZarrFormat
@@ -53,35 +51,6 @@ def make_store(folder: str, shape, chunks: int, codec: str) -> str:
     written = OmeZarrFormat.configured(levels=1, chunks=chunks, codec=codec)
     vio.write_single(values, path, formats=[written])
     return path
-
-
-def start_s3():
-    """Moto's S3 server, in a process of its own on 127.0.0.1, and the storage options that reach it."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                raise RuntimeError("moto's S3 server did not start") from None
-            time.sleep(0.2)
-    options = {
-        "key": "bench",
-        "secret": "bench",
-        "endpoint_url": f"http://127.0.0.1:{port}",
-        "client_kwargs": {"region_name": "us-east-1"},
-    }
-    return server, options
 
 
 def crops_at(shape, crop, count: int) -> np.ndarray:
