@@ -6,8 +6,12 @@ into a bucket of moto's S3 server (a process of its own on 127.0.0.1,
 20 ms (`--latency-ms`), as a real network's latency does. One shuffled epoch
 is read in batches of 256 (`--batch`):
 
-- vitrio: `vio.read_batch_async` on `vio.loader(workers=16, storage_options=...)`;
-  images per second and requests per batch (counted at the server);
+- vitrio: `vio.read_batch_async` on `vio.loader(workers=16, storage_options=...)`,
+  one batch at a time; images per second and requests per batch (counted
+  at the server);
+- vitrio.data: `vio.data.DataLoader` over an `ImageSource` of the particles,
+  on a loader of its own as above, with its default of 4 batches under way,
+  as a training loop reads them;
 - loop: each particle opened with `fsspec.open`, its header parsed by
   mrcfile and its image read, one after another (the first 400 particles,
   `--quick` 100; the rate is theirs);
@@ -16,7 +20,7 @@ is read in batches of 256 (`--batch`):
 - scratch: the epoch read again by vitrio through a mapped scratch that the
   first epoch filled: images per second and requests (none are due).
 
-Prints images per second of each and vitrio's speed-up over the loop.
+Prints images per second of each and vitrio's speed-ups over the loop.
 Needs `moto[server]`, s3fs and mrcfile.
 """
 
@@ -61,6 +65,17 @@ def epoch(loader, locations, order, size: int) -> float:
     return time.perf_counter() - start
 
 
+def data_epoch(loader, locations, size: int) -> float:
+    """Seconds for `vio.data.DataLoader` to hand out one shuffled epoch of `locations`, `size` at a time."""
+    source = vio.data.ImageSource(locations, readers=loader.readers, check=False)
+    dataset = vio.data.Dataset({"image": source})
+    batches = vio.data.DataLoader(dataset, size, shuffle=True, seed=3, loader=loader)
+    start = time.perf_counter()
+    for _ in batches:
+        pass
+    return time.perf_counter() - start
+
+
 def loop(options, locations, count) -> float:
     """Seconds to read the first `count` particles one at a time with fsspec and mrcfile."""
     start = time.perf_counter()
@@ -90,6 +105,13 @@ def run(options, delay, urls, per_stack, looped, folder, size) -> None:
     print(
         f"  loop        {loop_rate:9.0f} images/s   (fsspec.open + mrcfile each)   "
         f"vitrio x{rate / loop_rate:.1f}"
+    )
+    before = requests(options)
+    seconds = data_epoch(vio.loader(workers=16, storage_options=options), locations, size)
+    asked = requests(options) - before
+    print(
+        f"  vitrio.data {len(order) / seconds:9.0f} images/s   {asked / batches:6.1f} requests a batch   "
+        f"(4 batches under way)   x{len(order) / seconds / loop_rate:.1f} the loop"
     )
     local = os.path.join(folder, f"down-{delay}")
     start = time.perf_counter()
