@@ -61,6 +61,10 @@ class ImageReaderProvider:
     def forget_layout(self, key: str) -> None:
         """Forget the layout of the file at `key`, found out of date."""
 
+    def opened(self, key: str) -> bool:
+        """Whether acquiring `key` now opens nothing, its reader being kept open; False if unknown."""
+        return False
+
     def stamp(self, key: str) -> tuple[int, int] | None:
         """(size, version) of the file at the URL `key` now, for a scratch to see a change; None if local."""
         return None
@@ -123,6 +127,9 @@ class FileImageReaderProvider(ImageReaderProvider):
     def forget_layout(self, key: str) -> None:
         with self._layouts_lock:
             self._layouts.pop(key, None)
+
+    def opened(self, key: str) -> bool:
+        return is_url(key) and self._remote.holds(key)
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         return self._remote.stamp(key) if is_url(key) else None
@@ -218,6 +225,13 @@ class CachingImageReaderProvider(ImageReaderProvider):
 
     def forget_layout(self, key: str) -> None:
         self._backing.forget_layout(key)
+
+    def opened(self, key: str) -> bool:
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is not None and entry.reader is not None:
+            return True
+        return self._backing.opened(key)
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         return self._backing.stamp(key)

@@ -36,24 +36,30 @@ def served(tmp_path_factory):
     server.stop()
 
 
-def test_a_batch_fetches_the_images_of_its_files_together(tmp_path):
-    stacks = {f"s{n}.mrcs": np.full((3, 8, 8), n, np.float32) for n in range(4)}
-    for name, values in stacks.items():
-        vio.write_stack(values, tmp_path / name)
-    server = RangeServer({name: (tmp_path / name).read_bytes() for name in stacks})
-    try:
-        loader = vio.loader(1, storage_options={})  # one thread: only one gather holds them together
-        locations = [vio.ImageLocation(f"{server.url}/{name}", 2) for name in stacks]
-        for location in locations:  # the headers first, one file after another
+@pytest.fixture
+def four_stacks(tmp_path):
+    """A server of four stacks whose images are filled with their number, and their third images."""
+    names = [f"s{n}.mrcs" for n in range(4)]
+    for n, name in enumerate(names):
+        vio.write_stack(np.full((3, 8, 8), n, np.float32), tmp_path / name)
+    server = RangeServer({name: (tmp_path / name).read_bytes() for name in names})
+    yield server, [vio.ImageLocation(f"{server.url}/{name}", 2) for name in names]
+    server.stop()
+
+
+@pytest.mark.parametrize("opened", [True, False], ids=["images", "headers"])
+def test_a_batch_fetches_the_headers_and_images_of_its_files_together(four_stacks, opened):
+    server, locations = four_stacks
+    loader = vio.loader(1, storage_options={})  # one thread: only fetching at once holds them together
+    if opened:  # the headers first, one file after another
+        for location in locations:
             vio.query_descriptor(location.key, readers=loader.readers)
-        server.meet = threading.Barrier(len(stacks), timeout=10)  # each GET waits for the other three
-        before = server.gets
-        out = np.empty((len(stacks), 8, 8), np.float32)
-        vio.read_batch_async(loader, out, locations).get()
-        np.testing.assert_array_equal(out[:, 0, 0], np.arange(4))
-        assert server.gets - before == len(stacks)
-    finally:
-        server.stop()
+    server.meet = threading.Barrier(len(locations), timeout=10)  # each GET waits for the other three
+    before = server.gets
+    out = np.empty((len(locations), 8, 8), np.float32)
+    vio.read_batch_async(loader, out, locations).get()
+    np.testing.assert_array_equal(out[:, 0, 0], np.arange(4))
+    assert server.gets - before == len(locations) * (1 if opened else 2)  # the images (and headers)
 
 
 def test_extract_from_http_equals_the_local_run(served, tmp_path):

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._arrays import as_casting, as_destination, check_destination_type
-from .._concurrency import Completion, run_tasks
+from .._concurrency import Completion, ThreadPoolExecutor, run_tasks
 from .._counters import add_count, note_read, note_runs
 from .._errors import concerning
 from .._native import RUN_FILE, advise
@@ -191,16 +191,17 @@ def _read_fetched(
     those of raw images fetched at once (`read_many`), their time shared by their images; the rest
     through `_read_group`."""
     started = perf_counter()
-    held: list[ImageReader] = []
+    acquired = _acquire_all(readers, [key for key, _ in files])
+    held = [reader for reader in acquired if not isinstance(reader, BaseException)]
     fetched: list[tuple[str, np.ndarray, ImageReader, RemoteRawReader]] = []
     try:
-        for key, slots in files:
+        for (key, slots), reader in zip(files, acquired):
             with concerning(key):
-                reader = readers.acquire(key)
-                held.append(reader)
+                if isinstance(reader, BaseException):
+                    raise reader
                 served = reader.indexed()  # a single volume's sections
                 if not isinstance(served, RemoteRawReader):
-                    held.pop()
+                    held.remove(reader)
                     _read_group(readers, key, slots, reader, out, indices, False, casting)
                     continue
                 _check_slot(served, out.shape[1:], False)
@@ -219,6 +220,32 @@ def _read_fetched(
     finally:
         for reader in held:
             readers.release(reader)
+
+
+_OPENING = ThreadPoolExecutor(32)
+"""The threads that open the files at URLs of a task at once, each open waiting on two requests."""
+
+
+def _acquire_all(readers: ImageReaderProvider, keys: list[str]) -> list[Any]:
+    """The reader of each file at a URL of `keys`, or what acquiring it raised: those open already
+    acquired here, the others opened on the opening threads at once."""
+    acquired: list[Any] = [None] * len(keys)
+
+    def acquire(i: int) -> None:
+        try:
+            acquired[i] = readers.acquire(keys[i])
+        except Exception as error:  # noqa: BLE001 - raised by the caller, naming the file
+            acquired[i] = error
+
+    closed = {i for i, key in enumerate(keys) if not readers.opened(key)}
+    if len(closed) < 2:  # one file is opened here as well
+        closed = set()
+    opening = run_tasks(_OPENING, [lambda i=i: acquire(i) for i in closed])
+    for i in range(len(keys)):
+        if i not in closed:
+            acquire(i)
+    opening.wait()
+    return acquired
 
 
 HEADER_BYTES = 64 << 10

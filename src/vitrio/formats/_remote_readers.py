@@ -33,12 +33,15 @@ class RemoteReaders:
     def acquire(self, key: str, formats: Iterable[type[Format]] | None) -> ImageReader:
         """The reader of the file at the URL `key`, opened by the first thread that asks."""
         with self._lock:
+            reader = self._kept_reader(key)
+            if reader is not None:
+                return reader
             opening = self._opening.setdefault(key, threading.Lock())
         with opening:
             with self._lock:
-                reader = self._readers.get(key)
-                if reader is not None and not reader.stale:
-                    self._readers.move_to_end(key)
+                reader = self._kept_reader(key)
+                if reader is not None:
+                    self._opening.pop(key, None)
                     return reader
             reader = open_reader(key, formats, self._options)
             with self._lock:
@@ -47,6 +50,19 @@ class RemoteReaders:
                     self._readers.popitem(last=False)
                 self._opening.pop(key, None)
         return reader
+
+    def _kept_reader(self, key: str) -> ImageReader | None:
+        reader = self._readers.get(key)
+        if reader is None or reader.stale:
+            return None
+        self._readers.move_to_end(key)
+        return reader
+
+    def holds(self, key: str) -> bool:
+        """Whether the reader of the file at `key` is kept: acquiring it fetches nothing."""
+        with self._lock:
+            reader = self._readers.get(key)
+        return reader is not None and not reader.stale
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         """(size, a CRC-32 of the version) of the file at `key` as the server says now; None if it cannot."""

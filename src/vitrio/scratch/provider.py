@@ -95,6 +95,9 @@ class ScratchImageReaderProvider(ImageReaderProvider):
         if not isinstance(reader, _ScratchReader):
             self._backing.release(reader)
 
+    def opened(self, key: str) -> bool:
+        return self._backing.opened(key)
+
     def __repr__(self) -> str:
         return f"ScratchImageReaderProvider({self._backing!r}, {self._scratch!r})"
 
