@@ -49,9 +49,10 @@ def test_extract_from_urls_equals_the_local_run(s3, project, tmp_path):
     local, remote = tmp_path / "local" / "particles.star", tmp_path / "remote" / "particles.star"
     here = ["--micrographs", str(made.micrographs), "--coordinates", str(made.coordinates)]
     assert main(["extract", *here, *common, "-o", str(local)]) == 0
-    options = json.dumps(s3.options)
+    options = tmp_path / "options.json"  # the credentials in a file, off the command line
+    options.write_text(json.dumps(s3.options))
     args = ["--micrographs", f"{url}/micrographs.star", "--coordinates", f"{url}/coords.star"]
-    assert main(["extract", *args, "--storage-options", options, *common, "-o", str(remote)]) == 0
+    assert main(["extract", *args, "--storage-options", f"@{options}", *common, "-o", str(remote)]) == 0
     local_stacks, local_names, local_table = _stacks_and_table(local)
     remote_stacks, remote_names, remote_table = _stacks_and_table(remote)
     assert len(remote_stacks) == 2 and sum(len(s) for s in remote_stacks) == made.count
@@ -105,3 +106,15 @@ def test_montage_of_urls_equals_the_local_one(s3, pictured, tmp_path, chosen):
     if "--star" in chosen:
         assert labels.split("\n") == ["40.5", "20.5", "90.5"]
     assert len(np.unique(remote)) > 2 and vio.query_descriptor(folder / "movie.eer").image_count == 6
+
+
+@pytest.mark.parametrize("content", [None, b"\xff", b"[1]", b" " * (1 << 20) + b"{}"])
+def test_storage_options_from_a_file_that_cannot_hold_them_are_refused_naming_it(tmp_path, capsys, content):
+    path = tmp_path / "options.json"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SystemExit) as stopped:
+        main(["info", "--storage-options", f"@{path}", "s3://bucket/x.mrc"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert "--storage-options" in error and (str(path) in error or "a JSON object" in error)

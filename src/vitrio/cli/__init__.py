@@ -75,8 +75,23 @@ def _file_or_url(text: str) -> Path | str:
     return text if "://" in text else Path(text)
 
 
+_OPTIONS_BYTES = 1 << 20
+"""The most bytes a file of `--storage-options @FILE` may hold."""
+
+
 def _storage_options(text: str) -> dict:
-    """The `--storage-options` argument: a JSON object, as fsspec takes it (`{"anon": true}`)."""
+    """The `--storage-options` argument: a JSON object, as fsspec takes it (`{"anon": true}`), or `@FILE`,
+    a file that holds one: credentials on a command line are shown to every user of the machine."""
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, "rb") as file:
+                held = file.read(_OPTIONS_BYTES + 1)
+            text = held.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise argparse.ArgumentTypeError(f"{path}: {error}") from None
+        if len(held) > _OPTIONS_BYTES:
+            raise argparse.ArgumentTypeError(f"{path}: more than {_OPTIONS_BYTES} bytes of options")
     try:
         options = json.loads(text)
     except ValueError as error:
@@ -91,7 +106,8 @@ def _add_storage_options(parser: argparse.ArgumentParser) -> None:
         "--storage-options",
         type=_storage_options,
         metavar="JSON",
-        help='what fsspec takes to reach files at URLs, as a JSON object: {"anon": true} for public buckets',
+        help='what fsspec takes to reach files at URLs, as a JSON object ({"anon": true} for public '
+        "buckets), or @FILE, a file holding one: keep credentials off the command line, which all users see",
     )
 
 
