@@ -3,13 +3,15 @@
 A `.cs` file is a numpy structured array saved with `np.save`: a row per
 particle, a field per value (`uid`, `blob/path`, `blob/idx`, `blob/psize_A`,
 `ctf/df1_A`, ...). It is mapped rather than loaded, so a header that claims
-more rows than the file holds is refused instead of allocated, and it is
+more rows than the file holds is refused instead of allocated (as is a field
+of 0 bytes a row, `S0`, whose rows the file could not bound), and it is
 never unpickled. It is opened once, as a regular file (a FIFO or a device is
 refused, never waited on), of at most `MAX_CS_BYTES`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -94,7 +96,8 @@ def _mapped(path: str | os.PathLike[str], file: BinaryIO) -> np.ndarray:
 
     Raises:
         ValueError: If it is not an `.npy` file of a structured array without objects, larger than
-            `MAX_CS_BYTES`, or shorter than its header says.
+            `MAX_CS_BYTES`, has a field of 0 bytes a row (whose rows would cost nothing to claim), or is
+            shorter than its header says.
     """
     size = os.fstat(file.fileno()).st_size
     if size > MAX_CS_BYTES:
@@ -107,6 +110,13 @@ def _mapped(path: str | os.PathLike[str], file: BinaryIO) -> np.ndarray:
         shape, fortran, dtype = read_header(file)
         if dtype.hasobject:
             raise ValueError("it holds Python objects, which are never unpickled")
+        empty = [name for name in dtype.names or () if dtype.fields[name][0].itemsize == 0]
+        if empty or dtype.itemsize == 0:
+            named = ", ".join(empty) or "its rows"
+            raise ValueError(f"{named}: 0 bytes a row, so the file cannot bound how many rows it claims")
+        rows, held = math.prod(shape), size - file.tell()
+        if rows > held // dtype.itemsize:
+            raise ValueError(f"the header claims {rows} rows of {dtype.itemsize} bytes; it holds {held}")
         return np.memmap(file, dtype, "r", file.tell(), shape, "F" if fortran else "C")
     except (ValueError, OSError, EOFError) as error:
         raise ValueError(f"{path}: not a cryoSPARC .cs file (a numpy structured array): {error}") from error
