@@ -319,12 +319,11 @@ def _check_rows(path: str | os.PathLike[str], text: bytes, first_line: int, coun
         )
 
 
+_BLOCK_LINE = re.compile(rb"^[ \t\r\v\f]*data_", re.MULTILINE)
+"""A line that starts a block: `data_` after what `bytes.strip` takes away (as `_Lines.peek`)."""
+
+
 def _next_block(text: bytes) -> int:
-    """Where the first line of `text` that starts a block (`data_`, maybe after spaces) is, else its end."""
-    found = text.find(b"data_")
-    while found >= 0:
-        start = text.rfind(b"\n", 0, found) + 1
-        if not text[start:found].strip():
-            return start
-        found = text.find(b"data_", found + 5)
-    return len(text)
+    """Where the first line of `text` that starts a block is, else its end: one pass over the text."""
+    found = _BLOCK_LINE.search(text)
+    return len(text) if found is None else found.start()
