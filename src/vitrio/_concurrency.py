@@ -110,7 +110,8 @@ class Completion:
         return cls([work])
 
     def explained(self, explain: Callable[[BaseException], str]) -> Completion:
-        """This completion, whose `get()` raises its failure with `explain(failure)` added to the message."""
+        """This completion, whose `get()` raises its failure itself (its class, errno and filename kept)
+        with `explain(failure)` added as a note, once."""
         return Completion(parts=(self,), explain=explain)
 
     def then(self, function: Callable[[], None]) -> Completion:
@@ -143,18 +144,11 @@ class Completion:
             for part in self._parts:
                 part.get()
         except Exception as error:
-            if self._explain is None:
-                raise
-            context = self._explain(error)
-            try:
-                explained = type(error)(f"{error} ({context})")
-            except Exception:
-                explained = None
-            if explained is None:
-                error.add_note(context)
-                raise
-            vars(explained).update(vars(error))
-            raise explained from error
+            if self._explain is not None:
+                context = self._explain(error)
+                if context not in getattr(error, "__notes__", ()):
+                    error.add_note(context)
+            raise
 
     @property
     def exception(self) -> BaseException | None:

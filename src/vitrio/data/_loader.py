@@ -82,8 +82,9 @@ class DataLoader:
     Every batch is read into arrays of its own, which PyTorch and JAX may use
     without a copy, so a batch that has been handed out is never written again.
 
-    A read that fails raises when the batch it belongs to is handed out,
-    naming the file and the row; the batches under way are waited for, and
+    A read that fails raises when the batch it belongs to is handed out: the
+    reader's own error, its class, errno, filename and key kept, with a note
+    naming the row; the batches under way are waited for, and
     the next iteration starts a fresh epoch. Pinned memory asked for where
     CUDA is not available warns and reads into ordinary memory, as PyTorch does.
 
