@@ -1,13 +1,16 @@
 """The mapped-file scratch: its file's format, and resuming or rebuilding it.
 
 The file has a header, the layout (a JSON manifest of the files held and
-their indices), a table of the sources' sizes and modification times (of a
-file at a URL, its size and version, as `ImageReaderProvider.stamp` asks), a
+their indices), a table of the sources' stamps (size, modification time,
+inode and change time; of a file at a URL, its size and version, as
+`ImageReaderProvider.stamp` asks), a
 state byte and a CRC-32 per run, and the images. It is allocated in full
 when made (so a full disk shows up there, as an `OSError`, and never while
 taking images in), privately (mode 0600) beside its path and renamed onto
 it. A later scratch over the same file and images resumes from it: runs
-whose source file changed size or modification time since are dropped,
+whose source file's stamp changed since are dropped (a file replaced by
+another of the same size and modification time, as `cp -p` or a restore
+leaves it, has another inode or change time),
 runs whose CRC does not match are taken in again, and a file that is
 truncated, foreign or of another layout is rebuilt. So is one this user
 cannot trust (`vitrio.scratch.private`): a symbolic link is never followed,
@@ -41,7 +44,7 @@ from .store import ImageScratch
 
 __all__ = ["HEADER_BYTES", "create_mapped_file_image_scratch", "mapped_scratch"]
 
-_MAGIC = b"VITRIO-SCRATCH\x00\x01"
+_MAGIC = b"VITRIO-SCRATCH\x00\x02"
 _HEADER = struct.Struct("<16s32s6QI")  # magic, digest, manifest at/length, stats, states, checksums, data
 HEADER_BYTES = 4096
 """The bytes of a scratch file before its manifest."""
@@ -56,20 +59,26 @@ class _MappedLayout:
         self.manifest = HEADER_BYTES
         self.indices = align(self.manifest + manifest_bytes, 8)
         self.stats = self.indices + 8 * index_count
-        self.states = self.stats + 16 * file_count
+        self.states = self.stats + 8 * _STAMP_FIELDS * file_count
         self.checksums = align(self.states + run_count, 4)
         self.data = align(self.checksums + 4 * run_count)
         self.size = self.data + data_bytes
 
 
-def _source_stat(key: str, files: ImageReaderProvider) -> tuple[int, int] | None:
-    if is_url(key):  # its size and version, as the server says
-        return files.stamp(key)
+_STAMP_FIELDS = 4
+
+
+def _source_stat(key: str, files: ImageReaderProvider) -> tuple[int, ...] | None:
+    """What tells the file at `key` now from what it was: its size, modification time, inode and change
+    time (which no copy carries over); of a file at a URL, its size and version, as the server says."""
+    if is_url(key):
+        stamp = files.stamp(key)
+        return None if stamp is None else (*stamp, 0, 0)
     try:
         status = os.stat(key)
     except OSError:
         return None
-    return (status.st_size, status.st_mtime_ns)
+    return (status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
 
 
 def _manifest(held: list[HeldFile]) -> tuple[bytes, np.ndarray]:
@@ -152,7 +161,8 @@ def _build_mapped(
     fields = (parts.manifest, len(manifest), parts.stats, parts.states, parts.checksums, parts.data)
     header = _HEADER.pack(_MAGIC, fingerprint, *fields, 0)
     header = header[:-4] + struct.pack("<I", zlib.crc32(header[:-4]))
-    stats = np.array([_source_stat(file.key, files) or (-1, -1) for file in held], dtype=np.int64)
+    unknown = (-1,) * _STAMP_FIELDS
+    stats = np.array([_source_stat(file.key, files) or unknown for file in held], dtype=np.int64)
     partial = PartialFile(path)
     fd = partial.fd
     try:
@@ -182,8 +192,9 @@ def _build_mapped(
 def _invalidate_changed(
     held: list[HeldFile], data: np.ndarray, parts: _MappedLayout, files: ImageReaderProvider
 ) -> None:
-    """Drop the runs of files whose size or modification time changed since they were recorded."""
-    stats = data[parts.stats : parts.stats + 16 * len(held)].view(np.int64).reshape(len(held), 2)
+    """Drop the runs of files whose stamp (`_source_stat`) changed since it was recorded."""
+    stats = data[parts.stats : parts.stats + 8 * _STAMP_FIELDS * len(held)].view(np.int64)
+    stats = stats.reshape(len(held), _STAMP_FIELDS)
     states = data[parts.states : parts.states + (held[-1].first_run + held[-1].run_count)]
     for i, file in enumerate(held):
         now = _source_stat(file.key, files)
@@ -274,8 +285,8 @@ def create_mapped_file_image_scratch(
     """A scratch in a memory-mapped file at `path`, which may exceed RAM and outlives the process.
 
     A later scratch over the same file and images resumes from it, except
-    the images whose source files changed since (size or modification
-    time); a source that cannot be found keeps its images. Several
+    the images whose source files changed since (size, modification time,
+    inode or change time); a source that cannot be found keeps its images. Several
     processes of this user may use it at once. The file is readable by
     this user alone.
 
