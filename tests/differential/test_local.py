@@ -1,0 +1,40 @@
+"""Local MRC and TIFF files of every layout, read every way the core reads, with and without the
+open-file cache, against numpy's reads of their bytes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import vitrio as vio
+
+from .files import mrc_files, tiff_files
+from .reads import examples, read_every_way
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A folder for the files of the module's examples, each of a name of its own."""
+    return tmp_path_factory.mktemp("local")
+
+
+def loaders(data):
+    """A loader of 1 to 3 threads, opening each file per use or keeping a few open."""
+    workers = data.draw(st.integers(1, 3), label="workers")
+    cache = data.draw(st.sampled_from([None, 1, 4]), label="cache")
+    return vio.loader(workers, cache=cache)
+
+
+@examples(25)
+@given(data=st.data())
+def test_mrc_files_read_every_way_as_their_bytes(folder, data):
+    drawn = data.draw(mrc_files(folder), label="file")
+    read_every_way(data, drawn, str(drawn.path), loaders(data))
+
+
+@examples(20)
+@given(data=st.data())
+def test_tiff_files_read_every_way_as_tifffile_reads_them(folder, data):
+    drawn = data.draw(tiff_files(folder), label="file")
+    read_every_way(data, drawn, str(drawn.path), loaders(data))
