@@ -64,16 +64,18 @@ def is_url(key: str) -> bool:
 
 
 def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int, part: int) -> list[tuple[int, int]]:
-    """The spans (start, end) fetched for `ranges` (start, end): sorted, merged where the gap between two
-    is under `gap` bytes and the span stays within `part` bytes, and a span over `part` cut into parts."""
+    """The spans (start, end) fetched for `ranges` (start, end): sorted and apart, each byte of a range in
+    one. Ranges are taken in order of their start, each added to the span before it where the gap between
+    them is under `gap` bytes and the span stays within `part` bytes; else its bytes past that span start
+    one of their own. A span over `part` bytes is cut into parts."""
     spans: list[list[int]] = []
     for start, end in sorted(r for r in ranges if r[1] > r[0]):
-        if spans and start - spans[-1][1] < gap and max(end, spans[-1][1]) - spans[-1][0] <= part:
-            spans[-1][1] = max(spans[-1][1], end)
-        elif spans and end <= spans[-1][1]:
+        if spans and end <= spans[-1][1]:
             continue
+        if spans and start - spans[-1][1] < gap and end - spans[-1][0] <= part:
+            spans[-1][1] = end
         else:
-            spans.append([start, end])
+            spans.append([max(start, spans[-1][1]) if spans else start, end])
     return [(a, min(a + part, end)) for start, end in spans for a in range(start, end, part)]
 
 
@@ -243,24 +245,19 @@ async def _fetch_all(planned: list[tuple[RemoteFile, list[tuple[int, int]]]]) ->
 def _cut(
     ranges: list[tuple[int, int]], spans: list[tuple[int, int]], bodies: list[bytes]
 ) -> list[memoryview]:
-    """The bytes of each of `ranges` out of the `bodies` fetched of `spans`."""
+    """The bytes of each of `ranges` out of the `bodies` fetched of `spans` (sorted and apart, as
+    `merge_ranges` plans them): a view of one body, or the pieces of the spans it crosses joined."""
     starts = [a for a, _ in spans]
-    found: dict[int, int] = {}
     views = []
     for start, end in ranges:
-        if end == start:
-            views.append(memoryview(b""))
-            continue
-        i = found.get(start)
-        if i is None:
-            i = found[start] = _last_at_most(starts, start)
-        first = spans[i][0]
-        if end <= spans[i][1]:
-            views.append(memoryview(bodies[i])[start - first : end - first])
-        else:  # cut into parts: put back together
-            last = _last_at_most(starts, end - 1)
-            joined = b"".join(bodies[i : last + 1])
-            views.append(memoryview(joined)[start - first : end - first])
+        i = bisect.bisect_right(starts, start) - 1
+        pieces = []
+        at = start
+        while at < end:  # the spans that hold a range follow one another without a hole
+            first, last = spans[i]
+            pieces.append(memoryview(bodies[i])[at - first : min(end, last) - first])
+            at, i = min(end, last), i + 1
+        views.append(pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces)))
     return views
 
 
@@ -354,10 +351,6 @@ async def _http_range(fs: Any, session: Any, url: str, start: int, end: int) -> 
                 break
             body += piece
     return _checked_length(bytes(body), url, start, end)
-
-
-def _last_at_most(starts: list[int], value: int) -> int:
-    return bisect.bisect_right(starts, value) - 1
 
 
 class _Blocks(io.RawIOBase):
