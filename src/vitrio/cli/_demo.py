@@ -93,7 +93,7 @@ def make_micrographs(out: Path, count: int, size: int, seed: int = 0) -> tuple[P
             angles = rng.uniform(0, 2 * np.pi, per_micrograph)
             for centre, kind, angle in zip(centres, kinds.tolist(), angles.tolist()):
                 _render(image, centre, kind, angle)
-            vio.write_single(image, out / name)
+            vio.write_single(image, out / name, voxel_size=PIXEL_SIZE)
             defocus = rng.uniform(8000, 25000)
             micrographs.append((name, 1, defocus, defocus + 200.0, 30.0))
             picks += [

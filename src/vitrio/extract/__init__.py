@@ -37,6 +37,7 @@ For instance::
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -138,7 +139,8 @@ def extract_particles(
             beside the micrographs STAR file or in the two folders above it,
             and to names relative to the working directory.
         pixel_size: The pixel size in Å, when `micrographs` has no data_optics.
-            Defaults to the one the first micrograph's header gives.
+            Defaults to the one the first micrograph's header gives; where it
+            gives none, the extraction stops before anything is written.
         data_type: The type of the stacks.
         threads: How many threads read and write: here, or in each task on a
             cluster. Defaults to the machine's cores here, `CLUSTER_THREADS` there.
@@ -193,6 +195,13 @@ def extract_particles(
         _check_output(path, force)
     if blocks.get("optics") is None and pixel_size is None:
         pixel_size = header_pixel_size(found.paths[0], readers)
+        if pixel_size is None:
+            raise ValueError(
+                f"{micrographs}: no data_optics block gives the pixel size, nor does the header of "
+                f"{found.paths[0]}; pass --pixel-size (pixel_size=)"
+            )
+    if pixel_size is not None and not (math.isfinite(pixel_size) and pixel_size > 0):
+        raise ValueError(f"a pixel size is a positive number of Å, not {pixel_size}")
     optics = particle_optics(micrographs, mics, blocks.get("optics"), box, pixel_size)
     if prepare is not None:
         if np.dtype(data_type).kind != "f":

@@ -22,9 +22,9 @@ are not a permutation of 1, 2, 3 (taken as 1, 2, 3), a volume stack whose
 `mz` does not divide `nz` (read as a volume).
 
 Written files carry a complete MRC2014 header (map ID, machine stamp,
-`nversion` 20141, the cell of the voxel size given, one Å per voxel by
-default, statistics `dmin dmax dmean rms`
-of the values written; complex files get `rms` only, as mrcfile does). Types
+`nversion` 20141, the cell of the voxel size given, or of zero where none
+is, which readers take as unknown, as mrcfile writes it; statistics `dmin
+dmax dmean rms` of the values written; complex files get `rms` only, as mrcfile does). Types
 without an MRC mode are widened or narrowed to one: bool and uint8 to uint16,
 other integers and float64 to float32, complex128 to complex64. Since a
 `.mrcs` file reads as a stack of images, volumes and stacks of volumes are
@@ -337,11 +337,13 @@ class MrcFormat(Format):
 
 
 def _cell(samples: tuple[int, int, int], voxel_size: tuple[float, ...] | None) -> tuple[float, float, float]:
-    """The cell (x, y, z) of `samples` (z, y, x) voxels of `voxel_size` Å (slowest first; 1 Å if None).
+    """The cell (x, y, z) of `samples` (z, y, x) voxels of `voxel_size` Å (slowest first); zero if None.
 
     An image's sections are spaced as its columns, as RELION writes them.
     """
-    sizes = (1.0, 1.0, 1.0) if voxel_size is None else tuple(voxel_size)
+    if voxel_size is None:
+        return (0.0, 0.0, 0.0)
+    sizes = tuple(voxel_size)
     if len(sizes) == 2:
         sizes = (sizes[1], *sizes)
     return tuple(float(n * size) for n, size in zip(reversed(samples), reversed(sizes)))
