@@ -29,17 +29,20 @@ _NOWHERE = 1 << 40
 @dataclasses.dataclass(frozen=True)
 class Volume:
     """A volume in a file: its key, shape ``(D, H, W)``, stored type, whether it is a stack of 2-D
-    sections, and its channels (0 for one volume, ``C`` for a 4-D ``[C, D, H, W]`` HDF5 dataset)."""
+    sections, its channels (0 for one volume, ``C`` for a 4-D ``[C, D, H, W]`` HDF5 dataset), and the
+    size of its voxels in Å ``(z, y, x)`` where its header says one (a stack of sections says none
+    between them: None)."""
 
     key: str
     shape: Box
     dtype: np.dtype
     sections: bool
     channels: int = 0
+    voxel_size: tuple[float, ...] | None = None
 
     @classmethod
     def query(cls, loader: vio.ImageLoader, path: str | os.PathLike[str], channels: bool = False) -> Volume:
-        descriptor = vio.query_descriptor(path, loader.readers)
+        descriptor, voxel_size = vio.query_metadata(path, loader.readers)[:2]
         extents = descriptor.extents
         sections = descriptor.core_rank == 2 and len(extents) == 3
         stacked = channels and descriptor.core_rank == 3 and len(extents) == 4
@@ -48,7 +51,8 @@ class Volume:
             raise ValueError(f"{os.fspath(path)}: holds {descriptor}, not {wanted}")
         shape = (extents[-3], extents[-2], extents[-1])
         dtype = descriptor.data_type.dtype
-        return cls(os.fspath(path), shape, dtype, sections, extents[0] if stacked else 0)
+        voxel_size = voxel_size if voxel_size is not None and len(voxel_size) == 3 else None
+        return cls(os.fspath(path), shape, dtype, sections, extents[0] if stacked else 0, voxel_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +66,8 @@ class Entry:
     label: Volume | None
     label_value: int | None
     input: Volume | None
+    voxel_size: tuple[float, ...] | None = None
+    """The size in Å ``(z, y, x)`` of a voxel of the label (and of predictions of it), None if unknown."""
 
 
 Crop = tuple[Volume, Box, int, int]
@@ -259,8 +265,24 @@ class Buffers:
                     split_id=box.entry.split_id,
                     data=data[j, :, :depth],
                     label=labels[j, :depth],
-                    aux_data={**box.aux_data, "data": source},
+                    aux_data={**box.aux_data, "data": source, **_voxel_size(box.entry)},
                     batch_size=[],
                 )
             )
         return items
+
+
+def _voxel_size(entry: Entry) -> dict[str, Any]:
+    """``{"voxel_size": (z, y, x)}`` of the entry's label grid where it is known, else nothing."""
+    return {} if entry.voxel_size is None else {"voxel_size": entry.voxel_size}
+
+
+def label_voxel_size(tomogram: Volume, label: Volume | None) -> tuple[float, ...] | None:
+    """The size in Å ``(z, y, x)`` of a voxel of the label of ``tomogram`` (its own grid without a label):
+    the tomogram's, its height and width over the label's scale, else the label file's (features of a
+    tomogram say no size; their full-resolution label may)."""
+    if label is None or tomogram.voxel_size is None:
+        return tomogram.voxel_size if label is None else label.voxel_size
+    scale = label.shape[1] // tomogram.shape[1]
+    z, y, x = tomogram.voxel_size
+    return (z, y / scale, x / scale)

@@ -24,7 +24,18 @@ from vitrio.data import shared_loader
 from vitrio.formats.zarr import OmeZarrFormat
 
 from . import hdf5
-from ._boxes import Box, Buffers, Entry, Placed, Volume, as_float, check_factor, start_reads, volume_crops
+from ._boxes import (
+    Box,
+    Buffers,
+    Entry,
+    Placed,
+    Volume,
+    as_float,
+    check_factor,
+    label_voxel_size,
+    start_reads,
+    volume_crops,
+)
 from .collate import PaddedTomograms
 from .types import FileData, TomogramData
 
@@ -53,7 +64,9 @@ class TomogramDataset(torch.utils.data.Dataset):
       the pipeline's datasets give it (the volume ``[D, H', W']`` of dataset ``input_key`` where
       given, else of the memory of ``data``: ``[D, H, W]`` for one channel, ``[C, D, H, W]`` for
       more), which the pipeline's test and predict steps and writers write beside the predictions;
-      and, for a random crop, ``"crop_origin"``, where its box starts in ``data``.
+      for a random crop, ``"crop_origin"``, where its box starts in ``data``; and, where the files
+      say it, ``"voxel_size"``, the size in Å ``(z, y, x)`` of a voxel of ``label`` (the tomogram's
+      over the label's scale, else the label file's), which ``write_predictions`` writes.
     - ``sample`` from ``FileData.sample`` or else the name of the tomogram's folder, ``tomo_name`` the
       tomogram's file name.
 
@@ -176,7 +189,8 @@ class TomogramDataset(torch.utils.data.Dataset):
             shape: The extents of the box, ``(depth, height, width)``; None for the rest of the tomogram.
 
         Returns:
-            The box of the tomogram and its label, with ``aux_data`` holding ``"data"`` only.
+            The box of the tomogram and its label, with ``aux_data`` holding ``"data"`` (and
+            ``"voxel_size"`` where the files say it) only.
 
         Raises:
             ValueError: If the box is not inside the tomogram.
@@ -260,6 +274,7 @@ class TomogramDataset(torch.utils.data.Dataset):
             label=label,
             label_value=value,
             input=source,
+            voxel_size=label_voxel_size(tomogram, label),
         )
 
     def _read(self, boxes: list[_Request]) -> list[TomogramData]:

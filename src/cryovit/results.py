@@ -96,13 +96,15 @@ def write_predictions(
     """Writes the predictions of a result, one file per tomogram, named after the tomogram.
 
     Tomogram ``name.ext`` of sample ``s`` is written to ``directory/s/name.mrc`` (the predictions,
-    float32) or ``directory/s/name.hdf5`` (datasets ``data``, the tomogram, and ``preds``, so that the
-    file is also a tomogram ``TomogramDataset`` reads). Write them apart from the tomograms: a file
-    of the same name is replaced. Sample and tomogram names must be plain names (no separator, not
-    ``..``): names that came with the data cannot place a file elsewhere. Each sample's folder is
-    made and opened once, without following a symbolic link, before anything is written, and its
-    files are made in the folder so opened, so a folder swapped for a link meanwhile cannot redirect
-    them.
+    float32, of the voxel size in Å that ``aux_data["voxel_size"]`` gives, which ``TomogramDataset``
+    takes from the files: one number or ``(z, y, x)``; none where it gives None) or
+    ``directory/s/name.hdf5`` (datasets ``data``, the tomogram, and ``preds``, so that the file is
+    also a tomogram ``TomogramDataset`` reads; HDF5 keeps no voxel size). Write them apart from the
+    tomograms: a file of the same name is replaced. Sample and tomogram names must be plain names (no
+    separator, not ``..``): names that came with the data cannot place a file elsewhere. Each
+    sample's folder is made and opened once, without following a symbolic link, before anything is
+    written, and its files are made in the folder so opened, so a folder swapped for a link meanwhile
+    cannot redirect them.
 
     Args:
         result: The result, as ``model_result`` makes it.
@@ -114,7 +116,9 @@ def write_predictions(
 
     Raises:
         ValueError: If ``file_format`` is neither, a sample or tomogram name is not a plain name, or
-            a sample's folder is a symbolic link; no file is written then.
+            a sample's folder is a symbolic link; no file is written then. If a tomogram's voxel
+            size is not one or three positive numbers; the files of the tomograms before it are
+            written then.
         NotADirectoryError: If a file lies where a sample's folder goes; no file is written then.
     """
     if file_format not in ("mrc", "hdf5"):
@@ -132,11 +136,12 @@ def write_predictions(
             if sample not in folders:
                 folders[sample] = _opened(opened, open_subfolder(root, sample, str(directory / sample)))
         paths = []
-        for (sample, name), data, preds in zip(names, result.data, result.preds):
+        sizes = (result.aux_data or {}).get("voxel_size") or [None] * len(names)
+        for (sample, name), data, preds, size in zip(names, result.data, result.preds, sizes):
             path = directory / sample / name
             with writing_in(path.parent, folders[sample]):
                 if file_format == "mrc":
-                    vio.write_single(preds, path)
+                    vio.write_single(preds, path, voxel_size=size)
                 else:
                     hdf5.write_datasets(path, {"data": data, "preds": preds})
             paths.append(path)
