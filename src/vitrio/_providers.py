@@ -32,6 +32,7 @@ from .formats import (
     resolve_formats,
 )
 from .formats._raw_layout import RawLayout
+from .formats._registry import formats_configuration
 from .formats._remote_readers import RemoteReaders
 from .formats.eer import EerFormat
 
@@ -67,6 +68,13 @@ class ImageReaderProvider:
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         """(size, version) of the file at the URL `key` now, for a scratch to see a change; None if local."""
+        return None
+
+    def configuration(self) -> str | None:
+        """A stable description of what decides the images this provider hands out (its formats and
+        their settings), for a cache kept across programs to tell providers apart; a provider that
+        passes on another's images describes that one. None (the default) where it cannot tell: such
+        a cache then keeps nothing for a later program."""
         return None
 
     def query_descriptor(self, key) -> ImageDescriptor:
@@ -133,6 +141,10 @@ class FileImageReaderProvider(ImageReaderProvider):
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         return self._remote.stamp(key) if is_url(key) else None
+
+    def configuration(self) -> str:
+        """The formats tried, in order, with their settings (`formats_configuration`)."""
+        return formats_configuration(self.formats)
 
     def __repr__(self) -> str:
         return f"FileImageReaderProvider(formats={[f.name for f in self.formats]})"
@@ -235,6 +247,9 @@ class CachingImageReaderProvider(ImageReaderProvider):
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         return self._backing.stamp(key)
+
+    def configuration(self) -> str | None:
+        return self._backing.configuration()
 
     def release(self, reader: ImageReader) -> None:
         """Hand back a reader `acquire` gave; it stays open until it is the least recently used.

@@ -5,22 +5,24 @@ and its checks), laid out over the source's files as for their stored
 images, but filled through `PreparedFiles`, whose reader of a file reads a
 run of its images and prepares them with one call of the transform. So the
 scratch holds each image prepared, and drops what a file held when its
-size or modification time changed since. Its fingerprint is of what
-prepares the images as well (`preparation`: the transform's class and
-parameters, the types read and held, the shapes), so a file made by
-another transform, type or shape is rebuilt, never served. bfloat16,
-which no file type names, is held as its bits (uint16).
+stamp (size, modification time, inode, change time) changed since. Its
+fingerprint is of what makes the images as well (`preparation`: the
+readers' configuration, which holds their formats and settings, EER
+rendering and gain; the transform's class and parameters; the types read
+and held; the shapes; the version of this code and numpy's), so a file
+made otherwise is rebuilt, never served. bfloat16, which no file type
+names, is held as its bits (uint16).
 """
 
 from __future__ import annotations
 
 import copy
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .._functions import reader_provider
 from .._loading import ImageLoader
 from .._providers import ImageReaderProvider
 from .._types import ImageDescriptor, ImageLocation
@@ -37,6 +39,10 @@ __all__ = ["PreparedScratch", "PreparedFiles", "preparation"]
 RUN_LENGTH = 16
 """How many images of a file are read and prepared together."""
 
+VERSION = 1
+"""The version of what prepares images here: raised when a change makes other images of the same files,
+transform and types, so that scratch files made before are rebuilt."""
+
 
 def _named(transform: Any) -> str:
     if isinstance(transform, Compose):
@@ -50,13 +56,22 @@ def _named(transform: Any) -> str:
     )
 
 
-def preparation(transform: Any, read_as: np.dtype, image: tuple, prepared: np.ndarray) -> str:
-    """What prepared images are of, besides their files: the transform, the types and the shapes.
+def preparation(
+    transform: Any, read_as: np.dtype, image: tuple, prepared: np.ndarray, readers: ImageReaderProvider
+) -> str:
+    """What prepared images are of, besides their files: the readers' configuration, the transform, the
+    types, the shapes and the version of the code. Readers that cannot describe themselves make it
+    unique, so that no later program is served their images.
 
     Raises:
         TypeError: If the transform is not a `Transform` or `Compose`, whose parameters name it.
     """
-    return f"{_named(transform)} of {read_as.name} {image} to {prepared.dtype.name} {prepared.shape[1:]}"
+    configuration = readers.configuration()
+    read_by = secrets.token_hex(16) if configuration is None else configuration
+    return (
+        f"{_named(transform)} of {read_as.name} {image} to {prepared.dtype.name} {prepared.shape[1:]}, "
+        f"read by {read_by}, prepared by version {VERSION} with numpy {np.__version__}"
+    )
 
 
 def _as_indexed(location: ImageLocation) -> ImageLocation:
@@ -161,13 +176,21 @@ class PreparedScratch:
         transform: What prepares them: a `Transform` or a `Compose`.
         prepare: Calls the transform and puts the result in its type.
         path: The scratch file: made, or resumed where made for the same images and preparation.
+        readers: What reads the images, whose configuration the file is made for.
 
     Raises:
         TypeError: If `source` is not an `ImageSource`, or `transform` not a `Transform` or `Compose`.
         OSError: If the file cannot be made, or the disk has no room for it.
     """
 
-    def __init__(self, source: Any, transform: Any, prepare: Callable[[np.ndarray], np.ndarray], path: str):
+    def __init__(
+        self,
+        source: Any,
+        transform: Any,
+        prepare: Callable[[np.ndarray], np.ndarray],
+        path: str,
+        readers: ImageReaderProvider,
+    ):
         if not isinstance(source, ImageSource):
             raise TypeError(f"a scratch of prepared images needs an ImageSource, not {type(source).__name__}")
         locations = source.locations
@@ -175,9 +198,9 @@ class PreparedScratch:
         probe = prepare(np.zeros((1, *image), dtype=source.dtype))
         whole = not locations.ravel()[0].has_index_in_stack
         held = _held_type(probe.dtype)
-        files = PreparedFiles(reader_provider(), prepare, image, source.dtype, (probe.shape[1:], held), whole)
+        files = PreparedFiles(readers, prepare, image, source.dtype, (probe.shape[1:], held), whole)
         indexed = np.vectorize(_as_indexed, otypes=[object])(locations)
-        of = preparation(transform, source.dtype, image, probe)
+        of = preparation(transform, source.dtype, image, probe, readers)
         self._scratch = mapped_scratch(group(indexed.ravel()), path, RUN_LENGTH, None, files, of=of)
         self._files = files
         self._images = ImageSource(indexed.tolist(), readers=ScratchImageReaderProvider(files, self._scratch))

@@ -8,12 +8,15 @@ then by its contents where the format can tell, by its extension otherwise.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import numpy as np
 
 from .._fs import open_readonly
 from .._remote import RemoteFile, is_url
@@ -25,6 +28,7 @@ __all__ = [
     "register_format",
     "registered_formats",
     "resolve_formats",
+    "formats_configuration",
     "open_reader",
     "create_writer",
 ]
@@ -121,6 +125,43 @@ def resolve_formats(formats: Iterable[type[Format]] | None) -> tuple[type[Format
     if not resolved:
         raise ValueError("formats is empty: no format to read or write with")
     return resolved
+
+
+def formats_configuration(formats: Iterable[type[Format]]) -> str:
+    """A stable description of what `formats` make of a file, for a cache kept across programs to tell
+    readers apart: each format, in order, by its class and its settings (its public class attributes,
+    those of `configured` formats included: EER fractions, binning, gain by its contents...)."""
+    return "; ".join(_format_configuration(candidate) for candidate in formats)
+
+
+def _format_configuration(candidate: type[Format]) -> str:
+    settings: dict[str, Any] = {}
+    for klass in candidate.__mro__:
+        if klass is not Format and issubclass(klass, Format):
+            for name, value in vars(klass).items():
+                if not name.startswith("_") and not callable(value) and not hasattr(value, "__get__"):
+                    settings.setdefault(name, value)
+    described = ", ".join(f"{name}={_setting(settings[name])}" for name in sorted(settings))
+    return f"{candidate.__module__}.{candidate.__qualname__}({described})"
+
+
+def _setting(value: Any) -> str:
+    """A setting as its value says it; an array by its contents, a mapping by a digest of its items (which
+    may hold credentials), an object of another kind by its `configuration()` or else its class."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return repr(value)
+    if isinstance(value, (tuple, list)):
+        return f"[{', '.join(map(_setting, value))}]"
+    if isinstance(value, Mapping):
+        items = sorted((repr(k), _setting(v)) for k, v in value.items())
+        return f"mapping {hashlib.sha256(repr(items).encode()).hexdigest()}"
+    if hasattr(value, "__array_interface__"):
+        array = np.ascontiguousarray(value)
+        digest = hashlib.sha256(array.reshape(-1).view(np.uint8)).hexdigest()
+        return f"array {array.dtype.str} {np.shape(value)} {digest}"
+    if hasattr(value, "configuration"):
+        return value.configuration()
+    return type(value).__qualname__
 
 
 def _extension(key: str) -> str:

@@ -155,6 +155,10 @@ class DetectorEventFractionation:
     def __hash__(self) -> int:
         return hash((DetectorEventFractionation, self._key()))
 
+    def configuration(self) -> str:
+        """A stable description of the grouping of frames, the same for equal fractionations."""
+        return repr(self)
+
     def __repr__(self) -> str:
         if self._count is not None:
             return f"DetectorEventFractionation(fraction_count={self._count})"
