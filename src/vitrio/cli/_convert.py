@@ -3,7 +3,7 @@
 Several files are converted into a folder, one after the other, or one
 task per file on a Dask cluster (`--scheduler`, `--local`): each task
 writes its file as a run here would, so that running it twice leaves the
-same file. The commands that run on clusters share `cluster` and
+same file, and reads a file at a URL with the `--storage-options` given. The commands that run on clusters share `cluster` and
 `run_per_file` from here.
 
 A conversion never changes a value silently: a type the output's format
@@ -392,10 +392,14 @@ def run_per_file(
             remove_leftovers(outputs)
 
 
-def _convert_file(job: tuple[Path, Path, np.dtype | None, str | None, Compose | None]) -> vio.ImageDescriptor:
-    """Convert one file on a worker, replacing what an earlier run of the task wrote."""
-    source, output, data_type, mode, prepare = job
-    return copy_images(vio.loader(cache=1), source, output, data_type, True, mode, prepare)
+def _convert_file(
+    job: tuple[Path | str, Path, np.dtype | None, str | None, Compose | None, Any],
+) -> vio.ImageDescriptor:
+    """Convert one file on a worker, replacing what an earlier run of the task wrote; a file at a URL is
+    reached with the storage options the task carries."""
+    source, output, data_type, mode, prepare, storage_options = job
+    loader = vio.loader(cache=1, storage_options=storage_options)
+    return copy_images(loader, source, output, data_type, True, mode, prepare)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -422,6 +426,7 @@ def run(args: argparse.Namespace) -> None:
                     args.data_type,
                     mode,
                     prepare,
+                    args.storage_options,
                 )
                 for source, output in zip(args.input, outputs)
             ]
