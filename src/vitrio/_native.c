@@ -1434,13 +1434,6 @@ static inline int star_block(const uint8_t *p, const uint8_t *end) {
     return end - p >= 5 && memcmp(p, "data_", 5) == 0;
 }
 
-/* Whether the line at p is a comment after spaces or tabs, which pandas takes as a row of no values. */
-static inline int star_indented_comment(const uint8_t *p, const uint8_t *end) {
-    const uint8_t *start = p;
-    while (p < end && (*p == ' ' || *p == '\t')) p++;
-    return p > start && p < end && *p == '#';
-}
-
 /* What a value may be: STAR_NA, STAR_INT (of at most 18 bytes,
  * which int64 holds), STAR_FLOAT, STAR_TEXT (a number in no spelling), or STAR_OTHER (left to the general
  * parser: booleans, infinities, NaN in another spelling). Numbers are told by their bytes alone:
@@ -1530,10 +1523,6 @@ static void *star_scan_part(void *argument) {
     while (part->plain && p < end) {
         if (star_block(p, end)) {
             part->block = 1;
-            break;
-        }
-        if (star_indented_comment(p, end)) {
-            part->plain = 0;
             break;
         }
         StarValue value;

@@ -7,14 +7,17 @@ they are plain (`vitrio._native.star_scan`: printable ASCII, no quotes, each
 column all integers, all numbers or all text), numbers straight into arrays
 and text into Arrow strings, as pandas would make them. Other rows go to
 pandas' C parser a chunk of lines at a time, values split at spaces and
-tabs, a `'` read as `"` (so `'a b'` is one value), a `#` starting a comment,
-`nan` and `<NA>` NaN: what starfile asks of pandas. Each chunk without
-quotes is checked by numpy first, so that a row with more or fewer values
-than the loop has columns is an error naming its line.
+tabs, a `'` read as `"` (so `'a b'` is one value), a `#` starting a comment
+(after spaces too), `nan` and `<NA>` NaN, a column numbers only where every
+value is one: what starfile asks of pandas. Each chunk without quotes is
+checked by numpy first, so that a row with more or fewer values than the
+loop has columns is an error naming its line. A UTF-8 byte order mark is
+skipped, as starfile's Python text files skip it.
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import shlex
@@ -33,6 +36,9 @@ __all__ = ["parse_star"]
 CHUNK_BYTES = 1 << 20
 """How much of a loop's body pandas is given at once."""
 
+MAX_LOOP_COLUMNS = 65536
+"""The most columns a loop may have (RELION's have tens), as many as `vitrio._native.star_scan` takes."""
+
 PLAIN_ROWS = True
 """Whether plain rows are read by the C extension (False: by pandas, as all others; for tests)."""
 
@@ -41,16 +47,17 @@ _LINE_END = re.compile(b"\n")
 
 
 class _Lines:
-    """The text of a file, taken a line or a chunk of whole lines at a time, counting its lines."""
+    """The text of a file, taken a line or a chunk of whole lines at a time, counting its lines; a UTF-8
+    byte order mark at its start is skipped, as Python's text files (starfile's) skip it."""
 
     def __init__(self, text: Buffer):
         self.text = text
         """The text: bytes, or a map of the file."""
-        self.position = 0
+        self._view = memoryview(text)
+        self.position = len(codecs.BOM_UTF8) if self._view[: len(codecs.BOM_UTF8)] == codecs.BOM_UTF8 else 0
         """Where the next line starts."""
         self.line_number = 0
         """How many lines were taken."""
-        self._view = memoryview(text)
 
     def _line_end(self, start: int) -> int:
         found = _LINE_END.search(self.text, start)  # type: ignore[call-overload]
@@ -168,24 +175,25 @@ def _number(value: str) -> int | float | str:
 
 def _loop(path: str | os.PathLike[str], lines: _Lines, name: str) -> pd.DataFrame:
     """The table of the loop whose loop_ line was just taken: its column names, then its rows."""
-    import pandas as pd
-
     names = []
     line = lines.peek()
     while line is not None and line.startswith(b"_"):
         lines.skip()
         names.append(_text(path, lines, line.split()[0][1:]))
         line = lines.peek()
+    if len(names) > MAX_LOOP_COLUMNS:
+        raise ValueError(
+            f"{path}: the loop of data_{name} up to line {lines.line_number}: {len(names)} columns, "
+            f"more than the {MAX_LOOP_COLUMNS} a loop may have"
+        )
     while line is not None and not line:
         lines.skip()
         line = lines.peek()
-    table = _plain_rows(lines, names) if PLAIN_ROWS else None
+    table = _plain_rows(lines, names) if PLAIN_ROWS and names else None
     if table is None:
         table = _parsed_rows(path, lines, name, names)
     for column in names:
-        values = table[column]
-        if not pd.api.types.is_numeric_dtype(values) and _numeric(values.iloc[:1]):
-            table[column] = pd.to_numeric(values)
+        table[column] = _numbers(table[column])
     return table
 
 
@@ -251,15 +259,20 @@ def _parsed_rows(path: str | os.PathLike[str], lines: _Lines, name: str, names: 
     return table
 
 
-def _numeric(values: pd.Series) -> bool:
-    """Whether pandas takes `values` as numbers (as starfile asks it of each column it reads as text)."""
+def _numbers(values: pd.Series) -> pd.Series:
+    """`values` as numbers where pandas takes every one of them as a number and not all as NaN (an
+    empty text is NaN to it), else as they are: what starfile asks of pandas for each column. A number
+    then text stays text; a column of text is refused at its first value, without converting the rest."""
     import pandas as pd
 
+    if pd.api.types.is_numeric_dtype(values):
+        return values
     try:
-        pd.to_numeric(values)
+        pd.to_numeric(values.iloc[:1])
+        numbers = pd.to_numeric(values)
     except (ValueError, TypeError):
-        return False
-    return True
+        return values
+    return values if numbers.isna().all() else numbers
 
 
 class _Body:
@@ -287,6 +300,8 @@ class _Body:
             self._lines.give_back(text[end:])
             self._ended = True
             text = text[:end]
+        if b"#" in text:  # a comment after spaces is a line of no values, as starfile strips each line
+            text = _INDENTED_COMMENT.sub(b"#", text)
         if b"'" in text or b'"' in text:
             return text.replace(b"'", b'"')
         _check_rows(self._path, text, first_line, self._count)
@@ -318,6 +333,9 @@ def _check_rows(path: str | os.PathLike[str], text: bytes, first_line: int, coun
             f"{path}: line {first_line + line}: {per_line[line]} values in a row of a loop of {count} columns"
         )
 
+
+_INDENTED_COMMENT = re.compile(rb"^[ \t]+#", re.MULTILINE)
+"""A comment after spaces, which pandas would take as a row of NaN; starfile strips each line first."""
 
 _BLOCK_LINE = re.compile(rb"^[ \t\r\v\f]*data_", re.MULTILINE)
 """A line that starts a block: `data_` after what `bytes.strip` takes away (as `_Lines.peek`)."""
