@@ -101,3 +101,13 @@ def test_the_demo_micrographs_say_the_pixel_size_of_their_star_file(tmp_path: Pa
     size = float(blocks["optics"]["rlnMicrographPixelSize"].iloc[0])
     name = blocks["micrographs"]["rlnMicrographName"].iloc[0]
     assert mrc_voxel_size(tmp_path / name)[:2] == (size, size)
+
+
+@pytest.mark.parametrize("size", ["0", "-2", "nan"])
+def test_extract_refuses_a_pixel_size_that_is_no_size(vitrio, tmp_path: Path, monkeypatch, size):
+    monkeypatch.chdir(tmp_path)
+    micrographs, coordinates = _micrographs_without_sizes(tmp_path)
+    files = ["--micrographs", micrographs, "--coordinates", coordinates, "--box-size", 16]
+    before = leftovers(tmp_path)
+    assert_fails(vitrio("extract", *files, "-o", "particles.star", "--pixel-size", size), "pixel size", size)
+    assert leftovers(tmp_path) == before
