@@ -111,3 +111,16 @@ def test_extract_refuses_a_pixel_size_that_is_no_size(vitrio, tmp_path: Path, mo
     before = leftovers(tmp_path)
     assert_fails(vitrio("extract", *files, "-o", "particles.star", "--pixel-size", size), "pixel size", size)
     assert leftovers(tmp_path) == before
+
+
+def test_an_empty_stack_says_its_statistics_are_unknown(tmp_path: Path):
+    vio.write_stack(np.empty((0, 4, 4), np.float32), tmp_path / "empty.mrcs")
+    with mrcfile.new(tmp_path / "reference.mrcs") as mrc:
+        mrc.set_data(np.empty((0, 4, 4), np.float32))
+    fields = ("dmin", "dmax", "dmean", "rms")
+    with (
+        mrcfile.open(tmp_path / "empty.mrcs", permissive=False) as ours,
+        mrcfile.open(tmp_path / "reference.mrcs", permissive=False) as reference,
+    ):
+        assert [float(ours.header[f]) for f in fields] == [float(reference.header[f]) for f in fields]
+        assert float(ours.header.dmax) < float(ours.header.dmin)  # not determined

@@ -24,9 +24,10 @@ are not a permutation of 1, 2, 3 (taken as 1, 2, 3), a volume stack whose
 Written files carry a complete MRC2014 header (map ID, machine stamp,
 `nversion` 20141, the cell of the voxel size given, or of zero where none
 is, which readers take as unknown, as mrcfile writes it; statistics `dmin
-dmax dmean rms` of the values written; complex files get `rms` only, as mrcfile does). Types
-without an MRC mode are widened or narrowed to one: bool and uint8 to uint16,
-other integers and float64 to float32, complex128 to complex64. Since a
+dmax dmean rms` of the values written; complex files get `rms` only, and an
+empty stack none, as mrcfile does). Types without an MRC mode are widened
+or narrowed to one: bool and uint8 to uint16, other integers and float64 to
+float32, complex128 to complex64. Since a
 `.mrcs` file reads as a stack of images, volumes and stacks of volumes are
 not written to one (`ValueError`); nor are images without pixels. An
 empty stack is written (`nz` 0) and reads back as one.
@@ -77,6 +78,9 @@ _WRITE_MODES = {
     NumericalType.complex_float64: 4,
 }
 _STAMPS = {0x44: "<", 0x11: ">"}
+_UNDETERMINED = (0.0, -1.0, -2.0, -1.0)
+"""`dmin dmax dmean rms` that say the statistics are not known (`dmax < dmin`, `dmean < dmin`, `rms < 0`),
+as mrcfile writes them for a file without values."""
 _HEADER = np.dtype(
     [
         ("nx", "i4"),
@@ -321,14 +325,16 @@ class MrcFormat(Format):
         data_bytes = nx * ny * nz * dtype.itemsize
 
         def prepare(file: BinaryIO) -> int:
-            file.write(_header_bytes(fields, (0.0, -1.0, -2.0, -1.0)))
+            file.write(_header_bytes(fields, _UNDETERMINED))
             file.truncate(HEADER_BYTES + data_bytes)
             return HEADER_BYTES
 
         def complete(fd: int, statistics: Statistics) -> None:
             low, high, mean, rms = statistics.summary()
-            if dtype.kind == "c":
-                values = (0.0, -1.0, -2.0, rms)
+            if nz == 0:
+                values = _UNDETERMINED
+            elif dtype.kind == "c":
+                values = (*_UNDETERMINED[:3], rms)
             else:
                 values = (low, high, mean.real, rms)
             os.pwrite(fd, _header_bytes(fields, values), 0)
