@@ -14,7 +14,11 @@ renamed and removed relative to that open folder (`dir_fd`), so a folder
 swapped for a link meanwhile cannot send the file elsewhere. A folder vitrio
 makes under an output for names that come with the data (`open_subfolder`)
 is made and opened without following links, and the files written in it
-are made in the folder so opened (`writing_in`).
+are made in the folder so opened (`writing_in`). A folder written whole
+(an OME-Zarr store, `PartialFolder`) is made hidden and private beside its
+path as a file is, opened without following links, filled, renamed and
+removed through descriptors, and only while its name is still the folder
+made (`still_at`, `remove_made`).
 
 A file vitrio reads is opened without blocking and must be a regular file
 (`open_readonly`): a FIFO would block the reader forever, and a device such
@@ -65,6 +69,9 @@ __all__ = [
     "guard_sigterm",
     "track_partial",
     "untrack_partial",
+    "PartialFolder",
+    "remove_made",
+    "still_at",
 ]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -260,9 +267,9 @@ def open_beneath(root: str, path: str) -> int:
 
 _HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"
 _PARTIAL = re.compile(r"\.(.+)\.(\d+)-([0-9a-f]{8})-[0-9a-f]{16}\.partial")
-# id of what writes a hidden file or folder -> (pid that made it, the folder it lies in open, or None
-# where its name is a path, its name)
-_live: dict[int, tuple[int, int | None, str]] = {}
+# id of what writes a hidden file or folder -> (pid that made it, the folder it lies in open, its name,
+# the hidden folder open, or None for a file)
+_live: dict[int, tuple[int, int, str, int | None]] = {}
 _swept: set[str] = set()
 _state_lock = threading.Lock()
 _REMOVALS = 1000  # tries at a hidden folder that writing threads refill (see _on_sigterm)
@@ -306,15 +313,13 @@ def _sweep(path: str, folder: int) -> None:
 def _on_sigterm(number: int, frame: Any) -> None:
     """Remove this process's hidden files and folders, then die of SIGTERM as if no handler were installed."""
     me = os.getpid()
-    for pid, folder, name in list(_live.values()):
+    for pid, folder, name, made in list(_live.values()):
         if pid == me:
             with contextlib.suppress(OSError):
-                if not stat.S_ISDIR(os.lstat(name, dir_fd=folder).st_mode):
+                if made is None:
                     os.unlink(name, dir_fd=folder)
-                # threads still writing may add to a folder while it is removed: remove until it is gone
-                for _ in range(_REMOVALS):
-                    shutil.rmtree(name, ignore_errors=True, dir_fd=folder)
-                    os.lstat(name, dir_fd=folder)  # raises once it is gone
+                else:  # threads still writing may add to a folder while it is removed
+                    remove_made(folder, name, made, tries=_REMOVALS)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(me, signal.SIGTERM)
 
@@ -331,12 +336,12 @@ def guard_sigterm() -> None:
             signal.signal(signal.SIGTERM, _on_sigterm)
 
 
-def track_partial(owner: object, name: str, folder: int | None = None) -> None:
-    """Note `name`, a hidden file or folder `owner` writes (in the folder open at `folder`, or a path), for
-    SIGTERM to remove (see `guard_sigterm`)."""
+def track_partial(owner: object, name: str, folder: int, made: int | None = None) -> None:
+    """Note `name`, a hidden file `owner` writes in the folder open at `folder` (or the hidden folder open
+    at `made`), for SIGTERM to remove (see `guard_sigterm`)."""
     guard_sigterm()
     with _state_lock:
-        _live[id(owner)] = (os.getpid(), folder, name)
+        _live[id(owner)] = (os.getpid(), folder, name, made)
 
 
 def untrack_partial(owner: object) -> None:
@@ -454,3 +459,153 @@ def new_file(target: str | os.PathLike[str]) -> Iterator[PartialFile]:
         partial.discard()
         raise
     partial.publish()
+
+
+def still_at(folder: int, name: str, made: int) -> bool:
+    """Whether `name` in the folder open at `folder` is the folder open at `made` (not a link to it)."""
+    try:
+        status = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return os.path.samestat(status, os.fstat(made))
+
+
+def remove_made(folder: int, name: str, made: int, tries: int = 1) -> None:
+    """Remove the folder open at `made`, named `name` in the folder open at `folder`, and all it holds.
+
+    What it holds is removed through `made`, never through a link; `name`
+    is removed only while it still is that folder, so a folder another
+    user exchanged for it is left, as is the emptied folder where they put
+    it. It is emptied up to `tries` times while threads still writing refill it.
+    """
+    for attempt in range(tries):
+        try:
+            with os.scandir(made) as entries:
+                for entry in entries:
+                    with contextlib.suppress(FileNotFoundError):
+                        if entry.is_dir(follow_symlinks=False):
+                            shutil.rmtree(entry.name, dir_fd=made)
+                        else:
+                            os.unlink(entry.name, dir_fd=made)
+            if still_at(folder, name, made):
+                os.rmdir(name, dir_fd=folder)
+            return
+        except OSError as error:
+            if error.errno != errno.ENOTEMPTY or attempt == tries - 1:
+                raise
+
+
+def _give_modes(folder: int, files: int, folders: int) -> None:
+    """Give the files under the folder open at `folder` mode `files` and its folders `folders`, each
+    through a descriptor opened without following a link."""
+    with os.scandir(folder) as entries:
+        found = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+    for name, is_folder in found:
+        flags = _FOLDER if is_folder else os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC
+        fd = os.open(name, flags | _NOFOLLOW, dir_fd=folder)
+        try:
+            if is_folder:
+                _give_modes(fd, files, folders)
+            os.fchmod(fd, folders if is_folder else files)
+        finally:
+            os.close(fd)
+
+
+class PartialFolder:
+    """A new folder being filled beside `target`, private to its owner (mode 0700) until `publish` moves it
+    there: what `PartialFile` is for a file.
+
+    The target's folder is opened once, the hidden folder made in it and
+    opened without following a link (`fd`); what it holds is written
+    through `fd` by its writer, private too (files 0600, folders 0700). It
+    is renamed, and removed, in the target's folder only while its hidden
+    name there still is the folder made, so a link or folder another user
+    exchanged for it takes no write, mode change, rename or removal.
+
+    Attributes:
+        target: The path the folder is moved to when complete.
+        path: Where it lies until then: a hidden name in the target's folder.
+        fd: The folder's descriptor.
+
+    Raises:
+        FileNotFoundError: If the target's folder does not exist.
+        OSError: If the folder made was exchanged before it was opened.
+    """
+
+    def __init__(self, target: str | os.PathLike[str]):
+        self.target = os.fspath(target)
+        where, self._name = os.path.split(os.path.abspath(self.target))
+        try:
+            self._folder = os.open(where, _FOLDER)
+        except (FileNotFoundError, NotADirectoryError):
+            raise FileNotFoundError(f"{self.target}: no directory {where} to write in") from None
+        self.fd = -1
+        try:
+            guard_sigterm()
+            while True:
+                self.path = partial_path(self.target, secrets.token_hex(8))
+                try:
+                    os.mkdir(self._hidden, 0o700, dir_fd=self._folder)
+                except FileExistsError:
+                    continue
+                except OSError as error:
+                    raise type(error)(error.errno, error.strerror, self.target) from None
+                break
+            with contextlib.suppress(OSError):  # a link (ELOOP), or nothing: refused below
+                self.fd = os.open(self._hidden, _FOLDER | _NOFOLLOW, dir_fd=self._folder)
+            if self.fd < 0 or os.fstat(self.fd).st_uid != os.geteuid() or os.listdir(self.fd):
+                raise OSError(errno.EEXIST, f"{self.target}: the folder made to write it in was exchanged")
+            track_partial(self, self._hidden, self._folder, self.fd)
+        except BaseException:
+            self._release()
+            raise
+
+    @property
+    def _hidden(self) -> str:
+        return os.path.basename(self.path)
+
+    def publish(self, mode: int | None = None) -> None:
+        """Give what the folder holds `mode` (by default the umask's; folders searchable where readable),
+        and move it onto its target.
+
+        Raises:
+            FileExistsError: If something lies at the target.
+            OSError: If the hidden name no longer is the folder made, or the target not the folder moved.
+        """
+        try:
+            files = created_mode() if mode is None else mode
+            folders = files | (files & 0o444) >> 2
+            _give_modes(self.fd, files, folders)
+            try:
+                os.stat(self._name, dir_fd=self._folder, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+            else:
+                raise FileExistsError(errno.EEXIST, f"{self.target}: exists already; it is not replaced")
+            if not still_at(self._folder, self._hidden, self.fd):
+                raise OSError(errno.ESTALE, f"{self.target}: {self._hidden} is no longer the folder written")
+            os.fchmod(self.fd, folders)
+            os.rename(self._hidden, self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
+            if not still_at(self._folder, self._name, self.fd):
+                raise OSError(errno.ESTALE, f"{self.target}: {self._hidden} was exchanged as it was moved")
+        except BaseException:
+            self.discard()
+            raise
+        untrack_partial(self)
+        self._release()
+
+    def discard(self) -> None:
+        """Remove the unfinished folder and all in it (see `remove_made`)."""
+        try:
+            if self.fd >= 0:
+                remove_made(self._folder, self._hidden, self.fd)
+        finally:
+            untrack_partial(self)
+            self._release()
+
+    def _release(self) -> None:
+        for name in ("fd", "_folder"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                setattr(self, name, -1)
+                os.close(fd)

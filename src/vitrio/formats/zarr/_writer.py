@@ -1,9 +1,12 @@
 """Writing an OME-Zarr image (NGFF 0.4, Zarr v2): level 0 as written, coarser levels binned from it.
 
-The store is made in a private directory beside its path (mode 0700,
-created exclusively) and moved onto the path when finished, so an
-unfinished store never stands there and no one can plant links inside it
-while it is written. Images of a stack lie in chunks of their own, so
+The store is made in a private folder beside its path (`vitrio._fs.PartialFolder`:
+mode 0700, made exclusively, opened without following links) and moved onto
+the path when finished, so an unfinished store never stands there. Zarr
+writes it through the folder's descriptor (`_folder_store`), never by its
+path: another user who can write the store's folder and exchanges the
+hidden folder for a link cannot send a chunk, a mode change or the final
+rename through it. Images of a stack lie in chunks of their own, so
 threads writing different images never touch one chunk.
 
 Level `k` bins level `k - 1` by 2 along the space axes (odd extents round
@@ -13,16 +16,18 @@ up): floating-point and complex values are averaged, integers and booleans
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import os
-import shutil
-import tempfile
-from collections.abc import Sequence
+import secrets
+import stat
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..._fs import created_mode, track_partial, untrack_partial
+from ..._fs import PartialFolder
 from ..._types import ImageDescriptor, numpy_dtype
 from .._contract import ImageWriter
 from ._ngff import write_multiscales
@@ -45,6 +50,89 @@ def _bin(values: np.ndarray, factor: int) -> np.ndarray:
     padded = np.pad(values, [(0, -n % factor) for n in values.shape], mode="edge")
     shape = [x for n in padded.shape for x in (n // factor, factor)]
     return padded.reshape(shape).mean(axis=tuple(range(1, 2 * values.ndim, 2)), dtype=values.dtype)
+
+
+@functools.cache
+def _folder_store() -> type:
+    """The class of the Zarr store that a private folder open at a descriptor holds (zarr is imported
+    only by what writes a store)."""
+    from zarr.abc.store import Store
+
+    class FolderStore(Store):
+        """The store in the private folder open at `folder`, whose keys are read and written by their
+        paths from that descriptor: no one else may enter the folder to plant a link on them, and the
+        last name is opened without following one. A file is made exclusively, mode 0600 (folders
+        0700), beside its key and renamed onto it."""
+
+        supports_writes = True
+        supports_deletes = True
+        supports_listing = False
+
+        def __init__(self, folder: int):
+            super().__init__()
+            self.folder = folder
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, FolderStore) and other.folder == self.folder
+
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            if byte_range is not None:
+                raise NotImplementedError("a store being written is read whole, by key")
+            return await asyncio.to_thread(self._read, key, prototype)
+
+        async def get_partial_values(
+            self, prototype: Any, key_ranges: Iterable[tuple[str, Any]]
+        ) -> list[Any]:
+            return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
+
+        async def exists(self, key: str) -> bool:
+            try:
+                return stat.S_ISREG(os.stat(key, dir_fd=self.folder, follow_symlinks=False).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+
+        async def set(self, key: str, value: Any) -> None:
+            self._check_writable()
+            await asyncio.to_thread(self._write, key, value.as_buffer_like())
+
+        async def delete(self, key: str) -> None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(key, dir_fd=self.folder)
+
+        def list(self) -> AsyncIterator[str]:
+            raise NotImplementedError("a store being written is not listed")
+
+        def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+            raise NotImplementedError("a store being written is not listed")
+
+        def list_dir(self, prefix: str) -> AsyncIterator[str]:
+            raise NotImplementedError("a store being written is not listed")
+
+        def _read(self, key: str, prototype: Any) -> Any:
+            try:
+                fd = os.open(key, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self.folder)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            with open(fd, "rb") as file:
+                return prototype.buffer.from_bytes(file.read())
+
+        def _write(self, key: str, data: Any) -> None:
+            parts = key.split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir("/".join(parts[:depth]), 0o700, dir_fd=self.folder)
+            partial = f"{key}.{secrets.token_hex(8)}.partial"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            try:
+                with open(os.open(partial, flags, 0o600, dir_fd=self.folder), "wb") as file:
+                    file.write(data)
+                os.replace(partial, key, src_dir_fd=self.folder, dst_dir_fd=self.folder)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(partial, dir_fd=self.folder)
+                raise
+
+    return FolderStore
 
 
 class OmeZarrWriter(ImageWriter):
@@ -95,15 +183,15 @@ class OmeZarrWriter(ImageWriter):
         self._chunks = tuple(side.tolist())
         self._levels = int(levels)
         self._codec = codec
-        folder, name = os.path.split(os.path.abspath(key))
-        if not os.path.isdir(folder):
-            raise ValueError(f"{key}: no directory {folder} to write the store in")
-        import zarr.storage
-
-        self._partial = tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=folder)
-        track_partial(self, self._partial)
         try:
-            self._group = zarr.open_group(zarr.storage.LocalStore(self._partial), mode="w", zarr_format=2)
+            self._partial = PartialFolder(key)
+        except FileNotFoundError:
+            folder = os.path.dirname(os.path.abspath(key))
+            raise ValueError(f"{key}: no directory {folder} to write the store in") from None
+        import zarr
+
+        try:
+            self._group = zarr.create_group(_folder_store()(self._partial.fd), zarr_format=2)
             self._arrays = [self._create(0, descriptor.extents)]
         except BaseException:
             self.discard()
@@ -151,17 +239,10 @@ class OmeZarrWriter(ImageWriter):
                 for index in np.ndindex(*stack) if stack else [()]:
                     self._arrays[level][index] = _bin(self._arrays[level - 1][index], 2)
             self._group.attrs.update(self._attributes)
-            if os.path.lexists(self.key):
-                raise FileExistsError(f"{self.key}: exists already; an OME-Zarr store is not overwritten")
-            mode = created_mode()
-            os.chmod(self._partial, mode | (mode & 0o444) >> 2)  # searchable where readable
-            os.rename(self._partial, self.key)
-            untrack_partial(self)
         except BaseException:
             self.discard()
             raise
+        self._partial.publish()
 
     def discard(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(self._partial)
-        untrack_partial(self)
+        self._partial.discard()
