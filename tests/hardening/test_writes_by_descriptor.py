@@ -25,6 +25,7 @@ import zarr
 import vitrio as vio
 from tests.scratch.test_security import as_other_user
 from vitrio._fs import PartialFile
+from vitrio.cli import main
 from vitrio.formats.zarr import OmeZarrWriter
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="another user's process is made by root")
@@ -109,6 +110,26 @@ def test_a_hidden_store_exchanged_while_written_takes_no_write_and_is_not_publis
     assert_private_untouched(out)
     assert_holds_only_notes(out / hidden[0] if other.name == "precious" else out / "precious")
     assert os.listdir(other) == []  # the store's folder, emptied where the other user put it
+
+
+def test_a_store_set_aside_by_convert_force_and_exchanged_removes_no_other_folder(
+    out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vio.write_stack(VALUES[::-1].copy(), out / "x.zarr")
+    vio.write_stack(VALUES, out / "new.mrcs")
+    aside: list[str] = []
+    read = vio.read_batch_async
+
+    def exchanged_first(*args: object) -> vio.Completion:
+        if not aside:
+            aside.append(exchanged_by_other_user(out, ".replaced", out / "precious"))
+        return read(*args)
+
+    monkeypatch.setattr(vio, "read_batch_async", exchanged_first)
+    assert main(["convert", "--force", str(out / "new.mrcs"), str(out / "x.zarr")]) == 0
+    np.testing.assert_array_equal(vio.read(out / "x.zarr"), VALUES)
+    assert_holds_only_notes(out / aside[0])
+    assert os.listdir(out / "precious") == []  # the old store, emptied where the other user put it
 
 
 def test_a_discarded_store_exchanged_removes_no_other_folder(out: Path) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import vitrio as vio
-from vitrio._fs import new_file
+from vitrio._fs import new_file, remove_made, still_at
 
 if TYPE_CHECKING:
     import tqdm
@@ -70,19 +69,32 @@ def folders_for(path: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def replacing(path: Path) -> Iterator[None]:
     """While the block writes a new file at `path`, keep a store there aside: removed if the block
-    succeeds, put back if it fails (a file needs nothing: the new one is renamed over it)."""
-    if not is_store(path):
+    succeeds, put back if it fails (a file needs nothing: the new one is renamed over it, as is a link).
+
+    The store is opened, without following a link, before it is moved aside in its folder, and removed
+    through that descriptor (`vitrio._fs.remove_made`): another user who may write the folder and
+    exchanges the name it was moved to with another folder of the user's has nothing else removed.
+    """
+    if path.is_symlink() or not is_store(path):
         yield
         return
-    aside = path.with_name(f".{path.name}.{secrets.token_hex(8)}.replaced")
-    os.rename(path, aside)
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        yield
-    except BaseException:
-        if not os.path.lexists(path):
-            os.rename(aside, path)
-        raise
-    shutil.rmtree(aside)
+        store = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+        try:
+            aside = f".{path.name}.{secrets.token_hex(8)}.replaced"
+            os.rename(path.name, aside, src_dir_fd=folder, dst_dir_fd=folder)
+            try:
+                yield
+            except BaseException:
+                if not os.path.lexists(path) and still_at(folder, aside, store):
+                    os.rename(aside, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+                raise
+            remove_made(folder, aside, store)
+        finally:
+            os.close(store)
+    finally:
+        os.close(folder)
 
 
 class _NoBar:
