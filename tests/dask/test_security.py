@@ -12,72 +12,137 @@ import logging
 import multiprocessing
 import os
 import pickle
+import ssl
+import time
 import urllib.error
 import urllib.request
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import distributed
 import psutil
 import pytest
+from distributed.comm.core import CommClosedError
 from distributed.security import Security
 
 import vitrio.dask as vd
 from vitrio.cli import main
 
 OTHER = 12345
+OWN_CLIENT_LIMIT = 300
+"""How long the user's own client may take to connect and run a task: only a machine far past loaded
+takes that long; what another user's tries may wait is derived from what it did take."""
 
 
-def attack(scheduler: str, nodes: list[str], target: str, outcomes: multiprocessing.Queue) -> None:
-    """As uid 12345, make the cluster's processes create the folder `target`, over plain TCP and over TLS
-    with keys of one's own: a client's task on the `scheduler`, a `run` on each of the workers and nannies
-    `nodes`. Put what came of each try in `outcomes`."""
+class OwnKeys(Security):
+    """TLS with a key and certificate of one's own, checking nothing of the server's: what another user
+    can make, so that only the cluster's check of the client can refuse it."""
+
+    def get_connection_args(self, role: str) -> dict:
+        arguments = super().get_connection_args(role)
+        arguments["ssl_context"].check_hostname = False
+        arguments["ssl_context"].verify_mode = ssl.CERT_NONE
+        return arguments
+
+
+def causes(error: BaseException | None) -> list[BaseException]:
+    """`error` and those it was raised from, outermost first."""
+    found = []
+    while error is not None and error not in found:
+        found.append(error)
+        error = error.__cause__ or error.__context__
+    return found
+
+
+def outcome_of(error: BaseException) -> str:
+    """'refused: ...' where a peer refused the connection (reset it, closed it, sent a TLS alert) and
+    nothing ran out of time; else 'failed otherwise: ...', which proves nothing."""
+    chain = causes(error)
+    told = " <- ".join(repr(cause) for cause in chain)
+    if any(isinstance(cause, (asyncio.TimeoutError, TimeoutError)) for cause in chain):
+        return f"failed otherwise: {told}"
+    if any(isinstance(cause, (ssl.SSLError, ConnectionResetError, CommClosedError)) for cause in chain):
+        return f"refused: {told}"
+    return f"failed otherwise: {told}"
+
+
+def attack(
+    scheduler: str, nodes: list[str], keys: Security, targets: tuple[str, str], patience: float, outcomes
+) -> None:
+    """As uid 12345, try to make the cluster's processes create a folder: a client's task on the `scheduler`,
+    a `run` on each of the workers and nannies `nodes`, over plain TCP and over TLS with keys of one's own;
+    then, as a control, over TLS with the cluster's own `keys`. The tries create `targets[0]`, the
+    control `targets[1]`; each waits up to `patience` seconds. Send what came of each to `outcomes`."""
     os.setgroups([])
     os.setgid(OTHER)
     os.setuid(OTHER)
-    for address in [scheduler, *nodes]:
-        for scheme, security in (("tcp", Security()), ("tls", Security.temporary())):
-            where = f"{scheme}://{address.partition('://')[2]}"
-            try:
-                if address == scheduler:
-                    with distributed.Client(where, security=security, timeout="3s") as client:
-                        client.submit(os.mkdir, target, pure=False).result(timeout=10)
-                else:
-                    asyncio.run(run_on(where, security, target))
-                outcomes.put(f"ran on {where}")
-            except Exception as error:  # noqa: BLE001 - every way of failing is a refusal
-                outcomes.put(f"refused by {where}: {type(error).__name__}")
+    target, control = targets
+    tries = [("tcp", Security(), target), ("tls", OwnKeys.temporary(), target), ("tls", keys, control)]
+    with outcomes:
+        for address in [scheduler, *nodes]:
+            for scheme, security, folder in tries:
+                where = f"{scheme}://{address.partition('://')[2]}"
+                mkdir = functools.partial(os.makedirs, folder, exist_ok=True)
+                try:
+                    if address == scheduler:
+                        with distributed.Client(where, security=security, timeout=patience) as client:
+                            client.submit(mkdir, pure=False).result(timeout=patience)
+                    else:
+                        asyncio.run(run_on(where, security, mkdir, patience))
+                    outcome = "ran"
+                except Exception as error:  # noqa: BLE001 - told apart by outcome_of
+                    outcome = outcome_of(error)
+                outcomes.send((where, folder == control, outcome))
 
 
-async def run_on(address: str, security: Security, target: str) -> None:
-    """Have the worker or nanny at `address` run `os.mkdir(target)`, as a client's `run` does."""
+async def run_on(address: str, security: Security, function: Callable[[], None], patience: float) -> None:
+    """Have the worker or nanny at `address` run `function`, as a client's `run` does."""
     connection = security.get_connection_args("client")
-    async with distributed.rpc(address, connection_args=connection, timeout=3) as node:
-        call = node.run(function=pickle.dumps(functools.partial(os.mkdir, target)))
-        await asyncio.wait_for(call, 10)
+    async with distributed.rpc(address, connection_args=connection, timeout=patience) as node:
+        await asyncio.wait_for(node.run(function=pickle.dumps(function)), patience)
 
 
 def test_another_user_who_finds_the_ports_runs_nothing(tmp_path: Path) -> None:
+    """However loaded the machine: each try waits far longer than the user's own client took, the
+    control (the same tries with the cluster's keys) shows they run when let in, and a try that ran
+    out of time counts as nothing refused."""
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
-    target = private / "planted"
+    target, control = private / "planted", private / "control"
     with vd.local_cluster(1, silence_logs=logging.CRITICAL) as cluster:
-        workers = cluster.scheduler_info["workers"]
+        started = time.monotonic()
+        with distributed.Client(cluster, timeout=OWN_CLIENT_LIMIT) as client:
+            client.wait_for_workers(1, timeout=OWN_CLIENT_LIMIT)
+            assert client.submit(os.getuid, pure=False).result(timeout=OWN_CLIENT_LIMIT) == os.getuid()
+            workers = client.scheduler_info()["workers"]
+        patience = 60 + 20 * (time.monotonic() - started)
         nodes = [*workers, *(info["nanny"] for info in workers.values())]
         assert len(nodes) == 2
         spawn = multiprocessing.get_context("spawn")
-        outcomes = spawn.Queue()
-        other = spawn.Process(target=attack, args=(cluster.scheduler_address, nodes, str(target), outcomes))
+        receiving, sending = spawn.Pipe(duplex=False)
+        targets = (str(target), str(control))
+        other = spawn.Process(
+            target=attack,
+            args=(cluster.scheduler_address, nodes, cluster.security, targets, patience, sending),
+        )
         other.start()
-        other.join(timeout=120)
-        if other.is_alive():
-            other.kill()
-        tried = [outcomes.get(timeout=5) for _ in range(2 * (1 + len(nodes)))]
-        assert other.exitcode == 0, tried
-        with distributed.Client(cluster) as client:  # the user's own client still runs tasks
-            assert client.submit(os.getuid, pure=False).result(timeout=30) == os.getuid()
-    assert all(outcome.startswith("refused") for outcome in tried), tried
+        sending.close()  # the child's end alone is left: reading ends when the child does
+        tried = []
+        with receiving:
+            while True:
+                try:
+                    tried.append(receiving.recv())
+                except EOFError:
+                    break
+        other.join()
+        with distributed.Client(cluster, timeout=OWN_CLIENT_LIMIT) as client:  # the user's own still runs
+            assert client.submit(os.getuid, pure=False).result(timeout=OWN_CLIENT_LIMIT) == os.getuid()
+    assert other.exitcode == 0 and len(tried) == 3 * (1 + len(nodes)), tried
+    assert all(outcome.startswith("refused") for _, is_control, outcome in tried if not is_control), tried
     assert not target.exists()
+    assert [outcome for _, is_control, outcome in tried if is_control] == ["ran"] * (1 + len(nodes)), tried
+    assert control.is_dir()  # the same tries, with the cluster's keys, would have run
     assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
 
 
