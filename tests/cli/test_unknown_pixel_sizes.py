@@ -124,3 +124,19 @@ def test_an_empty_stack_says_its_statistics_are_unknown(tmp_path: Path):
     ):
         assert [float(ours.header[f]) for f in fields] == [float(reference.header[f]) for f in fields]
         assert float(ours.header.dmax) < float(ours.header.dmin)  # not determined
+
+
+def test_extract_refuses_micrographs_whose_headers_differ(vitrio, tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    micrographs, coordinates = _micrographs_without_sizes(tmp_path)
+    for name, size in (("a", 1.5), ("b", 3.0)):  # b binned twice, as a and b might be
+        with mrcfile.open(f"Micrographs/{name}.mrc", "r+") as mrc:
+            mrc.voxel_size = size
+    files = ["--micrographs", micrographs, "--coordinates", coordinates, "--box-size", 16]
+    result = vitrio("extract", *files, "-o", "particles.star")
+    assert_fails(result, "Micrographs/a.mrc", "Micrographs/b.mrc", "1.5 Å", "3 Å", "--pixel-size")
+    with mrcfile.open("Micrographs/b.mrc", "r+") as mrc:
+        mrc.voxel_size = 1.5
+    assert vitrio("extract", *files, "-o", "particles.star").status == 0
+    optics = starfile.read("particles.star", always_dict=True)["optics"]
+    assert optics["rlnImagePixelSize"].tolist() == [1.5]

@@ -140,7 +140,8 @@ def extract_particles(
             and to names relative to the working directory.
         pixel_size: The pixel size in Å, when `micrographs` has no data_optics.
             Defaults to the one the first micrograph's header gives; where it
-            gives none, the extraction stops before anything is written.
+            gives none, or another micrograph's header gives another, the
+            extraction stops before anything is written.
         data_type: The type of the stacks.
         threads: How many threads read and write: here, or in each task on a
             cluster. Defaults to the machine's cores here, `CLUSTER_THREADS` there.
@@ -194,12 +195,7 @@ def extract_particles(
     for path in (output, *stacks):
         _check_output(path, force)
     if blocks.get("optics") is None and pixel_size is None:
-        pixel_size = header_pixel_size(found.paths[0], readers)
-        if pixel_size is None:
-            raise ValueError(
-                f"{micrographs}: no data_optics block gives the pixel size, nor does the header of "
-                f"{found.paths[0]}; pass --pixel-size (pixel_size=)"
-            )
+        pixel_size = header_pixel_size(found, micrographs)
     if pixel_size is not None and not (math.isfinite(pixel_size) and pixel_size > 0):
         raise ValueError(f"a pixel size is a positive number of Å, not {pixel_size}")
     optics = particle_optics(micrographs, mics, blocks.get("optics"), box, pixel_size)

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._functions import query_descriptor
+from .._functions import query_metadata
 from .._providers import ImageReaderProvider
 from ..data import PathResolver
-from ..formats import FormatWarning
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,16 +56,27 @@ def _column(path: Path, table: pd.DataFrame, name: str) -> np.ndarray:
     return values
 
 
-def header_pixel_size(path: str, readers: ImageReaderProvider) -> float | None:
-    """The pixel size in Å along x that the header of the micrograph at `path` (or URL) gives, or None."""
-    with warnings.catch_warnings():  # reading its descriptor warned already
-        warnings.simplefilter("ignore", FormatWarning)
-        reader = readers.acquire(path)
-        try:
-            voxel_size = reader.voxel_size
-        finally:
-            readers.release(reader)
-    return None if voxel_size is None else voxel_size[-1]
+def header_pixel_size(found: Picks, micrographs: str | Path) -> float:
+    """The pixel size in Å along x that the header of the first micrograph gives, for a `micrographs`
+    STAR file without data_optics.
+
+    Raises:
+        ValueError: If that header gives none, or another micrograph's gives another size.
+    """
+    first = found.pixel_sizes[0]
+    if first is None:
+        raise ValueError(
+            f"{micrographs}: no data_optics block gives the pixel size, nor does the header of "
+            f"{found.paths[0]}; pass --pixel-size (pixel_size=)"
+        )
+    for path, size in zip(found.paths, found.pixel_sizes):
+        if size is not None and not math.isclose(size, first, rel_tol=1e-6):
+            raise ValueError(
+                f"{micrographs}: no data_optics block gives the pixel size, and the headers of the "
+                f"micrographs differ: {first:g} Å in {found.paths[0]}, {size:g} Å in {path}; pass "
+                "--pixel-size (pixel_size=)"
+            )
+    return first
 
 
 _OPENING = 16
@@ -94,6 +104,8 @@ class Picks:
     centres: np.ndarray
     order: np.ndarray
     in_stack: np.ndarray
+    pixel_sizes: list[float | None] = field(default_factory=list)
+    """The pixel size in Å along x that each micrograph's header gives (None where none)."""
 
 
 def match_picks(
@@ -127,8 +139,9 @@ def match_picks(
     paths = [resolve(name) for name in names]
     extents = np.empty((len(paths), 2), dtype=np.int64)
     with ThreadPoolExecutor(min(_OPENING, len(paths))) as pool:
-        descriptors = list(pool.map(lambda path: query_descriptor(path, readers=readers), paths))
-    for i, (path, descriptor) in enumerate(zip(paths, descriptors)):
+        headers = list(pool.map(lambda path: query_metadata(path, readers=readers), paths))
+    pixel_sizes = [None if header.voxel_size is None else header.voxel_size[-1] for header in headers]
+    for i, (path, descriptor) in enumerate(zip(paths, (header.descriptor for header in headers))):
         if descriptor.is_stack or descriptor.core_rank != 2:
             kind = "a stack" if descriptor.is_stack else "a volume"
             shape = " x ".join(map(str, descriptor.extents))
@@ -153,7 +166,7 @@ def match_picks(
     counts = np.bincount(images)
     in_stack = np.empty(len(order), dtype=np.int64)
     in_stack[order] = np.arange(len(order)) - (np.cumsum(counts) - counts)[images[order]]
-    return Picks(names, paths, rows, images, centres, order, in_stack)
+    return Picks(names, paths, rows, images, centres, order, in_stack, pixel_sizes)
 
 
 def stack_pixel_sizes(found: Picks, table: pd.DataFrame, optics: pd.DataFrame) -> list[float | None]:
