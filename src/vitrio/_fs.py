@@ -554,7 +554,7 @@ class PartialFolder:
             with contextlib.suppress(OSError):  # a link (ELOOP), or nothing: refused below
                 self.fd = os.open(self._hidden, _FOLDER | _NOFOLLOW, dir_fd=self._folder)
             if self.fd < 0 or os.fstat(self.fd).st_uid != os.geteuid() or os.listdir(self.fd):
-                raise OSError(errno.EEXIST, f"{self.target}: the folder made to write it in was exchanged")
+                raise OSError(f"{self.target}: the folder made to write it in was exchanged")
             track_partial(self, self._hidden, self._folder, self.fd)
         except BaseException:
             self._release()
@@ -581,13 +581,13 @@ class PartialFolder:
             except FileNotFoundError:
                 pass
             else:
-                raise FileExistsError(errno.EEXIST, f"{self.target}: exists already; it is not replaced")
+                raise FileExistsError(f"{self.target}: exists already; it is not replaced")
             if not still_at(self._folder, self._hidden, self.fd):
-                raise OSError(errno.ESTALE, f"{self.target}: {self._hidden} is no longer the folder written")
+                raise OSError(f"{self.target}: {self._hidden} is no longer the folder written")
             os.fchmod(self.fd, folders)
             os.rename(self._hidden, self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
             if not still_at(self._folder, self._name, self.fd):
-                raise OSError(errno.ESTALE, f"{self.target}: {self._hidden} was exchanged as it was moved")
+                raise OSError(f"{self.target}: {self._hidden} was exchanged as it was moved")
         except BaseException:
             self.discard()
             raise

@@ -132,6 +132,19 @@ def test_a_store_set_aside_by_convert_force_and_exchanged_removes_no_other_folde
     assert os.listdir(out / "precious") == []  # the old store, emptied where the other user put it
 
 
+def test_convert_force_does_not_follow_a_link_to_a_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    vio.write_stack(VALUES, tmp_path / "new.mrcs")
+    vio.write_stack(VALUES[::-1].copy(), tmp_path / "elsewhere.zarr")
+    (tmp_path / "x.zarr").symlink_to("elsewhere.zarr")
+    assert main(["convert", "--force", str(tmp_path / "new.mrcs"), str(tmp_path / "x.zarr")]) == 1
+    assert capsys.readouterr().err.endswith("x.zarr: exists already; it is not replaced\n")
+    assert os.readlink(tmp_path / "x.zarr") == "elsewhere.zarr"
+    np.testing.assert_array_equal(vio.read(tmp_path / "elsewhere.zarr"), VALUES[::-1])
+    assert sorted(os.listdir(tmp_path)) == ["elsewhere.zarr", "new.mrcs", "x.zarr"]
+
+
 def test_a_discarded_store_exchanged_removes_no_other_folder(out: Path) -> None:
     key = out / "x.zarr"
     writers = vio.writer_provider()
