@@ -78,23 +78,20 @@ def replacing(path: Path) -> Iterator[None]:
     if path.is_symlink() or not is_store(path):
         yield
         return
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
+    with contextlib.ExitStack() as opened:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        opened.callback(os.close, folder)
         store = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+        opened.callback(os.close, store)
+        aside = f".{path.name}.{secrets.token_hex(8)}.replaced"
+        os.rename(path.name, aside, src_dir_fd=folder, dst_dir_fd=folder)
         try:
-            aside = f".{path.name}.{secrets.token_hex(8)}.replaced"
-            os.rename(path.name, aside, src_dir_fd=folder, dst_dir_fd=folder)
-            try:
-                yield
-            except BaseException:
-                if not os.path.lexists(path) and still_at(folder, aside, store):
-                    os.rename(aside, path.name, src_dir_fd=folder, dst_dir_fd=folder)
-                raise
-            remove_made(folder, aside, store)
-        finally:
-            os.close(store)
-    finally:
-        os.close(folder)
+            yield
+        except BaseException:
+            if not os.path.lexists(path) and still_at(folder, aside, store):
+                os.rename(aside, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+            raise
+        remove_made(folder, aside, store)
 
 
 class _NoBar:
