@@ -14,10 +14,12 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 
 import vitrio as vio
 from vitrio.data import DataLoader, Dataset, ImageSource
@@ -81,19 +83,20 @@ def test_a_file_not_of_its_format_keeps_its_class(good, tmp_path: Path):
     check_kept(raised, vio.FormatError, None, str(corrupt))
 
 
-def read_as_another_user(locations: list[vio.ImageLocation], outcomes: multiprocessing.Queue) -> None:
-    """As uid 12345, put in `outcomes` what reading `locations` raises each way, as identities and notes."""
+def read_as_another_user(keys: list[str], sending: Connection) -> None:
+    """As uid 12345, send what reading `keys` raises each way: the identity and notes of each failure."""
     os.setgroups([])
     os.setgid(OTHER)
     os.setuid(OTHER)
-    raised = failures(locations, (12, 10))
-    outcomes.put(
-        {way: (*identity(error), getattr(error, "__notes__", None)) for way, error in raised.items()}
-    )
+    with sending:
+        raised = failures(keys, (12, 10))
+        sending.send(
+            {way: (identity(error), getattr(error, "__notes__", [])) for way, error in raised.items()}
+        )
 
 
 @pytest.fixture
-def passable(tmp_path: Path) -> Iterator[Path]:
+def passable() -> Iterator[Path]:
     """A folder another user may pass through (pytest's own are private to this one)."""
     folder = Path(tempfile.mkdtemp())
     folder.chmod(0o755)
@@ -101,25 +104,50 @@ def passable(tmp_path: Path) -> Iterator[Path]:
     shutil.rmtree(folder)
 
 
-def test_a_file_the_user_may_not_read_keeps_its_class_errno_and_filename(passable: Path):
-    good = write_stacks(passable, (3,)).locations[0]
-    (passable / "private").mkdir()
-    locked = write_stacks(passable / "private", (3,)).paths[0]
-    locked.chmod(0o600)
+def ome_zarr(path: Path, values: np.ndarray) -> Path:
+    """A one-level OME-Zarr image of `values`, on Zarr v2, in chunks of 4 x 4."""
+    group = zarr.open_group(str(path), mode="w", zarr_format=2)
+    group.create_array("0", data=values, chunks=(4, 4))
+    axes = [{"name": n, "type": "space"} for n in "yx"]
+    group.attrs["multiscales"] = [{"version": "0.4", "axes": axes, "datasets": [{"path": "0"}]}]
+    return path
+
+
+LOCKED = {
+    "an MRC file": ("", ""),
+    "a chunk of an OME-Zarr store": ("0/0.0", "chunk 0/0.0"),
+    "an OME-Zarr array's metadata": ("0/.zarray", "0/.zarray"),
+}
+"""What is locked: the file's path in the store (none for a file), and how the store's error names it."""
+
+
+@pytest.mark.parametrize("locked", LOCKED)
+def test_a_file_the_user_may_not_read_keeps_its_class_errno_and_filename(passable: Path, locked: str):
+    values = np.ones((12, 10), np.float32)
+    good = passable / "good.mrc"
+    vio.write_single(values, good)
+    inside, named = LOCKED[locked]
+    key = str(ome_zarr(passable / "locked.zarr", values) if inside else passable / "locked.mrc")
+    if not inside:
+        vio.write_single(values, key)
+    Path(key, inside).chmod(0o600)
     spawn = multiprocessing.get_context("spawn")
-    outcomes = spawn.Queue()
-    other = spawn.Process(
-        target=read_as_another_user, args=([good, vio.ImageLocation(str(locked), 0)], outcomes)
-    )
+    receiving, sending = spawn.Pipe(duplex=False)
+    other = spawn.Process(target=read_as_another_user, args=([str(good), key], sending))
     other.start()
-    try:
-        raised = outcomes.get()
-    finally:
-        other.join()
-    expected = (PermissionError, errno.EACCES, str(locked), str(locked))
-    assert {way: found[:4] for way, found in raised.items()} == dict.fromkeys(raised, expected)
-    assert set(raised) == {"read", "batch", "data loader"}
-    assert raised["data loader"][4] == [f"reading row 1 ({vio.ImageLocation(str(locked), 0)})"]
+    sending.close()  # the child's end alone is left: reading ends when the child does
+    with receiving:
+        raised = receiving.recv()
+    other.join()
+    assert set(raised) == {"read", "batch", "data loader"}, raised
+    kind, number, filename, found_key = raised["read"][0]
+    assert (kind, number, found_key) == (PermissionError, errno.EACCES, key)
+    assert filename == (Path(inside).name if inside else key)
+    assert raised["batch"][0] == raised["data loader"][0] == raised["read"][0]
+    notes = raised["data loader"][1]
+    assert notes[-1].startswith(f"reading row 1 ({key}")
+    if inside:  # the store's error, naming the store and what in it could not be read
+        assert notes[:-1] == raised["read"][1] == [f"{key}: {named}"]
 
 
 def test_a_url_answered_404_keeps_its_class_and_errno(good):

@@ -31,6 +31,9 @@ def _document(store: Store, path: str) -> dict[str, Any] | None:
         return None
     if isinstance(found, ValueError):
         raise ValueError(f"{path}: {found}") from found
+    if isinstance(found, OSError) and found.errno is not None:  # its class and errno kept
+        found.add_note(f"{store.name}: {path}")
+        raise found
     if isinstance(found, BaseException):
         raise OSError(f"{store.name}: {path}: {type(found).__name__}: {found}") from found
     try:

@@ -271,6 +271,9 @@ class OmeZarrReader(ImageReader):
                 continue
             if isinstance(blob, ValueError):
                 raise FormatError(f"{where}: {blob}") from blob
+            if isinstance(blob, OSError) and blob.errno is not None:  # its class and errno kept
+                blob.add_note(where)
+                raise blob
             if isinstance(blob, BaseException):
                 raise OSError(errno.EIO, f"{where}: {type(blob).__name__}: {blob}") from blob
             try:
