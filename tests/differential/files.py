@@ -108,21 +108,22 @@ def _values(draw, dtype, shape) -> np.ndarray:
 
 
 @st.composite
-def mrc_files(draw, folder: Path, kinds=("image", "stack", "volume", "volumes"), modes=tuple(MRC_MODES)):
+def mrc_files(
+    draw, folder: Path, kinds=("image", "stack", "volume", "volumes"), modes=tuple(MRC_MODES), shape=None
+):
     """A `Drawn` MRC file: an image, a stack of images (`.mrcs` or `ispg` 0), a volume in any axis
     order, or a stack of volumes (`ispg` 401), of any mode and byte order, with or without an
-    extended header."""
+    extended header; its images of `shape` (y, x) where given."""
     kind = draw(st.sampled_from(kinds))
     mode = draw(st.sampled_from(modes))
     order = draw(st.sampled_from("<>"))
     extended = draw(st.sampled_from([0, 0, 92, 1024 + 7]))
-    side = st.integers(1, 24)
-    y, x = draw(side), draw(side)
+    y, x = shape or (draw(st.integers(1, 24)), draw(st.integers(1, 24)))
     axes, ispg, count = (1, 2, 3), 1, 1
     if kind == "image":
         core = (1, y, x)
     elif kind == "stack":
-        count = draw(st.integers(1, 7))
+        count = draw(st.integers(2 if shape else 1, 7))
         core = (count, y, x)
         ispg = draw(st.sampled_from([0, 1]))  # a .mrcs is a stack whatever ispg says
     elif kind == "volume":
@@ -159,16 +160,18 @@ def mrc_files(draw, folder: Path, kinds=("image", "stack", "volume", "volumes"),
 
 
 TIFF_TYPES = [np.uint8, np.uint16, np.int16, np.float32, np.int32, np.float64, np.complex64]
+REAL_TYPES = TIFF_TYPES[:-1]
 TIFF_CODECS = [None, None, "zlib", "lzw", "zstd", "packbits", "deflate"]
 
 
 @st.composite
-def tiff_files(draw, folder: Path):
+def tiff_files(draw, folder: Path, shape=None, types=TIFF_TYPES):
     """A `Drawn` TIFF file: one page or a multi-page stack, in strips or tiles, compressed or not
-    (with a predictor where the codec takes one), classic or BigTIFF, read back by tifffile."""
-    count = draw(st.integers(1, 5))
-    y, x = draw(st.integers(1, 48)), draw(st.integers(1, 48))
-    dtype = np.dtype(draw(st.sampled_from(TIFF_TYPES)))
+    (with a predictor where the codec takes one), classic or BigTIFF, read back by tifffile; where
+    `shape` (y, x) is given, a stack of two pages or more of that shape, of one of `types`."""
+    count = draw(st.integers(2 if shape else 1, 5))
+    y, x = shape or (draw(st.integers(1, 48)), draw(st.integers(1, 48)))
+    dtype = np.dtype(draw(st.sampled_from(types)))
     codec = draw(st.sampled_from(TIFF_CODECS))
     if dtype.kind == "c" and codec == "packbits":
         codec = None

@@ -3,7 +3,6 @@ open-file cache, against numpy's reads of their bytes."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -11,12 +10,6 @@ import vitrio as vio
 
 from .files import mrc_files, tiff_files
 from .reads import examples, read_every_way
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    """A folder for the files of the module's examples, each of a name of its own."""
-    return tmp_path_factory.mktemp("local")
 
 
 def loaders(data):

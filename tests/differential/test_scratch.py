@@ -1,0 +1,75 @@
+"""Batches over stacks read through each scratch (in memory, a mapped file, a shared directory), in the
+first epoch, the second, and through a later scratch resuming the file, against numpy's reads."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import vitrio as vio
+
+from .files import REAL_TYPES, mrc_files, tiff_files
+from .reads import batches, cropped, examples, filled, patches
+
+REAL_MODES = (0, 1, 2, 6, 12)
+
+
+def stacks(data, folder) -> list:
+    """One to three drawn stacks, MRC or TIFF, of one image shape and real types."""
+    shape = data.draw(st.tuples(st.integers(1, 16), st.integers(1, 16)), label="image shape")
+    drawn = []
+    for _ in range(data.draw(st.integers(1, 3), label="files")):
+        mrc = mrc_files(folder, kinds=("stack",), modes=REAL_MODES, shape=shape)
+        tiff = tiff_files(folder, shape=shape, types=REAL_TYPES)
+        drawn.append(data.draw(st.one_of(mrc, tiff), label="stack"))
+    return drawn
+
+
+def scratch_maker(data, locations, folder, first: int):
+    """What makes the drawn scratch over `locations`, and whether a second one made so resumes the
+    first's file; it holds them all, or (`first`, the bytes of the first file in key order) fewer."""
+    kind = data.draw(st.sampled_from(["host", "mapped", "directory"]), label="scratch")
+    run = data.draw(st.integers(1, 5), label="run length")
+    room = data.draw(st.sampled_from([None, first + 8192]), label="room")  # all of them, or what fits
+    number = data.draw(st.integers(0, 2**32 - 1), label="scratch name")
+    if kind == "host":
+        return lambda: vio.create_host_image_scratch(locations, run, room), False
+    if kind == "mapped":
+        path = folder / f"epochs-{number}.scratch"
+        return lambda: vio.create_mapped_file_image_scratch(locations, path, run, room), True
+    budget = 1 << 30 if room is None else room
+    return lambda: vio.create_directory_image_scratch(locations, folder / "shared", run, budget), True
+
+
+@examples(20)
+@given(data=st.data())
+def test_batches_through_each_scratch_read_as_the_files_bytes(folder, data):
+    drawn = stacks(data, folder)
+    locations = [vio.ImageLocation(str(d.path), i) for d in drawn for i in range(len(d.images))]
+    images = np.concatenate([d.images.astype(np.float64) for d in drawn])
+    first = min(drawn, key=lambda d: str(d.path)).images.nbytes
+    make, resumes = scratch_maker(data, locations, folder, first)
+    layouts = " | ".join(d.layout for d in drawn)
+    scratch = make()
+    loader = vio.loader(data.draw(st.integers(1, 3), label="workers"), scratch=scratch)
+    ahead = data.draw(st.lists(st.sampled_from(locations), max_size=4), label="prefetched")
+    if ahead:
+        vio.prefetch_scratch_async(scratch, ahead, loader.executor).get()
+    epochs = ["first", "second"] + (["resumed"] if resumes else [])
+    for epoch in epochs:
+        if epoch == "resumed":
+            del loader, scratch
+            scratch = make()
+            loader = vio.loader(data.draw(st.integers(1, 3), label="workers"), scratch=scratch)
+        slots = data.draw(batches(len(locations), most=3 * len(locations)), label=f"{epoch} epoch")
+        out = filled((len(slots), *images.shape[1:]), np.float64)
+        vio.read_batch_async(loader, out, [locations[i] for i in slots]).get()
+        np.testing.assert_array_equal(out, images[slots], err_msg=f"{layouts}; {epoch} epoch {slots}")
+        image = data.draw(st.integers(0, len(locations) - 1), label=f"{epoch} patched image")
+        shape, centres = data.draw(patches(images.shape[1:]), label=f"{epoch} patches")
+        out = filled((len(centres), *shape), np.float64)
+        vio.read_patches_async(loader, out, locations[image], centres).get()
+        expected = cropped(images, [image] * len(centres), centres, filled(out.shape, np.float64))
+        message = f"{layouts}; {epoch} epoch's patches of {image} at {centres.tolist()}"
+        np.testing.assert_array_equal(out, expected, err_msg=message)
