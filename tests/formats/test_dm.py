@@ -260,6 +260,17 @@ def test_stacks_over_time_and_diffraction_patterns_are_read(tmp_path: Path):
         assert reader.voxel_size is None and reader.voxel_size_source is None
 
 
+def test_a_unit_without_a_scale_gives_no_pixel_size(tmp_path: Path):
+    # a length unit with no Scale tag says nothing of the size: unknown, not 1 unit a pixel
+    unscaled = _write(
+        tmp_path,
+        "unscaled.dm4",
+        dm_file(4, [image_entry(np.zeros((4, 5), np.float32), units=["nm", "nm"], scales=[None, 0.5])]),
+    )
+    with open_reader(unscaled, formats=DM) as reader:
+        assert reader.voxel_size is None and reader.voxel_size_source is None
+
+
 def test_binary_values_read_as_nonzero(tmp_path: Path):
     stored = np.array([[0, 1], [255, 0]], np.uint8)
     path = _write(tmp_path, "mask.dm4", dm_file(4, [image_entry(stored, 14, [8])]))

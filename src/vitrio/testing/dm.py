@@ -93,7 +93,7 @@ def image_entry(
     element: list[int] | None = None,
     little: bool = True,
     units: Sequence[str] = (),
-    scales: Sequence[float] = (),
+    scales: Sequence[float | None] = (),
     meta_data: Mapping[str, str] | None = None,
 ) -> tuple[str, list]:
     """An entry of `ImageList` holding `values`.
@@ -104,7 +104,8 @@ def image_entry(
         element: The encoded type of one element; defaults as `data_type` does.
         little: The byte order of the data.
         units: The unit of each axis, fastest first.
-        scales: The scale of each axis, fastest first; axis `i` gets `0.5 + i` where none is given.
+        scales: The scale of each axis, fastest first; axis `i` gets `0.5 + i` where none is given,
+            and no `Scale` tag where it is None.
         meta_data: The text tags of the group `ImageTags/Meta Data`, where Gatan's
             software says what the data are (`Format`, `Signal`); none if None.
 
@@ -121,18 +122,14 @@ def image_entry(
     )
     payload = values.astype(values.dtype.newbyteorder(order)).tobytes()
     dims = list(reversed(values.shape))
+    scales = [scales[i] if i < len(scales) else 0.5 + i for i in range(len(units))]
     calibrations = [
         (
             "",
-            [
-                (
-                    "Scale",
-                    ([6], np.array(scales[i] if i < len(scales) else 0.5 + i, dtype=f"{order}f4").tobytes()),
-                ),
-                ("Units", text_tag(u, little)),
-            ],
+            [("Scale", ([6], np.array(s, dtype=f"{order}f4").tobytes())) for s in [s] if s is not None]
+            + [("Units", text_tag(u, little))],
         )
-        for i, u in enumerate(units)
+        for s, u in zip(scales, units)
     ]
     return (
         "",
