@@ -57,7 +57,7 @@ def write_project(folder: Path, micrographs: int, side: int, particles: int) -> 
     (folder / "Micrographs").mkdir(parents=True)
     names = [f"Micrographs/mic_{i:03d}.mrc" for i in range(micrographs)]
     for name in names:
-        vio.write_single(rng.standard_normal((side, side), dtype=np.float32), folder / name)
+        vio.write_single(rng.standard_normal((side, side), dtype=np.float32), folder / name, voxel_size=1.0)
     picks = pd.DataFrame(
         {
             "rlnMicrographName": [names[i % micrographs] for i in range(particles)],

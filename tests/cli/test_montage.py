@@ -345,7 +345,7 @@ def test_a_stack_of_volumes_shows_the_sections_of_the_volumes_chosen(vitrio: Run
     assert vitrio("montage", "volumes.mrc", "--indices", "2", "-o", "m.png", "--tile", "16").status == 0
     pixels, labels = picture("m.png")
     assert [label.split(",")[0] for label in labels] == [
-        "3@volumes.mrc XY 1 Å",
+        "3@volumes.mrc XY",
         "3@volumes.mrc XZ",
         "3@volumes.mrc YZ",
     ]
