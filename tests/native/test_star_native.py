@@ -85,7 +85,7 @@ def _loops(draw) -> bytes:
         separator = draw(st.sampled_from([" ", "  ", "\t", " \t "]))
         rows.append(separator.join(row) + draw(st.sampled_from(["", "", " # a comment", "  "])))
         if draw(st.integers(0, 10)) == 0:
-            rows.append(draw(st.sampled_from(["", "# between", "   "])))
+            rows.append(draw(st.sampled_from(["", "# between", "   ", "  # indented", "\t#"])))
     names = "".join(f"_rlnColumn{c} #{c + 1}\n" for c in range(columns))
     end = draw(st.sampled_from(["\n", "", "\n\ndata_after\n\nloop_\n_rlnX #1\n1\n", "\n  data_\n_rlnY 2\n"]))
     text = f"data_\n\nloop_\n{names}" + "\n".join(rows) + end
@@ -136,7 +136,8 @@ def test_plain_rows_read_as_pandas_reads_them(text: bytes):
 
 def test_plain_rows_are_read_without_pandas_parser(monkeypatch):
     text = (
-        b"data_\nloop_\n_rlnA #1\n_rlnB #2\n_rlnC #3\n1@a.mrcs 2 -1.5e-3\r\n# note\n2@a.mrcs\t3 nan # end\n"
+        b"data_\nloop_\n_rlnA #1\n_rlnB #2\n_rlnC #3\n  # indented\n"
+        b"1@a.mrcs 2 -1.5e-3\r\n# note\n2@a.mrcs\t3 nan # end\n"
     )
 
     def refuse(*args):
