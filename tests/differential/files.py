@@ -55,6 +55,12 @@ class Drawn:
         return self.values if self.stack else self.values[None]
 
 
+def fresh(folder: Path, name: str) -> Path:
+    """A path in `folder` no example has used: `name` with a number of its own before its suffix."""
+    stem, dot, suffix = name.partition(".")
+    return folder / f"{stem}-{next(_NUMBERS)}{dot}{suffix}"
+
+
 def _stamp(order: str) -> bytes:
     return b"\x44\x44\x00\x00" if order == "<" else b"\x11\x11\x00\x00"
 
@@ -113,7 +119,7 @@ def mrc_files(
 ):
     """A `Drawn` MRC file: an image, a stack of images (`.mrcs` or `ispg` 0), a volume in any axis
     order, or a stack of volumes (`ispg` 401), of any mode and byte order, with or without an
-    extended header; its images of `shape` (y, x) where given."""
+    extended header; its images of `shape` (y, x) where given, and then a stack of two or more."""
     kind = draw(st.sampled_from(kinds))
     mode = draw(st.sampled_from(modes))
     order = draw(st.sampled_from("<>"))
@@ -134,7 +140,7 @@ def mrc_files(
         core = (count * depth, y, x)
         ispg = 401
     suffix = ".mrcs" if kind == "stack" and ispg == 1 else ".mrc"
-    path = folder / f"{kind}-{mode}-{'le' if order == '<' else 'be'}-{next(_NUMBERS)}{suffix}"
+    path = fresh(folder, f"{kind}-{mode}-{'le' if order == '<' else 'be'}{suffix}")
     stored_type, read_type = MRC_MODES[mode]
     # The volume as (z, y, x), stored with its columns, rows and sections along the axes `axes` name.
     volume = _values(draw, read_type if mode != 3 else np.int16, core if mode != 3 else (*core[:2], 2 * x))
@@ -165,11 +171,11 @@ TIFF_CODECS = [None, None, "zlib", "lzw", "zstd", "packbits", "deflate"]
 
 
 @st.composite
-def tiff_files(draw, folder: Path, shape=None, types=TIFF_TYPES):
+def tiff_files(draw, folder: Path, shape=None, types=TIFF_TYPES, pages=(1, 5)):
     """A `Drawn` TIFF file: one page or a multi-page stack, in strips or tiles, compressed or not
-    (with a predictor where the codec takes one), classic or BigTIFF, read back by tifffile; where
-    `shape` (y, x) is given, a stack of two pages or more of that shape, of one of `types`."""
-    count = draw(st.integers(2 if shape else 1, 5))
+    (with a predictor where the codec takes one), classic or BigTIFF, read back by tifffile; of
+    `pages` (fewest, most) pages of `shape` (y, x) where given, of one of `types`."""
+    count = draw(st.integers(*pages))
     y, x = shape or (draw(st.integers(1, 48)), draw(st.integers(1, 48)))
     dtype = np.dtype(draw(st.sampled_from(types)))
     codec = draw(st.sampled_from(TIFF_CODECS))
@@ -185,7 +191,7 @@ def tiff_files(draw, folder: Path, shape=None, types=TIFF_TYPES):
     else:
         options["rowsperstrip"] = draw(st.integers(1, y))
     values = _values(draw, dtype, (count, y, x))
-    path = folder / f"stack-{next(_NUMBERS)}.tif"
+    path = fresh(folder, "stack.tif")
     with tifffile.TiffWriter(path, bigtiff=options.pop("bigtiff")) as writer:
         for page in values:  # one page each, whatever tifffile would make of a shape
             writer.write(page, contiguous=False, **options)

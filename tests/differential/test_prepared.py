@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import vitrio as vio
 from vitrio.data import Compose, Invert
 
-from .files import mrc_files, tiff_files
+from .files import fresh, mrc_files, tiff_files
 from .reads import examples
 
 # The types float32 holds exactly, as a PreparedSource holds its images.
@@ -42,7 +42,7 @@ def epochs(dataset, images, batch_size: int, seed: int, loader):
 def test_image_and_prepared_sources_read_as_the_files_bytes(folder, data):
     shape = data.draw(st.tuples(st.integers(1, 16), st.integers(1, 16)), label="image shape")
     mrc = mrc_files(folder, kinds=("stack",), modes=FLOAT32_MODES, shape=shape)
-    tiff = tiff_files(folder, shape=shape, types=FLOAT32_TYPES)
+    tiff = tiff_files(folder, shape=shape, types=FLOAT32_TYPES, pages=(2, 5))
     drawn = data.draw(st.lists(st.one_of(mrc, tiff), min_size=1, max_size=3), label="stacks")
     locations = [vio.ImageLocation(str(d.path), i) for d in drawn for i in range(len(d.images))]
     images = np.concatenate([d.images.astype(np.float32) for d in drawn])
@@ -59,7 +59,7 @@ def test_image_and_prepared_sources_read_as_the_files_bytes(folder, data):
         epochs(vio.data.Dataset({"image": prepared}), images, batch_size, seed, loader)
         assert prepared.prepared_count == len(images)
         return
-    path = folder / f"prepared-{data.draw(st.integers(0, 2**32 - 1), label='scratch name')}.scratch"
+    path = fresh(folder, "prepared.scratch")
     for program in ("first", "later"):  # the later program serves the images from the file
         prepared = vio.data.PreparedSource(source, Compose(Invert(), Invert()), scratch=path)
         reads = epochs(vio.data.Dataset({"image": prepared}), images, batch_size, seed, vio.loader(2))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import vitrio as vio
 
-from .files import REAL_TYPES, mrc_files, tiff_files
+from .files import REAL_TYPES, fresh, mrc_files, tiff_files
 from .reads import batches, cropped, examples, filled, patches
 
 REAL_MODES = (0, 1, 2, 6, 12)
@@ -21,7 +21,7 @@ def stacks(data, folder) -> list:
     drawn = []
     for _ in range(data.draw(st.integers(1, 3), label="files")):
         mrc = mrc_files(folder, kinds=("stack",), modes=REAL_MODES, shape=shape)
-        tiff = tiff_files(folder, shape=shape, types=REAL_TYPES)
+        tiff = tiff_files(folder, shape=shape, types=REAL_TYPES, pages=(2, 5))
         drawn.append(data.draw(st.one_of(mrc, tiff), label="stack"))
     return drawn
 
@@ -32,11 +32,10 @@ def scratch_maker(data, locations, folder, first: int):
     kind = data.draw(st.sampled_from(["host", "mapped", "directory"]), label="scratch")
     run = data.draw(st.integers(1, 5), label="run length")
     room = data.draw(st.sampled_from([None, first + 8192]), label="room")  # all of them, or what fits
-    number = data.draw(st.integers(0, 2**32 - 1), label="scratch name")
     if kind == "host":
         return lambda: vio.create_host_image_scratch(locations, run, room), False
     if kind == "mapped":
-        path = folder / f"epochs-{number}.scratch"
+        path = fresh(folder, "epochs.scratch")
         return lambda: vio.create_mapped_file_image_scratch(locations, path, run, room), True
     budget = 1 << 30 if room is None else room
     return lambda: vio.create_directory_image_scratch(locations, folder / "shared", run, budget), True
