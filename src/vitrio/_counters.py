@@ -5,8 +5,10 @@ a `_Tally` for each thread that reads for it. Its reads run as tasks wrapped
 by `ReadCounters.counted`: while one runs, its thread's tally is the one the
 reader providers and the scratch add to (`add_count`, `note_read`,
 `note_runs`), with no lock, since only that thread writes it; `stats()` adds
-the tallies up. Code that runs outside such a task (a scratch prefetched
-ahead, a read of the user's own) counts nothing.
+the tallies up. What a batch does as it is submitted (the files its hints
+open) is added to the submitting thread's tally (`ReadCounters.add`). Code
+that runs outside both (a scratch prefetched ahead, a read of the user's
+own) counts nothing.
 """
 
 from __future__ import annotations
@@ -232,6 +234,13 @@ class ReadCounters:
             tally.images += images
             tally.bytes += nbytes
             tally.patches += patches
+
+    def add(self, name: str, number: int = 1) -> None:
+        """Add `number` to the counter `name` (as `add_count` names them) for what a batch does as it is
+        submitted, outside its tasks: the files its hints open."""
+        if self.enabled:
+            tally = self._tally()
+            setattr(tally, name, getattr(tally, name) + number)
 
     def counted(self, tasks: Sequence[Callable[[], None]]) -> Sequence[Callable[[], None]]:
         """The tasks, each made to count what its reads do into these counters."""

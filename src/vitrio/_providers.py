@@ -15,12 +15,15 @@ as it always does, and the file is parsed anew when it is opened next.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._counters import add_count
+from ._fs import open_readonly
 from ._remote import is_url
 from ._types import ImageDescriptor, as_key
 from .formats import (
@@ -65,6 +68,10 @@ class ImageReaderProvider:
     def opened(self, key: str) -> bool:
         """Whether acquiring `key` now opens nothing, its reader being kept open; False if unknown."""
         return False
+
+    def will_read(self, key: str, start: int = 0, length: int = 0) -> None:
+        """Tell the kernel that `length` bytes from `start` of the file at `key` (0: all after it) are
+        read soon, where this provider reads them from the file; nothing by default."""
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         """(size, version) of the file at the URL `key` now, for a scratch to see a change; None if local."""
@@ -138,6 +145,20 @@ class FileImageReaderProvider(ImageReaderProvider):
 
     def opened(self, key: str) -> bool:
         return is_url(key) and self._remote.holds(key)
+
+    def will_read(self, key: str, start: int = 0, length: int = 0) -> None:
+        """Open the local file at `key` as a reader does (`open_readonly`: a FIFO or a device is not
+        waited on) and tell the kernel (`posix_fadvise` WILLNEED); nothing for a URL or a file that does
+        not open, which the read that follows names."""
+        if is_url(key):
+            return
+        with contextlib.suppress(OSError, ValueError):
+            fd = open_readonly(key)
+            add_count("files_opened")
+            try:
+                os.posix_fadvise(fd, start, length, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         return self._remote.stamp(key) if is_url(key) else None
@@ -244,6 +265,9 @@ class CachingImageReaderProvider(ImageReaderProvider):
         if entry is not None and entry.reader is not None:
             return True
         return self._backing.opened(key)
+
+    def will_read(self, key: str, start: int = 0, length: int = 0) -> None:
+        self._backing.will_read(key, start, length)
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         return self._backing.stamp(key)

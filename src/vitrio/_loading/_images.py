@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections import deque
 from collections.abc import Sequence
 from time import perf_counter
@@ -15,7 +14,7 @@ from .._arrays import as_casting, as_destination, check_destination_type
 from .._concurrency import Completion, ThreadPoolExecutor, run_tasks
 from .._counters import add_count, note_read, note_runs
 from .._errors import concerning
-from .._native import RUN_FILE, advise
+from .._native import RUN_FILE
 from .._providers import ImageReaderProvider
 from .._remote import is_url, read_many
 from .._types import group_ids
@@ -33,7 +32,7 @@ from ._loader import (
     task_bounds,
     task_positions,
 )
-from ._runs import plan_known
+from ._runs import plan_known, will_read_runs
 
 __all__ = ["read_indexed_async", "read_batch_async"]
 
@@ -109,7 +108,7 @@ def read_indexed_async(
         if plan is not None:
             left, files, runs, slots, dst_kind = plan
             if loader.read_ahead:  # now, so that the kernel reads while the batches before it are copied
-                advise(files.paths, files.checks, runs)
+                loader.counters.add("files_opened", will_read_runs(files, runs))
             for a, b in task_bounds(len(runs), loader.worker_count, _NATIVE_TASKS_PER_WORKER):
                 tasks.append(
                     lambda a=a, b=b: _read_known(
@@ -253,16 +252,11 @@ HEADER_BYTES = 64 << 10
 
 
 def _hint_header(readers: ImageReaderProvider, key: str) -> None:
-    """Tell the kernel the header of the file at `key` is read soon, if its layout is not known: the
-    headers of a batch's files are read at once, not one after another as each is opened."""
-    if readers.layout(key) is not None:
-        return
-    with contextlib.suppress(OSError, ValueError):  # the read raises them, naming the file
-        fd = os.open(key, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.posix_fadvise(fd, 0, HEADER_BYTES, os.POSIX_FADV_WILLNEED)
-        finally:
-            os.close(fd)
+    """Tell the kernel, through the provider, the header of the file at `key` is read soon, if opening
+    it reads it (its layout not known, its reader not open): the headers of a batch's files are read at
+    once, not one after another as each is opened."""
+    if readers.layout(key) is None and not readers.opened(key):
+        readers.will_read(key, 0, HEADER_BYTES)
 
 
 _OPEN_AHEAD = 64

@@ -2,7 +2,8 @@
 
 The images are sorted by file and index and coalesced into runs of
 consecutive images, (file, offset, length, destination) each, that one
-native call reads (`vitrio.formats.read_runs`).
+native call reads (`vitrio.formats.read_runs`). `will_read_runs` tells the
+kernel of them ahead.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._arrays import holds_values
-from .._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET
+from .._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET, advise, advise_map
 from .._providers import ImageReaderProvider
 from ..formats._raw_layout import KnownFiles
 
-__all__ = ["plan_known"]
+__all__ = ["plan_known", "will_read_runs"]
 
 # The columns of `plan_known`'s table of the known files: where image 0 lies, bytes and values per
 # image, images, and the stored kind.
@@ -81,3 +82,21 @@ def plan_known(
         np.column_stack((slot, lengths)),
         dst_kind,
     )
+
+
+def will_read_runs(files: KnownFiles, runs: np.ndarray) -> int:
+    """Tell the kernel `runs` (as `plan_known` makes them) are read soon: through the map of a file whose
+    reader is open (`advise_map`), opening the others (`advise`).
+
+    Returns:
+        How many files it opened.
+    """
+    numbers = runs[:, RUN_FILE]
+    mapped = np.array([held is not None for held in files.maps])[numbers]
+    for number in np.unique(numbers[mapped]).tolist():
+        own = runs[numbers == number]
+        value_bytes = files.layouts[number].dtype.itemsize
+        advise_map(files.maps[number], np.column_stack((own[:, RUN_OFFSET], own[:, RUN_COUNT] * value_bytes)))
+    opening = np.ascontiguousarray(runs[~mapped])
+    advise(files.paths, files.checks, opening)
+    return len(np.unique(opening[:, RUN_FILE]))

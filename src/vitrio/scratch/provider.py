@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,6 +97,11 @@ class ScratchImageReaderProvider(ImageReaderProvider):
     def opened(self, key: str) -> bool:
         return self._backing.opened(key)
 
+    def will_read(self, key: str, start: int = 0, length: int = 0) -> None:
+        """Tell `backing` of a file the scratch does not hold; one it holds is served, not read."""
+        if not self._scratch.holds(key):
+            self._backing.will_read(key, start, length)
+
     def __repr__(self) -> str:
         return f"ScratchImageReaderProvider({self._backing!r}, {self._scratch!r})"
 
@@ -146,12 +150,7 @@ def hint(files: ImageReaderProvider, key: str, indices: np.ndarray) -> None:
     WILLNEED): the whole file for -1, else the bytes of the images of a raw file (MRC, uncompressed
     TIFF, DM); nothing for others."""
     if indices[0] < 0:
-        with contextlib.suppress(OSError):
-            fd = os.open(key, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
+        files.will_read(key)
         return
     layout = files.layout(key)
     if layout is None:  # opening it learns the layout (and a caching provider keeps it open)
