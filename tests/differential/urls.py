@@ -1,0 +1,31 @@
+"""Drawn files served at URLs for an example, and the sizes of the requests that fetch them."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+from hypothesis import strategies as st
+
+from vitrio._remote import RemoteFile
+
+from .files import Drawn
+
+
+def request_sizes(data, size: int):
+    """`RemoteFile.part` and `gap` patched for an example: the file of `size` bytes cut into up to 16 parts
+    (or left whole, as parts of 16 MiB leave it), merged across gaps of a few bytes, or of none."""
+    parts = data.draw(st.sampled_from([1, 2, 3, 7, 16]), label="parts")
+    part = max(16, -(-size // parts)) + data.draw(st.integers(0, 5), label="part's odd bytes")
+    gap = data.draw(st.sampled_from([0, 1, 7, part // 2, RemoteFile.gap]), label="gap")
+    return mock.patch.multiple(RemoteFile, part=part, gap=gap)
+
+
+def served(drawn: Drawn, place: str, s3, http) -> tuple[str, dict]:
+    """The key of `drawn` served from `place` ("local", "s3", "http"), and the options that reach it."""
+    name = drawn.path.name
+    if place == "local":
+        return str(drawn.path), {}
+    if place == "s3":
+        return s3.put(drawn.path, name), s3.options
+    http.files[name] = drawn.path.read_bytes()
+    return f"{http.url}/{name}", {}
