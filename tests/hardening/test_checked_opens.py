@@ -1,18 +1,23 @@
 """A FIFO where a file is opened only to tell the kernel what is read next: an epoch of a `DataLoader`
-over stacks not checked when the source was made, and a scratch taking whole files in. Each is opened
-as its reader opens it, so the FIFO is named by the read that follows instead of blocking forever.
-Each case runs in a fresh interpreter with a time limit, so that an open that blocks fails the test
-rather than hanging it."""
+over stacks not checked when the source was made, a scratch taking whole files in, and `vitrio doctor`
+dropping a store's pages. Each is opened as its reader opens it, so the FIFO is named by the read that
+follows, or passed over, instead of blocking forever. Each case runs in a fresh interpreter with a
+time limit, so that an open that blocks fails the test rather than hanging it."""
 
 from __future__ import annotations
 
+import json
 import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 
 import vitrio as vio
 from tests.hardening.helpers import run_script
+from tests.hardening.opens import Opens
 
 TIME_LIMIT = 120
 """Seconds a case may take: each reads a few images, which take well under a second unblocked."""
@@ -65,3 +70,21 @@ def test_a_scratch_taking_whole_files_in_names_a_file_become_a_fifo(tmp_path: Pa
     """
     found = outcome(tmp_path, call)
     assert found.startswith("OSError") and "b.mrc" in found and "FIFO" in found, found
+
+
+def test_doctor_passes_over_a_fifo_and_links_inside_a_store(tmp_path: Path):
+    store = tmp_path / "tomogram.zarr"
+    vio.write_single(np.random.default_rng(0).standard_normal((4, 16, 16)).astype(np.float32), store)
+    os.mkfifo(store / "notes")
+    (store / "zero").symlink_to("/dev/zero")
+    (tmp_path / "outside.bin").write_bytes(b"\0" * 64)
+    (store / "elsewhere").symlink_to(tmp_path / "outside.bin")
+    doctor = [sys.executable, "-m", "vitrio", "doctor", str(store), "--json", "--seconds", "0"]
+    with Opens(tmp_path) as opens:
+        result = subprocess.run(doctor, capture_output=True, text=True, timeout=TIME_LIMIT, check=False)
+        assert result.returncode == 0, result.stderr
+        assert opens.take()["outside.bin"] == 0
+    figures = json.loads(result.stdout)
+    assert figures["dataset"]["kinds"]["store"]["files"] == 1
+    assert list(figures["formats"]) == ["ome-zarr"]
+    assert stat.S_ISFIFO(os.lstat(store / "notes").st_mode)

@@ -5,9 +5,10 @@ particles, a `.txt` list of stacks, image files, folders of them, or OME-Zarr
 stores (local, or by URL). It counts the files and their bytes (`os.stat`,
 opening none), then, until its time is up, samples a few files (one of each
 kind first): for each, it drops the file's pages from the page cache
-(`posix_fadvise` DONTNEED, which needs no privilege), reads up to 16 of the
-images the dataset reads on one thread (cold), reads them again (warm), and
-opens the file alone. With one thread's memcpy rate, that splits the time of
+(`posix_fadvise` DONTNEED, which needs no privilege; each file opened as its
+reader opens it, so a FIFO or a link in a store is passed over), reads up to
+16 of the images the dataset reads on one thread (cold), reads them again
+(warm), and opens the file alone. With one thread's memcpy rate, that splits the time of
 an image into opening, disk, decoding and copying, and gives the images a
 second to expect on 1, 2 and N threads. `advise` turns the figures into the
 settings to read with, each with its reason. It writes nothing.
@@ -15,6 +16,7 @@ settings to read with, each with its reason. It writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -22,7 +24,7 @@ import os
 import shutil
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -30,10 +32,11 @@ from typing import Any
 import numpy as np
 
 import vitrio as vio
+from vitrio._fs import open_beneath, open_readonly
 from vitrio._locations import index_locations
 
 from .advice import advise, expected_rates
-from .workloads import evict, memcpy_rate
+from .workloads import memcpy_rate
 
 __all__ = ["Dataset", "Sample", "diagnose", "find_dataset", "available_memory"]
 
@@ -161,10 +164,28 @@ def _chosen(dataset: Dataset) -> list[str]:
 
 
 def _evict(key: str) -> None:
-    """Drop the pages of a local file, or of a store's files, from the page cache, where it may."""
+    """Drop the pages of a local file, or of a store's files, from the page cache, where it may.
+
+    Each is opened as its reader opens it (a store's files beneath it through no link): a FIFO, a
+    device or a link is passed over, never waited on or followed.
+    """
     if "://" in key or not hasattr(os, "posix_fadvise"):
         return
-    evict([Path(name) for name in _files_under(key)] if os.path.isdir(key) else [Path(key)])
+    if not os.path.isdir(key):
+        _drop_pages(lambda: open_readonly(key))
+        return
+    for name in _files_under(key):
+        _drop_pages(lambda name=name: open_beneath(key, os.path.relpath(name, key)))
+
+
+def _drop_pages(opening: Callable[[], int]) -> None:
+    """Drop the pages of the file `opening` opens from the page cache; nothing if it does not open."""
+    with contextlib.suppress(OSError, ValueError):
+        fd = opening()
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def _sample(key: str, wanted: np.ndarray | None) -> Sample:
