@@ -3,6 +3,8 @@
 #   read real DigitalMicrograph files (DM3, DM4, from rosettasciio's public test data, with the arrays
 #   rosettasciio reads from them) from ../shared/testdata/dm-samples.tar.xz beside the repository;
 #   without it they are skipped, saying so (in CI, with CI set, they fail).
+# make test-differential: tests/differential with 20 times the examples make test draws of each test (every
+#   way of reading a file against numpy's read of its bytes; new examples each run), a few minutes a core.
 # make test-wheel: build the wheel and install it into a fresh virtual environment with no C compiler
 #   reachable, reading with it there (tests/packaging, about 2 minutes; left out of make test).
 # make wheel: dist/vitrio-*-cp311-abi3-manylinux_*.whl, one wheel for every CPython from 3.11 on
@@ -16,7 +18,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-wheel wheel test-native-sanitized demo docs lint bench clean
+.PHONY: test test-differential test-wheel wheel test-native-sanitized demo docs lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +40,9 @@ test: $(STAMP)
 	@echo "../shared/testdata/dm-samples.tar.xz beside the repository and are skipped, saying so, without it."
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4
+
+test-differential: $(STAMP)
+	VITRIO_DIFFERENTIAL=long $(BIN)/python -m pytest -q -n auto --maxprocesses=4 --timeout=1800 tests/differential
 
 test-wheel: $(STAMP)
 	$(BIN)/python -m pytest -q -m wheel tests/packaging
