@@ -6,18 +6,17 @@ images, but filled through `PreparedFiles`, whose reader of a file reads a
 run of its images and prepares them with one call of the transform. So the
 scratch holds each image prepared, and drops what a file held when its
 stamp (size, modification time, inode, change time) changed since. Its
-fingerprint is of what makes the images as well (`preparation`: the
-readers' configuration, which holds their formats and settings, EER
-rendering and gain; the transform's class and parameters; the types read
-and held; the shapes; the version of this code and numpy's), so a file
-made otherwise is rebuilt, never served. bfloat16, which no file type
+fingerprint is of what makes the images as well: the configuration of
+the readers `PreparedFiles` passes on (their formats and settings, EER
+rendering and gain), and `preparation` (the transform's class and
+parameters; the types read and held; the shapes; the version of this code
+and numpy's), so a file made otherwise is rebuilt, never served. bfloat16, which no file type
 names, is held as its bits (uint16).
 """
 
 from __future__ import annotations
 
 import copy
-import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,21 +55,16 @@ def _named(transform: Any) -> str:
     )
 
 
-def preparation(
-    transform: Any, read_as: np.dtype, image: tuple, prepared: np.ndarray, readers: ImageReaderProvider
-) -> str:
-    """What prepared images are of, besides their files: the readers' configuration, the transform, the
-    types, the shapes and the version of the code. Readers that cannot describe themselves make it
-    unique, so that no later program is served their images.
+def preparation(transform: Any, read_as: np.dtype, image: tuple, prepared: np.ndarray) -> str:
+    """What prepared images are of, besides their files and readers: the transform, the types, the
+    shapes and the version of the code.
 
     Raises:
         TypeError: If the transform is not a `Transform` or `Compose`, whose parameters name it.
     """
-    configuration = readers.configuration()
-    read_by = secrets.token_hex(16) if configuration is None else configuration
     return (
         f"{_named(transform)} of {read_as.name} {image} to {prepared.dtype.name} {prepared.shape[1:]}, "
-        f"read by {read_by}, prepared by version {VERSION} with numpy {np.__version__}"
+        f"prepared by version {VERSION} with numpy {np.__version__}"
     )
 
 
@@ -167,6 +161,9 @@ class PreparedFiles(ImageReaderProvider):
     def stamp(self, key: str) -> tuple[int, int] | None:
         return self.backing.stamp(key)
 
+    def configuration(self) -> str | None:
+        return self.backing.configuration()
+
 
 class PreparedScratch:
     """The rows of an `ImageSource`, prepared, served from a mapped-file scratch at `path`.
@@ -200,7 +197,7 @@ class PreparedScratch:
         held = _held_type(probe.dtype)
         files = PreparedFiles(readers, prepare, image, source.dtype, (probe.shape[1:], held), whole)
         indexed = np.vectorize(_as_indexed, otypes=[object])(locations)
-        of = preparation(transform, source.dtype, image, probe, readers)
+        of = preparation(transform, source.dtype, image, probe)
         self._scratch = mapped_scratch(group(indexed.ravel()), path, RUN_LENGTH, None, files, of=of)
         self._files = files
         self._images = ImageSource(indexed.tolist(), readers=ScratchImageReaderProvider(files, self._scratch))

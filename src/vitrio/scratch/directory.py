@@ -2,8 +2,8 @@
 
 In the directory given, each user has a folder of their own, `vitrio-<uid>`
 (mode 0700, `vitrio.scratch.private.user_folder`), in which each scratch
-file is named by a hash of its images and layout, so a program of the
-user asking for the same images finds it. Before a new scratch file is
+file is named by a hash of its images, layout and readers' configuration,
+so a program of the user asking for the same images read alike finds it. Before a new scratch file is
 made, the least recently used scratch files of the folder (regular files
 of the user's, ending `.vitrio-scratch`) are removed until the rest and
 the new one fit in the budget; what may not be removed is left.
@@ -37,8 +37,9 @@ def create_directory_image_scratch(
 ) -> ImageScratch:
     """A mapped-file scratch in a directory shared by the programs of a machine, in a folder per user.
 
-    The file is named after its images and layout, so a program of the
-    same user asking for the same images finds it. It lies in the folder
+    The file is named after its images, layout and the configuration of
+    `files`, so a program of the same user asking for the same images,
+    read alike, finds it. It lies in the folder
     `vitrio-<uid>` of `directory`, which only its user may enter. To stay
     within `budget` bytes, the least recently used scratch files of that
     folder (only the user's files ending `.vitrio-scratch`) are removed
@@ -49,7 +50,8 @@ def create_directory_image_scratch(
         directory: The shared directory, made if missing.
         run_length: How many images of a file are taken in together.
         budget: How many bytes the user's scratch files of the directory may take together.
-        files: Where the files are asked for their shape.
+        files: Where the files are asked for their shape: readers of the configuration of those
+            that take the images in (as `create_host_image_scratch` says).
 
     Raises:
         ValueError: If `run_length` or `budget` is not positive, or there is nothing to hold.
@@ -60,10 +62,11 @@ def create_directory_image_scratch(
         raise ValueError(f"budget must be positive: {budget}")
     grouped = check_arguments(locations, run_length)
     directory = as_key(directory)
-    name = digest(grouped, int(run_length), int(budget)).decode() + SCRATCH_SUFFIX
+    files = files or FileImageReaderProvider()
+    name = digest(grouped, int(run_length), int(budget), files.configuration()).decode() + SCRATCH_SUFFIX
     held = None
     if not os.path.lexists(os.path.join(directory, f"vitrio-{os.geteuid()}", name)):  # only a hint
-        found = descriptors(grouped, files or FileImageReaderProvider())
+        found = descriptors(grouped, files)
         held = layout(grouped, found, int(run_length), int(budget))
     folder_path, folder = user_folder(directory)
     try:

@@ -12,7 +12,9 @@ whose source file's stamp changed since are dropped (a file replaced by
 another of the same size and modification time, as `cp -p` or a restore
 leaves it, has another inode or change time),
 runs whose CRC does not match are taken in again, and a file that is
-truncated, foreign or of another layout is rebuilt. So is one this user
+truncated, foreign, of another layout or made for readers of another
+configuration (`ImageReaderProvider.configuration`: formats, their
+settings) is rebuilt. So is one this user
 cannot trust (`vitrio.scratch.private`): a symbolic link is never followed,
 and a file of another user, or one that group or others may write, is never
 read, since anyone can write a valid header and CRC. Several processes may
@@ -215,16 +217,17 @@ def mapped_scratch(
     """The scratch of the locations `grouped` (by `plan.group`) in the file at `path`, resumed or made.
 
     With `folder`, the descriptor of the folder of `path`, the file is opened and made in that folder.
-    `of` says what the images `files` hand out are of, if not the stored ones (`plan.digest`): a file
-    made for another is rebuilt.
+    The file is made for the configuration of `files` and `of`, what the images `files` hand out are
+    of, if not the stored ones (`plan.digest`): a file made for others is rebuilt.
 
     Raises:
         ValueError: If the first file does not fit in `max_size`.
         IndexError: If an index is past the end of its stack.
         OSError: If the file cannot be made, or the disk has no room for it.
     """
-    planned = digest(grouped, run_length, max_size, of)
     files = files or FileImageReaderProvider()
+    made_by = files.configuration()
+    planned = digest(grouped, run_length, max_size, made_by, of)
     fd = open_own_file(path, folder)
     try:
         opened = None
@@ -259,7 +262,7 @@ def mapped_scratch(
             os.close(fd)
     states = data[where.states : where.states + runs]
     checksums = data[where.checksums : where.checksums + 4 * runs].view(np.uint32)
-    return ImageScratch(held, run_length, data[where.data :], states, checksums, path, keep=mapping)
+    return ImageScratch(held, run_length, data[where.data :], states, checksums, made_by, path, keep=mapping)
 
 
 def _remove_if_still_empty(path: str, fd: int, folder: int | None) -> None:
@@ -284,7 +287,8 @@ def create_mapped_file_image_scratch(
 ) -> ImageScratch:
     """A scratch in a memory-mapped file at `path`, which may exceed RAM and outlives the process.
 
-    A later scratch over the same file and images resumes from it, except
+    A later scratch over the same file and images, made with readers of
+    the same configuration, resumes from it, except
     the images whose source files changed since (size, modification time,
     inode or change time); a source that cannot be found keeps its images. Several
     processes of this user may use it at once. The file is readable by
@@ -293,11 +297,12 @@ def create_mapped_file_image_scratch(
     Args:
         locations: The images to hold: `ImageLocation` objects, or keys of whole files.
         path: The scratch file. One that is truncated, foreign or of other
-            images is rebuilt, and so is a symbolic link (never followed), a
+            images or readers is rebuilt, and so is a symbolic link (never followed), a
             file of another user, or one that group or others may write.
         run_length: How many images of a file are taken in together, with one read.
         max_size: How many bytes of images it may hold, as `create_host_image_scratch` takes it.
-        files: Where the files are asked for their shape.
+        files: Where the files are asked for their shape: readers of the configuration of those
+            that take the images in (as `create_host_image_scratch` says).
 
     Raises:
         ValueError: If `run_length` is not positive or there is nothing to hold.

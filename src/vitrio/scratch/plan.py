@@ -4,13 +4,15 @@ A scratch is laid out when it is made: for each file, in ascending key
 order, the distinct indices asked of it, cut into runs of `run_length`
 images, each file's images after the previous file's, aligned to 64 bytes.
 Files that do not fit in `max_size` bytes, after those before them in key
-order, are not held.
+order, are not held. A plan's `digest` tells it from others, the readers
+the images are read by included.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import secrets
 from collections.abc import Iterable
 from typing import Any
 
@@ -58,10 +60,18 @@ def group(locations: Iterable[Any] | ImageLocationGrouping) -> dict[str, np.ndar
     return {found.key: np.unique(found.location_indices) for found in locations}
 
 
-def digest(grouped: dict[str, np.ndarray], run_length: int, max_size: int | None, of: str = "") -> bytes:
+def digest(
+    grouped: dict[str, np.ndarray], run_length: int, max_size: int | None, read_by: str | None, of: str = ""
+) -> bytes:
     """32 hex digits that tell one plan from another: the same for the same images, layout and size,
-    and `of`, what the images held are of besides their files (none for their stored values)."""
+    readers and `of`, what the images held are of besides their files (none for their stored values).
+
+    `read_by` is the configuration of the readers the images are read by
+    (`ImageReaderProvider.configuration`); None, readers that cannot tell, makes the digest this
+    call's own, so that no later program takes a scratch made with them for its own.
+    """
     hashed = hashlib.sha256(f"{run_length}:{max_size}".encode())
+    hashed.update((secrets.token_hex(16) if read_by is None else read_by).encode() + b"\0")
     if of:
         hashed.update(of.encode() + b"\0")
     for key, indices in grouped.items():

@@ -4,7 +4,9 @@ A scratch starts empty. The first read of an image through it takes in the
 whole run around it with one read of the file; later reads copy from the
 scratch and open no file. Its bytes lie in RAM (`create_host_image_scratch`)
 or in a mapped file (`vitrio.scratch.mapped`), which also keeps a CRC-32 of
-each run, checked the first time the run is served.
+each run, checked the first time the run is served. Its images are those of
+readers of one configuration (`ImageReaderProvider.configuration`), those
+it was made with: readers of another that would take images in are refused.
 """
 
 from __future__ import annotations
@@ -43,10 +45,13 @@ class ImageScratch:
         data: np.ndarray,
         states: np.ndarray,
         checksums: np.ndarray | None,
+        made_by: str | None,
         path: str | None = None,
         keep: Any = None,
     ):
         self._files = {file.key: file for file in files}
+        self._made_by = made_by
+        self._checked: ImageReaderProvider | None = None  # the last readers found of `made_by`
         self._run_length = run_length
         self._data = data
         self._states = states
@@ -144,6 +149,7 @@ class ImageScratch:
         runs = positions // self._run_length
         missing = self._missing(file, np.unique(runs) if len(runs) > 1 else runs)
         if len(missing):
+            self._check_readers(file, files)
             reader = files.acquire(file.key)
             try:
                 for run in missing.tolist():
@@ -153,6 +159,23 @@ class ImageScratch:
         whole = np.arange(file.run_count)
         if not len(self._missing(file, whole)):
             self._complete.add(file.key)
+
+    def _check_readers(self, file: HeldFile, files: ImageReaderProvider) -> None:
+        """Refuse readers of another configuration than those the scratch was made with, where both tell.
+
+        Raises:
+            ValueError: If `files` read the files otherwise (other formats or settings).
+        """
+        if files is self._checked:
+            return
+        found = files.configuration()
+        if found is not None and self._made_by is not None and found != self._made_by:
+            where = f"at {self._path}" if self._path else "in RAM"
+            raise ValueError(
+                f"{file.key}: the scratch {where} was made with readers of other formats or settings than "
+                f"those that read it now ({files!r}): make it with files=, the loader's readers"
+            )
+        self._checked = files
 
     def _take_in_run(self, file: HeldFile, run: int, reader: ImageReader) -> None:
         number = file.first_run + run
@@ -234,16 +257,21 @@ def create_host_image_scratch(
             ascending key order until the next does not fit; the rest are
             read from the files. Defaults to no limit.
         files: Where the files are asked for their shape. Defaults to
-            opening the file at the path a key is.
+            opening the file at the path a key is. The images are taken in
+            by readers of its configuration alone (formats and their
+            settings, `ImageReaderProvider.configuration`): give the loader's
+            readers where they read otherwise (EER fractions, other formats).
 
     Raises:
         ValueError: If `run_length` is not positive or there is nothing to hold.
         IndexError: If an index is past the end of its stack.
     """
     grouped = check_arguments(locations, run_length)
-    held = layout(grouped, descriptors(grouped, files or FileImageReaderProvider()), run_length, max_size)
+    files = files or FileImageReaderProvider()
+    held = layout(grouped, descriptors(grouped, files), run_length, max_size)
     if not held:
         raise ValueError(f"nothing to hold: the first file does not fit in max_size {max_size}")
     nbytes = held[-1].offset + held[-1].nbytes
     runs = held[-1].first_run + held[-1].run_count
-    return ImageScratch(held, run_length, np.empty(nbytes, dtype=np.uint8), np.zeros(runs, np.uint8), None)
+    data, states = np.empty(nbytes, dtype=np.uint8), np.zeros(runs, np.uint8)
+    return ImageScratch(held, run_length, data, states, None, files.configuration())
