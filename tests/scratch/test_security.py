@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import stat
+import struct
 import tempfile
 import time
 import traceback
@@ -62,8 +63,8 @@ def read_all(scratch: vio.ImageScratch, locations) -> np.ndarray:
 
 
 def plant_forged(kind: str, locations, values: np.ndarray, where: Path) -> Path:
-    """A scratch file where `make` puts it, valid in every check (header, layout, the source's size and
-    time, each run's CRC), whose pixels are all 1234.0: made while the source held them."""
+    """A scratch file where `make` puts it, valid in every check (header, layout, the source's stamp,
+    each run's CRC), whose pixels are all 1234.0: made while the source held them."""
     key = locations[0].key
     before = os.stat(key)
     vio.write_stack(np.full_like(values, FORGED), key)
@@ -74,6 +75,11 @@ def plant_forged(kind: str, locations, values: np.ndarray, where: Path) -> Path:
     del scratch
     vio.write_stack(values, key)
     os.utime(key, ns=(before.st_atime_ns, before.st_mtime_ns))
+    now = os.stat(key)  # a stamp anyone may read, which the forger writes into the file's table
+    stamps = struct.unpack_from("<16s32s6Q", path.read_bytes())[4]
+    with open(path, "r+b") as file:
+        file.seek(stamps)
+        file.write(np.array([now.st_size, now.st_mtime_ns, now.st_ino, now.st_ctime_ns], "<i8").tobytes())
     return path
 
 
