@@ -69,7 +69,8 @@ def write_mrc(path: Path, stored: np.ndarray, mode: int, order: str, axes, ispg:
     """Write `stored` (sections, rows, columns of the file's mode) as an MRC file of this header."""
     sections, rows, columns = stored.shape
     header = np.zeros((), dtype=mrcfile.dtypes.HEADER_DTYPE.newbyteorder(order))
-    header["nx"], header["ny"], header["nz"] = columns // (2 if mode == 3 else 1), rows, sections
+    values = columns // 2 if mode == 3 else 2 * columns if mode == 101 else columns  # 101: two 4-bit a byte
+    header["nx"], header["ny"], header["nz"] = values, rows, sections
     header["mode"] = mode
     header["mx"], header["my"], header["mz"] = header["nx"], rows, mz
     header["cella"] = (header["nx"], rows, mz)
