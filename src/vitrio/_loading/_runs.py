@@ -85,18 +85,23 @@ def plan_known(
 
 
 def will_read_runs(files: KnownFiles, runs: np.ndarray) -> int:
-    """Tell the kernel `runs` (as `plan_known` makes them) are read soon: through the map of a file whose
-    reader is open (`advise_map`), opening the others (`advise`).
+    """Tell the kernel `runs` (as `plan_known` makes them, those of a file together) are read soon:
+    through the map of a file whose reader is open (`advise_map`), opening the others (`advise`).
 
     Returns:
         How many files it opened.
     """
     numbers = runs[:, RUN_FILE]
-    mapped = np.array([held is not None for held in files.maps])[numbers]
-    for number in np.unique(numbers[mapped]).tolist():
-        own = runs[numbers == number]
-        value_bytes = files.layouts[number].dtype.itemsize
-        advise_map(files.maps[number], np.column_stack((own[:, RUN_OFFSET], own[:, RUN_COUNT] * value_bytes)))
-    opening = np.ascontiguousarray(runs[~mapped])
-    advise(files.paths, files.checks, opening)
-    return len(np.unique(opening[:, RUN_FILE]))
+    starts = np.flatnonzero(np.diff(numbers, prepend=-1))
+    mapped = np.array([held is not None for held in files.maps])
+    closed = ~mapped[numbers]
+    if closed.any():
+        advise(files.paths, files.checks, np.ascontiguousarray(runs[closed]))
+    if mapped.any():
+        value_bytes = np.array([layout.dtype.itemsize for layout in files.layouts])
+        ranges = np.column_stack((runs[:, RUN_OFFSET], runs[:, RUN_COUNT] * value_bytes[numbers]))
+        ends = np.append(starts[1:], len(runs))
+        for start, end, number in zip(starts.tolist(), ends.tolist(), numbers[starts].tolist()):
+            if mapped[number]:
+                advise_map(files.maps[number], ranges[start:end])
+    return int(closed[starts].sum())
