@@ -7,15 +7,20 @@ under `RemoteFile.part`; a longer range is cut into parts), and fetched
 concurrently, at most `RemoteFile.in_flight` requests at a time (an S3
 filesystem keeping `RemoteFile.connections` connections), through fsspec's
 async API; `read_many` fetches the ranges of many files so, at once.
-A request that times out, loses its connection, is
-answered 5xx or with a body of the wrong length is asked again, after a pause
-that doubles, up to `RemoteFile.attempts` times in all; then the read fails
-with an `OSError` naming the URL and the range. A server whose TLS certificate
-is not trusted (or, when the file is opened, that cannot be reached) fails at
-once with an `OSError` naming the URL: nothing is read unverified. Over HTTP
-every body is asked uncompressed and read as a stream, no further than the
-range asked: a server that ignores `Range` or sends more is refused, never
-read whole.
+A request connects and waits for each piece of its answer at most
+`RemoteFile.timeout` seconds. One that times out, cannot connect, loses its
+connection, is answered 5xx (S3's "slow down" too) or with a body of the
+wrong length is asked again, after a pause that doubles, up to
+`RemoteFile.attempts` times in all (the clients under fsspec ask once each);
+then the read fails with an `OSError` naming the URL and the range (the open,
+the URL). A server whose TLS certificate is not trusted fails at once with an
+`OSError` naming the URL: nothing is read unverified. Over HTTP every body is
+asked uncompressed and read as a stream, no further than the range asked: a
+server that ignores `Range` or sends more is refused, never read whole; and
+where `storage_options` give headers, credentials or cookies, a redirect to
+another scheme, host or port is refused, so that they go nowhere else.
+Messages and reprs name a URL as `redact` gives it: no password, signature,
+credential or token it may hold.
 
 `pread(file, size, offset)` and `file_size(file)` read an open file
 descriptor or a `RemoteFile` alike, so that formats parse their headers from
@@ -30,6 +35,7 @@ import asyncio
 import bisect
 import contextlib
 import errno
+import functools
 import io
 import os
 import posixpath
@@ -52,6 +58,8 @@ __all__ = [
     "open_binary",
     "pread",
     "read_many",
+    "redact",
+    "http_options",
 ]
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
@@ -61,6 +69,18 @@ def is_url(key: str) -> bool:
     """Whether `key` is a URL fsspec reads (`s3://`, `https://`, ...), not a local path (nor `file://`)."""
     match = _SCHEME.match(key)
     return match is not None and match.group(1).lower() not in ("file", "local")
+
+
+_USERINFO = re.compile(r"(://)[^/?#@\s]*@")
+_SECRET_QUERY = re.compile(
+    r"([?&;](?:[\w.-]*(?:signature|credential|token|password|secret)|sig|key|policy)=)[^&#\s'\"]*", re.I
+)
+
+
+def redact(text: str) -> str:
+    """`text`, a URL or a message naming one, with the secrets a URL may hold put as `***`: the user and
+    password before its host, and the values of its query's signatures, credentials, keys and tokens."""
+    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
 def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int, part: int) -> list[tuple[int, int]]:
@@ -90,12 +110,16 @@ class RemoteFile:
         url, size: The URL and the size in bytes.
         version: The ETag, else the modification time, when opened; None where the server gives neither.
         gap, part, in_flight, attempts, backoff: How ranges are merged and fetched (see the module).
+        timeout: The seconds a request may take to connect, and to wait for each piece of its answer,
+            before it fails (and is asked again): over HTTP unless `storage_options` give
+            `client_kwargs={"timeout": ...}`, over S3 unless their `config_kwargs` give
+            `connect_timeout` and `read_timeout`.
         connections: The connections an `s3://` file's filesystem keeps open at most, unless
             `storage_options` say (`config_kwargs={"max_pool_connections": n}`).
 
     Raises:
         ImageFileNotFoundError: If there is nothing at `url`.
-        OSError: If the server does not say the size, or cannot be reached.
+        OSError: If the server does not say the size, or cannot be reached after `attempts` tries.
     """
 
     gap = 1 << 20
@@ -104,6 +128,7 @@ class RemoteFile:
     connections = 64
     attempts = 4
     backoff = 0.05
+    timeout = 20.0
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None):
         try:
@@ -114,24 +139,27 @@ class RemoteFile:
         self.url = url
         options = dict(storage_options or {})
         self.http = url.lower().startswith(("http://", "https://"))
+        s3 = url.lower().startswith(("s3://", "s3a://"))
         if self.http:
-            client = dict(options.get("client_kwargs", {}), auto_decompress=False)
-            options["client_kwargs"] = client
-            options["headers"] = {**options.get("headers", {}), **_IDENTITY}
-        elif url.lower().startswith(("s3://", "s3a://")):  # botocore keeps 10 connections unless told
+            options = http_options(options, self.timeout)
+        elif s3:  # botocore keeps 10 connections, waits a minute and asks again unless told
             config = dict(options.get("config_kwargs", {}))
             config.setdefault("max_pool_connections", self.connections)
+            config.setdefault("connect_timeout", self.timeout)
+            config.setdefault("read_timeout", self.timeout)
+            config.setdefault("retries", {"total_max_attempts": 1})
             options["config_kwargs"] = config
         self.fs, self.path = fsspec.core.url_to_fs(url, **options)
+        if s3:
+            self.fs.retries = 1  # s3fs asks again 5 times unless told; `attempts` count them here
         try:
-            info = self._retried(lambda: self.fs.info(self.path))
-        except FileNotFoundError as error:
-            cause = error.__cause__  # fsspec's HTTP says "not found" of a server it did not reach too
-            if self.http and _unreached(cause):
-                raise OSError(errno.EIO, f"{url}: {type(cause).__name__}: {cause}") from cause
-            raise no_such_file(url, errno.ENOENT) from None
+            info = self._retried(self._info, "")
+        except FileNotFoundError:
+            missing = no_such_file(redact(url), errno.ENOENT)
+            missing.key = url
+            raise missing from None
         if info.get("type") == "directory" or info.get("size") is None:
-            raise OSError(errno.EIO, f"{url}: the server does not say its size (not a file?)")
+            raise OSError(errno.EIO, f"{redact(url)}: the server does not say its size (not a file?)")
         self.size = int(info["size"])
         self.version = next(
             (str(info[k]) for k in ("ETag", "etag", "LastModified", "Last-Modified", "mtime") if info.get(k)),
@@ -139,16 +167,27 @@ class RemoteFile:
         )
 
     def __repr__(self) -> str:
-        return f"<RemoteFile {self.url!r} {self.size} bytes>"
+        return f"<RemoteFile {redact(self.url)!r} {self.size} bytes>"
 
-    def _retried(self, call: Any) -> Any:
-        for attempt in range(self.attempts):
+    def _info(self) -> dict[str, Any]:
+        try:
+            return self.fs.info(self.path)
+        except FileNotFoundError as error:
+            cause = error.__cause__  # fsspec's HTTP says "not found" of any failure: the failure, if one
+            if self.http and (_transient(cause) or _unreached(cause) or isinstance(cause, _Redirected)):
+                raise cause from None
+            raise
+
+    def _retried(self, call: Any, where: str) -> Any:
+        """What `call()` gives, asked again while it fails as `_transient` says, up to `attempts` times;
+        then what failed, as `_named` names it with the URL and `where`."""
+        for attempt in range(1, self.attempts + 1):
             try:
                 return call()
             except Exception as error:
-                if not _transient(error) or attempt + 1 == self.attempts:
-                    raise
-                time.sleep(self.backoff * 2**attempt)
+                if not _transient(error) or attempt == self.attempts:
+                    raise _named(error, self.url, where, attempt) from error
+                time.sleep(self.backoff * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def pread(self, size: int, offset: int) -> bytes:
@@ -169,7 +208,9 @@ class RemoteFile:
         """The merged spans that hold `ranges`, counted as requests; an `OSError` for a range past the end."""
         for start, end in ranges:
             if start < 0 or end > self.size or end < start:
-                raise OSError(errno.EIO, f"{self.url}: bytes {start}-{end} asked of a file of {self.size}")
+                raise OSError(
+                    errno.EIO, f"{redact(self.url)}: bytes {start}-{end} asked of a file of {self.size}"
+                )
         spans = merge_ranges(ranges, self.gap, self.part)
         add_count("remote_requests", len(spans))
         return spans
@@ -178,22 +219,19 @@ class RemoteFile:
         def get() -> bytes:
             return _checked_length(self.fs.cat_file(self.path, start=start, end=end), self.url, start, end)
 
-        try:
-            return self._retried(get)
-        except Exception as error:
-            raise _named(error, self.url, start, end, self.attempts) from error
+        return self._retried(get, _bytes(start, end))
 
     async def _fetch_one(self, session: Any, start: int, end: int) -> bytes:
-        for attempt in range(self.attempts):
+        for attempt in range(1, self.attempts + 1):
             try:
                 if session is not None:
                     return await _http_range(self.fs, session, self.url, start, end)
                 body = await self.fs._cat_file(self.path, start=start, end=end)
                 return _checked_length(body, self.url, start, end)
             except Exception as error:
-                if not _transient(error) or attempt + 1 == self.attempts:
-                    raise _named(error, self.url, start, end, attempt + 1) from error
-                await asyncio.sleep(self.backoff * 2**attempt)
+                if not _transient(error) or attempt == self.attempts:
+                    raise _named(error, self.url, _bytes(start, end), attempt) from error
+                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def open_blocks(self, block: int = 1 << 16) -> io.BufferedReader:
@@ -269,12 +307,61 @@ class _Status(OSError):
     """A 5xx answer: asked again."""
 
 
+class _Redirected(PermissionError):
+    """A redirect to another scheme, host or port where headers or credentials were given: refused."""
+
+
 _IDENTITY = {"Accept-Encoding": "identity"}
 
 
-def _transient(error: BaseException) -> bool:
-    """Whether a failed request is worth asking again: a timeout, a lost connection, a 5xx, a short body."""
+def http_options(options: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+    """The `storage_options` of fsspec's HTTP filesystem as vitrio uses them: bodies asked and kept
+    uncompressed; a request's connecting, and each wait for its answer, bounded by `timeout` seconds
+    (unless `client_kwargs` give a `timeout`); and where they give headers, credentials or cookies, a
+    redirect to another scheme, host or port refused (the client drops only `Authorization` and `Cookie`)."""
+    import aiohttp
+
+    client = dict(options.get("client_kwargs", {}), auto_decompress=False)
+    client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout))
+    given = ("headers", "auth", "cookies")
+    if any(options.get(k) for k in given) or any(client.get(k) for k in given):
+        client["trace_configs"] = [*client.get("trace_configs", []), _same_origin_redirects()]
+    return {**options, "client_kwargs": client, "headers": {**options.get("headers", {}), **_IDENTITY}}
+
+
+@functools.cache
+def _same_origin_redirects() -> Any:
+    """An aiohttp `TraceConfig` that refuses a redirect to another origin (one, so that fsspec's cache of
+    filesystems, keyed by their options, keeps one of each)."""
+    import aiohttp
+    from yarl import URL
+
+    async def refuse_other_origins(session: Any, context: Any, params: Any) -> None:
+        headers = params.response.headers
+        location = headers.get("Location") or headers.get("URI")
+        try:
+            target = params.url.join(URL(location))
+            other = target.origin() != params.url.origin()
+        except (TypeError, ValueError):  # no or no valid location: the client refuses it itself
+            return
+        if other:
+            raise _Redirected(
+                errno.EACCES,
+                f"redirected to {target.origin()}, another scheme, host or port than the one the headers "
+                "of storage_options are for; refused",
+            )
+
+    config = aiohttp.TraceConfig()
+    config.on_request_redirect.append(refuse_other_origins)
+    return config
+
+
+def _transient(error: BaseException | None) -> bool:
+    """Whether a failed request is worth asking again: a timeout, a lost connection, a 5xx (S3's too, which
+    s3fs gives as `EBUSY`), a short body."""
     if isinstance(error, (_Short, _Status, TimeoutError, asyncio.TimeoutError, ConnectionError)):
+        return True
+    if isinstance(error, OSError) and error.errno == errno.EBUSY:
         return True
     if isinstance(error, (FileNotFoundError, PermissionError, ValueError, TypeError)):
         return False
@@ -304,12 +391,18 @@ def _unreached(error: BaseException | None) -> bool:
     return isinstance(error, (aiohttp.ClientConnectionError, TimeoutError))
 
 
-def _named(error: BaseException, url: str, start: int, end: int, attempts: int) -> OSError:
+def _bytes(start: int, end: int) -> str:
+    return f" (bytes {start}-{end - 1})"
+
+
+def _named(error: BaseException, url: str, where: str, attempts: int) -> OSError:
+    """What failed at `url` (the range `where`), after `attempts` tries, as an `OSError` naming them."""
     if isinstance(error, FileNotFoundError):
-        named: OSError = FileNotFoundError(errno.ENOENT, f"{url} (bytes {start}-{end - 1}): not found")
+        named: OSError = FileNotFoundError(errno.ENOENT, f"{redact(url)}{where}: not found")
     else:
         tried = f" after {attempts} attempts" if attempts > 1 else ""
-        named = OSError(errno.EIO, f"{url} (bytes {start}-{end - 1}): {type(error).__name__}: {error}{tried}")
+        what = redact(f"{type(error).__name__}: {error}")
+        named = OSError(errno.EIO, f"{redact(url)}{where}: {what}{tried}")
     named.key = url  # type: ignore[attr-defined] - the file it concerns, as `concerning` gives it
     return named
 
@@ -421,7 +514,7 @@ def local_copy(url: str, storage_options: Mapping[str, Any] | None, limit: int) 
     """
     file = RemoteFile(url, storage_options)
     if file.size > limit:
-        raise ValueError(f"{url}: {file.size} bytes, more than the {limit} a table may have")
+        raise ValueError(f"{redact(url)}: {file.size} bytes, more than the {limit} a table may have")
     with tempfile.TemporaryDirectory(prefix="vitrio-table-") as folder:  # mode 0700
         local = os.path.join(folder, posixpath.basename(url.split("?")[0]) or "table")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
@@ -431,4 +524,4 @@ def local_copy(url: str, storage_options: Mapping[str, Any] | None, limit: int) 
         try:
             yield local
         except ValueError as error:
-            raise ValueError(str(error).replace(local, url)) from None
+            raise ValueError(str(error).replace(local, redact(url))) from None

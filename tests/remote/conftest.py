@@ -3,6 +3,7 @@ and files of every raw format put there beside their local copies (`write_files`
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import mrcfile
@@ -22,11 +23,13 @@ BUCKET = "remote-files"
 class RangedS3(LocalS3):
     """`LocalS3` also keeping the `Range` header of each request: `(method, path, range)` in `ranged`.
     With `meet` (a `threading.Barrier`), each GET waits there until as many are in flight; a broken
-    barrier answers 500."""
+    barrier answers 500. With `failing` "503", every request is answered Service Unavailable; with
+    "drop", its connection is closed unanswered."""
 
     def __init__(self) -> None:
         self.ranged: list[tuple[str, str, str | None]] = []
         self.meet: threading.Barrier | None = None
+        self.failing: str | None = None
         super().__init__()
 
     def _answer(self, inner, environ, start_response):
@@ -40,6 +43,14 @@ class RangedS3(LocalS3):
             except threading.BrokenBarrierError:
                 start_response("500 Not Met", [])
                 return [b""]
+        if self.failing == "503":
+            start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
+            unavailable = b"<Error><Code>ServiceUnavailable</Code><Message>Unavailable</Message></Error>"
+            return [b"" if environ["REQUEST_METHOD"] == "HEAD" else unavailable]
+        if self.failing == "drop":
+            environ["werkzeug.socket"].shutdown(socket.SHUT_RDWR)
+            start_response("500 Dropped", [])
+            return [b""]
         return super()._answer(inner, environ, start_response)
 
     def mark(self) -> int:

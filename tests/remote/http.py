@@ -2,8 +2,9 @@
 
 Faults, applied one per GET in the order queued: "drop" closes the connection
 unanswered, "503" answers Service Unavailable, "short" announces the range
-asked and sends half of it, "long" sends more than asked, "whole" ignores
-`Range` and sends the whole file.
+asked and sends half of it, "half" says it sends the range asked but announces
+and sends half of it, "long" sends more than asked, "whole" ignores `Range`
+and sends the whole file, "stall" answers nothing until `release` is set.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ __all__ = ["RangeServer"]
 
 class RangeServer:
     """Serves `files` ({name: bytes}, or anything whose `get(name)` answers) at `url/<name>`; counts GETs
-    (`gets`), keeps the name and `Range` header of each (`asked`), and fails as `fail` queues.
+    (`gets`), keeps the name and `Range` header of each (`asked`) and the headers of every request
+    (`headers`), and fails as `fail` queues. With `redirect` (a URL), every request is answered 302 to
+    the same path and query under it.
 
     With `tls` (a server's `ssl.SSLContext`), each connection is TLS and `url` is https://; setting `tls`
     later changes the certificate new connections are shown (each request makes one: HTTP/1.0). With
@@ -33,6 +36,9 @@ class RangeServer:
         self.tls = tls
         self.gets = 0
         self.asked: list[tuple[str, str | None]] = []
+        self.headers: list[dict[str, str]] = []
+        self.redirect: str | None = None
+        self.release = threading.Event()
         self.faults: deque[str] = deque()
         self.always: str | None = None
         self.meet: threading.Barrier | None = None
@@ -43,7 +49,20 @@ class RangeServer:
             def log_message(self, *args):
                 pass
 
+            def redirected(self) -> bool:
+                with server._lock:
+                    server.headers.append(dict(self.headers))
+                if server.redirect is None:
+                    return False
+                self.send_response(302)
+                self.send_header("Location", server.redirect + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return True
+
             def do_HEAD(self):
+                if self.redirected():
+                    return
                 body = server.files.get(self.path.lstrip("/"))
                 if body is None:
                     self.send_error(404)
@@ -54,6 +73,8 @@ class RangeServer:
                 self.end_headers()
 
             def do_GET(self):
+                if self.redirected():
+                    return
                 with server._lock:
                     server.gets += 1
                     server.asked.append((self.path.lstrip("/"), self.headers.get("Range")))
@@ -66,6 +87,10 @@ class RangeServer:
                 body = server.files.get(self.path.lstrip("/"))
                 if body is None:
                     self.send_error(404)
+                    return
+                if fault == "stall":
+                    server.release.wait()
+                    self.close_connection = True
                     return
                 if fault == "drop":
                     self.close_connection = True
@@ -90,9 +115,11 @@ class RangeServer:
                     if fault == "long"
                     else part
                 )
+                if fault == "half":
+                    sent = part[: len(part) // 2]
                 self.send_response(206)
                 self.send_header("Content-Range", f"bytes {first}-{last}/{len(body)}")
-                self.send_header("Content-Length", str(len(sent) if fault == "long" else len(part)))
+                self.send_header("Content-Length", str(len(sent) if fault in ("long", "half") else len(part)))
                 self.end_headers()
                 self.wfile.write(sent)
                 if fault == "short":
@@ -118,6 +145,7 @@ class RangeServer:
             self.faults.extend(faults)
 
     def stop(self) -> None:
-        """Stop serving."""
+        """Stop serving (a stalled request let go)."""
+        self.release.set()
         self._server.shutdown()
         self._server.server_close()

@@ -26,7 +26,7 @@ from typing import Any
 from .._fs import read_whole
 from .._functions import query_descriptor
 from .._loading import ImageLoader
-from .._remote import is_url
+from .._remote import is_url, redact
 from .._types import ImageLocation
 
 __all__ = ["PathResolver", "read_stack_list", "stack_locations"]
@@ -94,9 +94,8 @@ class PathResolver:
                     if self._root is None
                     else ""
                 )
-                raise FileNotFoundError(
-                    f"{self._metadata}: {os.fsdecode(written)!r} is not at {' nor '.join(tried)}{hint}"
-                )
+                where = f"{self._metadata}: {os.fsdecode(written)!r} is not at {' nor '.join(tried)}"
+                raise FileNotFoundError(redact(where) + hint)
             self._found[written] = found
         return found
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._remote import RemoteFile
+from .._remote import RemoteFile, redact
 from .._types import ImageDescriptor, section_view
 from ._contract import FormatError, ImageReader
 from ._raw import Decoder, RawArrayReader
@@ -66,7 +66,7 @@ class RemoteRawReader(ImageReader):
         end = self._offset + self.image_count * self.image_bytes
         if file.size < end:
             raise FormatError(
-                f"{key}: the file is truncated: it has {file.size} bytes, "
+                f"{redact(key)}: the file is truncated: it has {file.size} bytes, "
                 f"its header says its images need {end}"
             )
 

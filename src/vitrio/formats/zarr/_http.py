@@ -13,22 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["identity_options", "fetch_bounded"]
+from ..._remote import redact
+
+__all__ = ["fetch_bounded"]
 
 _IDENTITY = {"Accept-Encoding": "identity"}
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-
-
-def identity_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The `storage_options` of an HTTP store as the client must use them: bodies asked and kept uncompressed.
-
-    They serve zarr's reads of the metadata too.
-    """
-    client = dict(options.get("client_kwargs", {}), auto_decompress=False)
-    return {**options, "client_kwargs": client, "headers": {**options.get("headers", {}), **_IDENTITY}}
 
 
 def fetch_bounded(fs: Any, urls: Sequence[str], limit: int) -> list[bytes | None | BaseException]:
@@ -48,7 +41,7 @@ def fetch_bounded(fs: Any, urls: Sequence[str], limit: int) -> list[bytes | None
 
 
 async def _fetch(fs: Any, session: Any, url: str, limit: int) -> bytes | None | BaseException:
-    span = f"{url} (bytes 0-{limit})"
+    span = f"{redact(url)} (bytes 0-{limit})"
     options = dict(fs.kwargs)
     headers = {**options.pop("headers", {}), **_IDENTITY, "Range": f"bytes=0-{limit}"}
     try:
@@ -66,9 +59,9 @@ async def _fetch(fs: Any, session: Any, url: str, limit: int) -> bytes | None | 
                 return announced
             body = await _read_at_most(answer.content, limit + 1)
     except Exception as error:  # noqa: BLE001 - handed back, named by the caller
-        return OSError(f"{span}: {type(error).__name__}: {error}")
+        return OSError(f"{span}: {redact(f'{type(error).__name__}: {error}')}")
     if len(body) > limit:
-        return ValueError(f"more than the {limit} bytes a chunk may take (sent by {url})")
+        return ValueError(f"more than the {limit} bytes a chunk may take (sent by {redact(url)})")
     if announced is not None and len(body) != announced:
         return OSError(f"{span}: {len(body)} bytes received where {announced} were announced")
     return body

@@ -9,7 +9,10 @@ the `storage_options` fsspec takes (credentials, `anon=True`, an
 on fsspec's event loop. Every fetch is bounded: a chunk's object larger
 than its limit is refused. Over HTTP the bodies are asked and read
 uncompressed, as a stream cut at the limit, and checked against the
-length their headers announce (`_http`).
+length their headers announce (`_http`); each request is bounded in time,
+and headers given are never sent where a redirect leads to another host
+(`vitrio._remote.http_options`). Errors name a store at a URL as
+`vitrio._remote.redact` gives it, without the secrets it may hold.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from urllib.parse import urlsplit
 
 from ..._errors import ImageFileNotFoundError
 from ..._fs import open_beneath
-from ._http import fetch_bounded, identity_options
+from ..._remote import RemoteFile, http_options, redact
+from ._http import fetch_bounded
 
 __all__ = ["Store", "LocalStore", "RemoteStore", "open_store"]
 
@@ -103,9 +107,11 @@ class RemoteStore(Store):
     def __init__(self, url: str, storage_options: Mapping[str, Any]):
         import fsspec
 
-        self.name = url
+        self.name = redact(url)
         self.http = urlsplit(url).scheme.lower() in ("http", "https")
-        self.options = identity_options(storage_options) if self.http else dict(storage_options)
+        self.options = (
+            http_options(storage_options, RemoteFile.timeout) if self.http else dict(storage_options)
+        )
         self.fs, self.root = fsspec.core.url_to_fs(url, **self.options)
         self.token = (url, repr(sorted(self.options.items())))
 
@@ -128,9 +134,9 @@ def _checked(path: str, value: Any, limit: int) -> ChunkBytes:
     if isinstance(value, FileNotFoundError):
         return None
     if value is None:
-        return OSError(f"{path}: no answer fetching it")
+        return OSError(f"{redact(path)}: no answer fetching it")
     if isinstance(value, bytes) and len(value) > limit:
-        return ValueError(f"more than the {limit} bytes a chunk may take (sent by {path})")
+        return ValueError(f"more than the {limit} bytes a chunk may take (sent by {redact(path)})")
     return value
 
 
