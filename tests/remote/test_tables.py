@@ -48,3 +48,20 @@ def test_a_path_missing_beside_the_table_is_named(s3, table):
     url = s3.put(local, "elsewhere/run_data.star")
     with pytest.raises(FileNotFoundError, match="Extract/job007/particles.mrcs"):
         particle_locations(read_particles(url, storage_options=s3.options), url, storage_options=s3.options)
+
+
+def test_a_path_leaving_the_tables_bucket_is_looked_for_within_it(s3, files, tmp_path):
+    local = tmp_path / "x.star"
+    local.write_text("data_particles\n\nloop_\n_rlnImageName #1\n000002@../../../other/y.mrcs\n")
+    url = s3.put(local, "dir/x.star")
+    if not s3.fs.exists("other"):
+        s3.fs.call_s3("create_bucket", Bucket="other")
+    s3.fs.put(str(files["stack.mrcs"][0]), "other/y.mrcs")  # where `..` would lead, were it followed
+    s3.fs.invalidate_cache()
+    options = s3.options
+    with pytest.raises(FileNotFoundError, match=r"is not at s3://remote-files/other/y\.mrcs;") as missing:
+        particle_locations(read_particles(url, storage_options=options), url, storage_options=options)
+    assert "s3://other" not in str(missing.value)
+    inside = s3.put(files["stack.mrcs"][0], "other/y.mrcs")
+    locations = particle_locations(read_particles(url, storage_options=options), url, storage_options=options)
+    assert [(loc.key, loc.index_in_stack) for loc in locations] == [(inside, 1)]
