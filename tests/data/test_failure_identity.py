@@ -76,6 +76,17 @@ def test_a_missing_file_keeps_its_class_and_errno(good, tmp_path: Path):
     assert isinstance(raised["data loader"], FileNotFoundError)
 
 
+def test_a_folder_without_zarr_metadata_is_a_missing_file(tmp_path: Path):
+    good, empty = tmp_path / "good.mrc", tmp_path / "empty.zarr"
+    vio.write_single(np.zeros((12, 10), np.float32), good)
+    empty.mkdir()
+    raised = failures([str(good), str(empty)], (12, 10))
+    assert set(raised) == {"read", "batch", "data loader"}, raised
+    for error in raised.values():
+        assert identity(error) == (vio.ImageFileNotFoundError, errno.ENOENT, None, str(empty))
+        assert f"{empty}: no such Zarr store" in str(error)
+
+
 def test_a_file_not_of_its_format_keeps_its_class(good, tmp_path: Path):
     corrupt = tmp_path / "corrupt.mrcs"
     corrupt.write_bytes(b"not an MRC file" * 10)

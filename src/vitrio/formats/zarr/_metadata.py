@@ -8,9 +8,11 @@ never opens the store itself.
 
 from __future__ import annotations
 
+import errno
 import json
 from typing import Any
 
+from ..._errors import ImageFileNotFoundError
 from ._store import Store
 
 __all__ = ["METADATA_LIMIT", "group_attributes", "array_metadata"]
@@ -49,7 +51,7 @@ def group_attributes(store: Store) -> dict[str, Any]:
     """The attributes of the group at the root of `store` (Zarr v3, else v2).
 
     Raises:
-        FileNotFoundError: If the store holds no group metadata.
+        ImageFileNotFoundError: If the store holds no group metadata (a `FileNotFoundError`, errno ENOENT).
         ValueError: If its metadata is malformed or refused.
     """
     document = _document(store, "zarr.json")
@@ -59,7 +61,9 @@ def group_attributes(store: Store) -> dict[str, Any]:
         attributes = document.get("attributes", {})
     else:
         if _document(store, ".zgroup") is None:
-            raise FileNotFoundError(f"{store.name}: no such Zarr store (no zarr.json or .zgroup)")
+            raise ImageFileNotFoundError(
+                errno.ENOENT, f"{store.name}: no such Zarr store (no zarr.json or .zgroup)"
+            )
         attributes = _document(store, ".zattrs") or {}
     if not isinstance(attributes, dict):
         raise ValueError(f"the group's attributes are {type(attributes).__name__}, not an object")
