@@ -168,6 +168,9 @@ def mrc_files(
 
 TIFF_TYPES = [np.uint8, np.uint16, np.int16, np.float32, np.int32, np.float64, np.complex64]
 REAL_TYPES = TIFF_TYPES[:-1]
+# The modes and types whose every value float32 holds exactly, as `vitrio.data` and `extract` read them.
+FLOAT32_MODES = (0, 1, 2, 6, 12)
+FLOAT32_TYPES = [np.uint8, np.uint16, np.int16, np.float32]
 TIFF_CODECS = [None, None, "zlib", "lzw", "zstd", "packbits", "deflate"]
 
 

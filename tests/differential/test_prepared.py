@@ -11,12 +11,8 @@ from hypothesis import strategies as st
 import vitrio as vio
 from vitrio.data import Compose, Invert
 
-from .files import fresh, mrc_files, tiff_files
+from .files import FLOAT32_MODES, FLOAT32_TYPES, fresh, mrc_files, tiff_files
 from .reads import examples
-
-# The types float32 holds exactly, as a PreparedSource holds its images.
-FLOAT32_MODES = (0, 1, 2, 6, 12)
-FLOAT32_TYPES = [np.uint8, np.uint16, np.int16, np.float32]
 
 
 def unchanged(images):

@@ -10,11 +10,9 @@ from hypothesis import strategies as st
 
 import vitrio as vio
 
-from .files import REAL_TYPES, fresh, mrc_files, tiff_files
+from .files import FLOAT32_MODES, REAL_TYPES, fresh, mrc_files, tiff_files
 from .reads import batches, cropped, examples, filled, patches
 from .urls import served
-
-REAL_MODES = (0, 1, 2, 6, 12)
 
 
 def stacks(data, folder) -> list:
@@ -22,7 +20,7 @@ def stacks(data, folder) -> list:
     shape = data.draw(st.tuples(st.integers(1, 16), st.integers(1, 16)), label="image shape")
     drawn = []
     for _ in range(data.draw(st.integers(1, 3), label="files")):
-        mrc = mrc_files(folder, kinds=("stack",), modes=REAL_MODES, shape=shape)
+        mrc = mrc_files(folder, kinds=("stack",), modes=FLOAT32_MODES, shape=shape)
         tiff = tiff_files(folder, shape=shape, types=REAL_TYPES, pages=(2, 5))
         drawn.append(data.draw(st.one_of(mrc, tiff), label="stack"))
     return drawn
