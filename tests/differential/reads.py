@@ -15,6 +15,8 @@ import numpy as np
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
+import vitrio as vio
+
 from .files import Drawn
 
 LONG = os.environ.get("VITRIO_DIFFERENTIAL", "").lower() == "long"
@@ -97,8 +99,6 @@ def describe(drawn: Drawn, **what) -> str:
 def read_every_way(data, drawn: Drawn, key: str, loader, options: dict | None = None) -> None:
     """Read `drawn` at `key` through `loader` every way the core reads (whole, an image of a stack, a
     batch, an indexed batch, patches of one image, patches of many) and compare each with numpy's."""
-    import vitrio as vio
-
     extra = {} if options is None else {"storage_options": options}
     images = drawn.images
     np.testing.assert_array_equal(vio.read(key, **extra), drawn.values, err_msg=drawn.layout)
@@ -110,10 +110,20 @@ def read_every_way(data, drawn: Drawn, key: str, loader, options: dict | None = 
         np.testing.assert_array_equal(one, images[i], err_msg=describe(drawn, image=i))
 
     dtype = destination_type(drawn, data.draw)
+    # Into every other column of a buffer: a read lands in a strided view where it is, and nowhere else.
+    buffer = filled((*images.shape[1:-1], 2 * images.shape[-1]), dtype)
+    vio.read(locate(count - 1), out=buffer[..., 1::2], **extra)
+    expected = filled(buffer.shape, dtype)
+    expected[..., 1::2] = images[-1]
+    np.testing.assert_array_equal(buffer, expected, err_msg=describe(drawn, out="every other column"))
+
     slots = data.draw(batches(count), label="batch")
-    out = filled((len(slots), *images.shape[1:]), dtype)
-    vio.read_batch_async(loader, out, [locate(i) for i in slots]).get()
-    np.testing.assert_array_equal(out, images[slots], err_msg=describe(drawn, batch=slots))
+    spread = data.draw(st.sampled_from([1, 2]), label="a slot every")  # into every slot, or every other
+    buffer = filled((spread * len(slots), *images.shape[1:]), dtype)
+    vio.read_batch_async(loader, buffer[::spread], [locate(i) for i in slots]).get()
+    expected = filled(buffer.shape, dtype)
+    expected[::spread] = images[slots]
+    np.testing.assert_array_equal(buffer, expected, err_msg=describe(drawn, batch=slots, spread=spread))
 
     slots = data.draw(batches(count), label="indexed batch")
     out = filled((len(slots), *images.shape[1:]), dtype)
