@@ -204,3 +204,63 @@ def tiff_files(draw, folder: Path, shape=None, types=TIFF_TYPES, pages=(1, 5)):
     stack = count > 1
     layout = f"TIFF {count} x {y} x {x} {dtype} {options}"
     return Drawn(path, plain if stack else plain[0], stack, layout)
+
+
+ZARR_TYPES = [np.uint8, np.int16, np.uint16, np.int32, np.float32, np.float64]
+
+
+@st.composite
+def zarr_stores(draw, folder: Path):
+    """A `Drawn` one-level OME-Zarr image or volume that zarr writes and reads back: Zarr v2 (NGFF 0.4)
+    with zstd, blosc, gzip or no compressor, after shuffle or delta filters or none; or Zarr v3 (NGFF 0.5)
+    with those compressors, a crc32c checksum or a transpose, in shards of chunks or not. Chunks of any
+    shape, edge chunks included."""
+    import numcodecs
+    import zarr
+
+    shape = tuple(draw(st.integers(1, 20)) for _ in range(draw(st.sampled_from([2, 3]))))
+    dtype = np.dtype(draw(st.sampled_from(ZARR_TYPES)))
+    chunks = tuple(draw(st.integers(1, n + 2)) for n in shape)
+    version = draw(st.sampled_from([2, 3]))
+    codec = draw(st.sampled_from([None, "zstd", "blosc", "gzip"]))
+    path = fresh(folder, "image.zarr")
+    group = zarr.open_group(str(path), mode="w", zarr_format=version)
+    options: dict = {}
+    if version == 2:
+        options["compressors"] = {
+            None: None,
+            "zstd": numcodecs.Zstd(level=1),
+            "blosc": numcodecs.Blosc(cname="lz4", shuffle=draw(st.sampled_from([0, 1, 2]))),
+            "gzip": numcodecs.GZip(level=1),
+        }[codec]
+        kind = draw(st.sampled_from([None, "shuffle", "delta"]))
+        if kind is not None:
+            options["filters"] = [
+                numcodecs.Shuffle(dtype.itemsize) if kind == "shuffle" else numcodecs.Delta(dtype)
+            ]
+    else:
+        codecs = zarr.codecs
+        compressor = {
+            None: None,
+            "zstd": codecs.ZstdCodec(level=1),
+            "blosc": codecs.BloscCodec(cname="lz4", shuffle=draw(st.sampled_from(["noshuffle", "shuffle"]))),
+            "gzip": codecs.GzipCodec(level=1),
+        }[codec]
+        options["compressors"] = [
+            c for c in (compressor, draw(st.sampled_from([None, codecs.Crc32cCodec()]))) if c
+        ]
+        if draw(st.booleans()):
+            options["filters"] = [codecs.TransposeCodec(order=tuple(reversed(range(len(shape)))))]
+        if draw(st.booleans()):
+            options["shards"] = tuple(c * draw(st.integers(1, 3)) for c in chunks)
+    values = _values(draw, dtype, shape)
+    group.create_array("0", shape=shape, dtype=dtype, chunks=chunks, fill_value=0, **options)[...] = values
+    axes = [{"name": n, "type": "space"} for n in "zyx"[3 - len(shape) :]]
+    multiscales = [{"version": "0.4", "axes": axes, "datasets": [{"path": "0"}]}]
+    if version == 2:
+        group.attrs["multiscales"] = multiscales
+    else:
+        group.attrs["ome"] = {"version": "0.5", "multiscales": multiscales}
+    plain = zarr.open_array(str(path / "0"), mode="r")[...]
+    layout = f"OME-Zarr v{version} {shape} {dtype} chunks {chunks} {options}"
+    return Drawn(path, plain, False, layout)

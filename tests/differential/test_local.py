@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import vitrio as vio
 
-from .files import mrc_files, tiff_files, write_mrc
+from .files import mrc_files, tiff_files, write_mrc, zarr_stores
 from .reads import examples, read_every_way
 
 
@@ -43,3 +43,10 @@ def test_an_mrc_file_of_mode_101_is_refused_naming_its_mode(tmp_path):
     write_mrc(path, np.arange(24, dtype=np.uint8).reshape(1, 4, 6), 101, "<", (1, 2, 3), 1, 1, 0)
     with pytest.raises(vio.FormatError, match=f"{re.escape(str(path))}: .*mode 101"):
         vio.read(path)
+
+
+@examples(20)
+@given(data=st.data())
+def test_ome_zarr_stores_read_every_way_as_zarr_reads_them(folder, data):
+    drawn = data.draw(zarr_stores(folder), label="store")
+    read_every_way(data, drawn, str(drawn.path), loaders(data))

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from vitrio._remote import RemoteFile
 
+from ..remote.conftest import BUCKET
 from .files import Drawn
 
 
@@ -21,11 +22,21 @@ def request_sizes(data, size: int):
 
 
 def served(drawn: Drawn, place: str, s3, http) -> tuple[str, dict]:
-    """The key of `drawn` served from `place` ("local", "s3", "http"), and the options that reach it."""
-    name = drawn.path.name
+    """The key of `drawn` (a file, or a store's folder) served from `place` ("local", "s3", "http"), and
+    the options that reach it."""
+    name, path = drawn.path.name, drawn.path
     if place == "local":
-        return str(drawn.path), {}
+        return str(path), {}
     if place == "s3":
-        return s3.put(drawn.path, name), s3.options
-    http.files[name] = drawn.path.read_bytes()
+        return (s3.put_store(str(path), BUCKET, name) if path.is_dir() else s3.put(path, name)), s3.options
+    for file in [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]:
+        http.files[f"{name}/{file.relative_to(path).as_posix()}" if path.is_dir() else name] = (
+            file.read_bytes()
+        )
     return f"{http.url}/{name}", {}
+
+
+def largest_file(drawn: Drawn) -> int:
+    """The size of `drawn`'s file, or of the largest file of a store."""
+    files = [p for p in drawn.path.rglob("*") if p.is_file()] if drawn.path.is_dir() else [drawn.path]
+    return max(p.stat().st_size for p in files)
