@@ -59,6 +59,7 @@ __all__ = [
     "pread",
     "read_many",
     "redact",
+    "redact_error",
     "http_options",
 ]
 
@@ -81,6 +82,23 @@ def redact(text: str) -> str:
     """`text`, a URL or a message naming one, with the secrets a URL may hold put as `***`: the user and
     password before its host, and the values of its query's signatures, credentials, keys and tokens."""
     return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+
+
+def redact_error(error: BaseException) -> BaseException:
+    """`error`, its message and those of the errors it was raised from or while handling, redacted as
+    `redact` redacts a URL: for messages formats write of a file at a URL, naming it as given."""
+    seen: set[int] = set()
+    at: BaseException | None = error
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        if isinstance(at, OSError):  # its message is its `strerror` and `filename` where it has them
+            if isinstance(at.strerror, str):
+                at.strerror = redact(at.strerror)
+            if isinstance(at.filename, str):
+                at.filename = redact(at.filename)
+        at.args = tuple(redact(a) if isinstance(a, str) else a for a in at.args)
+        at = at.__cause__ or at.__context__
+    return error
 
 
 def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int, part: int) -> list[tuple[int, int]]:

@@ -78,9 +78,11 @@ def test_a_stalled_server_is_an_error_naming_the_url_within_the_time_limit(serve
     reader = threading.Thread(target=read)
     reader.start()
     reader.join(60 * RemoteFile.attempts * RemoteFile.timeout)  # far past the attempts' time limits
+    waited_on = reader.is_alive()
     server.release.set()
     reader.join()
-    assert len(failed) == 1, "the read waited past its time limits"
+    assert not waited_on, "the read waited past its time limits"
+    assert len(failed) == 1
     assert f"stack.mrcs ({image_range(path, 1)})" in str(failed[0])
     assert "Timeout" in str(failed[0])
 
@@ -152,3 +154,11 @@ def test_secrets_in_a_stores_url_are_in_no_message(served):
     with pytest.raises(FileNotFoundError, match="missing.zarr") as missing:
         vio.read(url)
     assert_no_secret(str(missing.value))
+
+
+def test_secrets_in_a_url_are_not_in_what_a_format_says_of_its_file(served):
+    server, _, _ = served
+    server.files["junk.mrc"] = b"not an image " * 100
+    with pytest.raises(vio.FormatError, match="junk.mrc") as malformed:
+        vio.read(secret_url(f"{server.url}/junk.mrc"))
+    assert_no_secret(str(malformed.value))

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._remote import RemoteFile
+from .._remote import RemoteFile, redact_error
 from ._contract import Format, ImageReader
 from ._registry import open_reader
 
@@ -31,7 +31,8 @@ class RemoteReaders:
         self._lock = threading.Lock()
 
     def acquire(self, key: str, formats: Iterable[type[Format]] | None) -> ImageReader:
-        """The reader of the file at the URL `key`, opened by the first thread that asks."""
+        """The reader of the file at the URL `key`, opened by the first thread that asks; an error opening it
+        says the URL as `redact` gives it."""
         with self._lock:
             reader = self._kept_reader(key)
             if reader is not None:
@@ -43,7 +44,11 @@ class RemoteReaders:
                 if reader is not None:
                     self._opening.pop(key, None)
                     return reader
-            reader = open_reader(key, formats, self._options)
+            try:
+                reader = open_reader(key, formats, self._options)
+            except Exception as error:  # a format names the file by its key, the URL as given
+                redact_error(error)
+                raise
             with self._lock:
                 self._readers[key] = reader
                 if len(self._readers) > self._kept:
