@@ -25,19 +25,19 @@ def read_at_url(data, drawn, s3, http, servers=("s3", "http")):
         read_every_way(data, drawn, url, loader, options)
 
 
-@examples(12)
+@examples(10)
 @given(data=st.data())
 def test_mrc_files_at_urls_read_every_way_as_their_bytes(s3, http, folder, data):
     read_at_url(data, data.draw(mrc_files(folder)), s3, http)
 
 
-@examples(10)
+@examples(8)
 @given(data=st.data())
 def test_tiff_files_at_urls_read_every_way_as_tifffile_reads_them(s3, http, folder, data):
     read_at_url(data, data.draw(tiff_files(folder)), s3, http)
 
 
-@examples(8)
+@examples(6)
 @given(data=st.data())
 def test_ome_zarr_stores_at_http_urls_read_every_way_as_zarr_reads_them(s3, http, folder, data):
     read_at_url(data, data.draw(zarr_stores(folder)), s3, http, ["http"])
