@@ -1016,9 +1016,11 @@ static int read_run(int fd, int64_t offset, int64_t count, int src_kind, int dst
     return READ_OK;
 }
 
+/* Opens a file known by its layout without waiting: a FIFO or device put at its path since is
+   refused by `same_file`, and its reader names it. */
 static int open_file(const char *path) {
     int fd;
-    do fd = open(path, O_RDONLY | O_CLOEXEC);
+    do fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     while (fd < 0 && errno == EINTR);
     return fd;
 }

@@ -72,6 +72,22 @@ def test_a_scratch_taking_whole_files_in_names_a_file_become_a_fifo(tmp_path: Pa
     assert found.startswith("OSError") and "b.mrc" in found and "FIFO" in found, found
 
 
+def test_a_stack_become_a_fifo_after_its_layout_was_read_is_named(tmp_path: Path):
+    vio.write_stack(np.zeros((4, 8, 8), np.float32), tmp_path / "a.mrcs")
+    call = """
+    import os
+    loader = vio.loader(workers=2)
+    locations = [vio.ImageLocation(f"{folder}/a.mrcs", i) for i in range(4)]
+    out = np.empty((4, 8, 8), np.float32)
+    vio.read_batch_async(loader, out, locations).get()
+    os.unlink(f"{folder}/a.mrcs")
+    os.mkfifo(f"{folder}/a.mrcs")
+    vio.read_batch_async(loader, out, locations).get()
+    """
+    found = outcome(tmp_path, call)
+    assert found.startswith("OSError") and "a.mrcs" in found and "FIFO" in found, found
+
+
 def test_doctor_passes_over_a_fifo_and_links_inside_a_store(tmp_path: Path):
     store = tmp_path / "tomogram.zarr"
     vio.write_single(np.random.default_rng(0).standard_normal((4, 16, 16)).astype(np.float32), store)
