@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import json
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 from tensordict import is_tensor_collection
 
-from vitrio.formats import new_file
+from vitrio.formats import new_file, open_readonly
 
 __all__ = [
     "AUX_TENSORS",
@@ -60,12 +61,17 @@ def check_json(value: Any, where: str) -> None:
 
 
 def refuse_pickles(prefix: str | Path) -> None:
-    """Raises ValueError if the saved folder ``prefix`` holds a pickle anywhere."""
-    for folder, _, names in os.walk(prefix):
-        for name in names:
+    """Raises ValueError if the saved folder ``prefix`` holds a pickle, or anything but folders and
+    regular files (a FIFO would block the load, a link could read another file), anywhere."""
+    for folder, folders, names in os.walk(prefix):
+        for name in folders + names:
+            path = os.path.join(folder, name)
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or (stat.S_ISDIR(mode) and name in folders)):
+                raise ValueError(f"{path}: not a regular file or folder, which a saved folder holds only")
             if name.endswith((".pickle", ".pkl")):
                 raise ValueError(
-                    f"{os.path.join(folder, name)}: a pickle, which is never loaded (it could run any "
+                    f"{path}: a pickle, which is never loaded (it could run any "
                     "code); the fields of cryovit's types are saved as JSON"
                 )
 
@@ -117,7 +123,8 @@ def _read_tensors(path: Path) -> list[torch.Tensor]:
     Raises:
         ValueError: If the file is not of that layout, naming it.
     """
-    content = path.read_bytes()
+    with open(open_readonly(os.fspath(path)), "rb") as file:
+        content = file.read()
     try:
         length = int.from_bytes(content[:8], "little")
         if len(content) < 8 or length > len(content) - 8:

@@ -348,6 +348,27 @@ def test_a_pickle_in_a_saved_folder_is_never_loaded(tmp_path: Path, folder: str)
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("plant", ["fifo", "link"])
+def test_a_fifo_or_a_link_in_a_saved_folder_is_refused_before_anything_is_opened(
+    tmp_path: Path, plant: str
+) -> None:
+    _tomogram().save(tmp_path / "t")
+    tensors = tmp_path / "t" / "aux_data_tensors.safetensors"
+    if not tensors.exists():  # the tensors of aux_data are saved only where it holds some
+        collate_tomograms([_tomogram(), _tomogram()]).memmap(tmp_path / "t2")
+        tensors = tmp_path / "t2" / "aux_data_tensors.safetensors"
+    saved, name = tensors.parent, tensors.name
+    tensors.unlink()
+    if plant == "fifo":  # a blocking open of it would wait for a writer forever
+        os.mkfifo(saved / name)
+    else:  # a link would read another file of the user's
+        (tmp_path / "private").write_bytes(b"secret")
+        (saved / name).symlink_to(tmp_path / "private")
+    load = BatchedTomogramData.load_memmap if saved.name == "t2" else TomogramData.load_memmap
+    with pytest.raises(ValueError, match=rf"{name}: not a regular file or folder"):
+        load(saved)
+
+
 def test_a_saved_tomogram_round_trips_its_strings_and_lists(tmp_path: Path) -> None:
     tomogram = _tomogram()
     tomogram.save(tmp_path / "t")
