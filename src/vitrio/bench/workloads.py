@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import vitrio as vio
+from vitrio.formats import open_readonly
 
 __all__ = [
     "Workloads",
@@ -188,7 +189,7 @@ class Workloads:
 def evict(paths: list[Path]) -> None:
     """Drop the pages of `paths` from the page cache (`posix_fadvise` DONTNEED), for cold reads."""
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_readonly(os.fspath(path))
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:

@@ -222,8 +222,6 @@ def open_reader(
     except IsADirectoryError:
         raise IsADirectoryError(f"{key}: is a directory, not an image file") from None
     try:
-        if os.path.isdir(key):
-            raise IsADirectoryError(f"{key}: is a directory, not an image file")
         head = os.pread(fd, _HEAD_BYTES, 0)
         reader = _recognizing(key, fd, head, candidates)
         if reader is None and formats is None:
