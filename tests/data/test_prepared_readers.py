@@ -156,3 +156,19 @@ def test_readers_that_cannot_describe_themselves_keep_nothing_for_a_later_progra
     run_program(key, Doubling(), scratch)
     found, _ = run_program(key, Doubling(), scratch)
     assert found == 0
+
+
+def test_a_loader_serving_from_a_stored_scratch_prepares_as_its_files_readers_read(tmp_path):
+    # a scratch of stored images over the default readers reads the files as they do: not refused
+    key, scratch = tmp_path / "stack.mrcs", tmp_path / "prepared.scratch"
+    vio.write_stack(np.random.default_rng(7).standard_normal((ROWS, SIDE, SIDE)).astype(np.float32), key)
+    readers = vio.reader_provider()
+    locations = [vio.ImageLocation(key, i) for i in range(ROWS)]
+    stored = vio.create_host_image_scratch(locations, run_length=ROWS, files=readers)
+    source = ImageSource(locations, "float32", readers=readers)
+    prepared = PreparedSource(source, STEPS, scratch=scratch, readers=readers)
+    loader = vio.ExecutorImageLoader(
+        vio.ScratchImageReaderProvider(readers, stored), vio.ThreadPoolExecutor(2)
+    )
+    served = next(iter(DataLoader(Dataset({"image": prepared}), ROWS, loader=loader)))["image"]
+    np.testing.assert_array_equal(served, afresh(key, readers))

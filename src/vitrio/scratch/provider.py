@@ -97,6 +97,9 @@ class ScratchImageReaderProvider(ImageReaderProvider):
     def opened(self, key: str) -> bool:
         return self._backing.opened(key)
 
+    def configuration(self) -> str | None:
+        return self._backing.configuration()
+
     def will_read(self, key: str, start: int = 0, length: int = 0) -> None:
         """Tell `backing` of a file the scratch does not hold; one it holds is served, not read."""
         if not self._scratch.holds(key):
