@@ -22,8 +22,8 @@ __all__ = ["RangeServer"]
 class RangeServer:
     """Serves `files` ({name: bytes}, or anything whose `get(name)` answers) at `url/<name>`; counts GETs
     (`gets`), keeps the name and `Range` header of each (`asked`) and the headers of every request
-    (`headers`), and fails as `fail` queues. With `redirect` (a URL), every request is answered 302 to
-    the same path and query under it.
+    (`headers`), and fails as `fail` queues. With `redirect` (a URL), every request but those of the
+    names in `kept` is answered 302 to the same path and query under it.
 
     With `tls` (a server's `ssl.SSLContext`), each connection is TLS and `url` is https://; setting `tls`
     later changes the certificate new connections are shown (each request makes one: HTTP/1.0). With
@@ -38,6 +38,7 @@ class RangeServer:
         self.asked: list[tuple[str, str | None]] = []
         self.headers: list[dict[str, str]] = []
         self.redirect: str | None = None
+        self.kept: set[str] = set()
         self.release = threading.Event()
         self.faults: deque[str] = deque()
         self.always: str | None = None
@@ -52,7 +53,7 @@ class RangeServer:
             def redirected(self) -> bool:
                 with server._lock:
                     server.headers.append(dict(self.headers))
-                if server.redirect is None:
+                if server.redirect is None or self.path.lstrip("/") in server.kept:
                     return False
                 self.send_response(302)
                 self.send_header("Location", server.redirect + self.path)

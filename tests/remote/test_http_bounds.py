@@ -40,6 +40,7 @@ def quick_retries(monkeypatch, served):
     server = served[0]
     server.faults.clear()
     server.always = server.redirect = None
+    server.kept = set()
 
 
 def image_range(path, index):
@@ -162,3 +163,13 @@ def test_secrets_in_a_url_are_not_in_what_a_format_says_of_its_file(served):
     with pytest.raises(vio.FormatError, match="junk.mrc") as malformed:
         vio.read(secret_url(f"{server.url}/junk.mrc"))
     assert_no_secret(str(malformed.value))
+
+
+def test_headers_given_for_a_table_are_not_sent_where_its_images_redirect(served, elsewhere):
+    server, _, _ = served
+    server.files["project/run.star"] = b"data_\nloop_\n_rlnImageName #1\n1@moved.mrcs\n"
+    server.redirect, server.kept = elsewhere.url, {"project/run.star"}
+    url, options = f"{server.url}/project/run.star", {"headers": {"X-Api-Key": "k3y"}}
+    with pytest.raises(OSError, match=rf"moved.mrcs: .*redirected to {elsewhere.url}"):
+        particle_locations(read_particles(url, storage_options=options), url, storage_options=options)
+    assert elsewhere.headers == []

@@ -26,7 +26,7 @@ from typing import Any
 from .._fs import read_whole
 from .._functions import query_descriptor
 from .._loading import ImageLoader
-from .._remote import is_url, redact
+from .._remote import RemoteFile, is_url, redact
 from .._types import ImageLocation
 
 __all__ = ["PathResolver", "read_stack_list", "stack_locations"]
@@ -114,10 +114,16 @@ class _Remote:
         return self.prefix + os.path.normpath("/" + path.lstrip("/"))
 
     def exists(self, url: str) -> bool:
-        import fsspec
+        """Whether there is a file at `url`, asked as a `RemoteFile` asks (bounded in time and tries).
 
-        fs, path = fsspec.core.url_to_fs(url, **self._options)
-        return fs.isfile(path)
+        Raises:
+            OSError: If the server fails, naming the URL.
+        """
+        try:
+            RemoteFile(url, self._options)
+        except FileNotFoundError:
+            return False
+        return True
 
 
 MAX_LIST_BYTES = 256 << 20
