@@ -23,7 +23,8 @@ class RangeServer:
     """Serves `files` ({name: bytes}, or anything whose `get(name)` answers) at `url/<name>`; counts GETs
     (`gets`), keeps the name and `Range` header of each (`asked`) and the headers of every request
     (`headers`), and fails as `fail` queues. With `redirect` (a URL), every request but those of the
-    names in `kept` is answered 302 to the same path and query under it.
+    names in `kept` is answered 302 to the same path and query under it. With `heads` "503", every HEAD
+    is answered Service Unavailable.
 
     With `tls` (a server's `ssl.SSLContext`), each connection is TLS and `url` is https://; setting `tls`
     later changes the certificate new connections are shown (each request makes one: HTTP/1.0). With
@@ -39,6 +40,7 @@ class RangeServer:
         self.headers: list[dict[str, str]] = []
         self.redirect: str | None = None
         self.kept: set[str] = set()
+        self.heads: str | None = None
         self.release = threading.Event()
         self.faults: deque[str] = deque()
         self.always: str | None = None
@@ -65,8 +67,8 @@ class RangeServer:
                 if self.redirected():
                     return
                 body = server.files.get(self.path.lstrip("/"))
-                if body is None:
-                    self.send_error(404)
+                if body is None or server.heads == "503":
+                    self.send_error(404 if body is None else 503)
                     return
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))

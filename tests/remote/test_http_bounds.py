@@ -41,12 +41,21 @@ def quick_retries(monkeypatch, served):
     server.faults.clear()
     server.always = server.redirect = None
     server.kept = set()
+    server.heads = None
 
 
 def image_range(path, index):
     size = VALUES[0].nbytes
     offset = path.stat().st_size - VALUES.nbytes + index * size
     return f"bytes {offset}-{offset + size - 1}"
+
+
+def test_a_file_a_server_is_unavailable_to_give_is_an_error_naming_it_not_a_missing_file(served):
+    server, url, _ = served
+    server.heads = server.always = "503"
+    with pytest.raises(OSError, match=f"{url}: .* after {RemoteFile.attempts} attempts") as failed:
+        vio.read(url)
+    assert not isinstance(failed.value, FileNotFoundError)
 
 
 @pytest.mark.parametrize("fault", ["short", "half"])
