@@ -3,8 +3,9 @@
 Several files are converted into a folder, one after the other, or one
 task per file on a Dask cluster (`--scheduler`, `--local`): each task
 writes its file as a run here would, so that running it twice leaves the
-same file, and reads a file at a URL with the `--storage-options` given. The commands that run on clusters share `cluster` and
-`run_per_file` from here.
+same file, and reads a file at a URL with the `--storage-options` given.
+The commands that run on clusters share `cluster` and `run_per_file` from
+here.
 
 A conversion never changes a value silently: a type the output's format
 lacks is widened to one it stores that holds every value (uint8 to uint16 in
