@@ -2,8 +2,9 @@
 the file's reader raised: its class, errno, filename and key kept, the rows it concerns added as a note.
 
 Each way of failing is read both ways and compared with what `vitrio.read` of the same image raises:
-a file missing, one that is not of its format, one the user may not read (read as another user),
-and a URL whose server answers 404.
+a file missing, one that is not of its format, a folder holding no Zarr metadata, one the user may not
+read (an MRC file, an OME-Zarr store's chunk or metadata, read as another user), and a URL whose server
+answers 404.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,7 +37,7 @@ def identity(error: BaseException) -> tuple:
     return type(error), getattr(error, "errno", None), getattr(error, "filename", None), error.key
 
 
-def failures(locations: list[vio.ImageLocation], shape: tuple[int, int]) -> dict[str, BaseException]:
+def failures(locations: list[Any], shape: tuple[int, int]) -> dict[str, BaseException]:
     """What reading `locations` (the first a good one) raises each way: the core alone (the last), a
     batch, a `DataLoader` over a source that asked only the first file for its shape."""
     loader = vio.loader(workers=2)
