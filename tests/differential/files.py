@@ -210,17 +210,17 @@ ZARR_TYPES = [np.uint8, np.int16, np.uint16, np.int32, np.float32, np.float64]
 
 
 @st.composite
-def zarr_stores(draw, folder: Path):
+def zarr_stores(draw, folder: Path, chunks_across: int = 20):
     """A `Drawn` one-level OME-Zarr image or volume that zarr writes and reads back: Zarr v2 (NGFF 0.4)
     with zstd, blosc, gzip or no compressor, after shuffle or delta filters or none; or Zarr v3 (NGFF 0.5)
     with those compressors, a crc32c checksum or a transpose, in shards of chunks or not. Chunks of any
-    shape, edge chunks included."""
+    shape, edge chunks included, up to `chunks_across` of them along each axis."""
     import numcodecs
     import zarr
 
     shape = tuple(draw(st.integers(1, 20)) for _ in range(draw(st.sampled_from([2, 3]))))
     dtype = np.dtype(draw(st.sampled_from(ZARR_TYPES)))
-    chunks = tuple(draw(st.integers(1, n + 2)) for n in shape)
+    chunks = tuple(draw(st.integers(-(-n // chunks_across), n + 2)) for n in shape)
     version = draw(st.sampled_from([2, 3]))
     codec = draw(st.sampled_from([None, "zstd", "blosc", "gzip"]))
     path = fresh(folder, "image.zarr")
