@@ -40,7 +40,7 @@ def test_tiff_files_at_urls_read_every_way_as_tifffile_reads_them(s3, http, fold
 @examples(6)
 @given(data=st.data())
 def test_ome_zarr_stores_at_http_urls_read_every_way_as_zarr_reads_them(s3, http, folder, data):
-    # Few chunks a read: the test server queues 5 connections, and a read fetches all its chunks at once.
+    # Few chunks a read: the test server queues 5 connections, and a read fetches its chunks together.
     read_at_url(data, data.draw(zarr_stores(folder, chunks_across=2)), s3, http, ["http"])
 
 
