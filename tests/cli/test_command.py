@@ -40,3 +40,17 @@ def test_usage_errors(arguments: list[str], capsys):
         main(arguments)
     assert exit.value.code == 2
     assert "usage: vitrio" in capsys.readouterr().err
+
+
+def test_an_error_is_said_on_one_line_with_its_notes(tmp_path: Path, monkeypatch, capsys):
+    # the notes of an error say what it concerns (the row of a batch, the chunk of a store)
+    error = FileNotFoundError(2, "no such file", "b.mrcs")
+    error.add_note("reading row 7 (1@b.mrcs)")
+
+    def failing(args):
+        raise error
+
+    monkeypatch.setattr("vitrio.cli._info.run", failing)
+    assert main(["info", str(tmp_path / "b.mrcs")]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("no such file: 'b.mrcs' reading row 7 (1@b.mrcs)"), line

@@ -110,4 +110,5 @@ def test_a_failed_batch_names_the_rows_of_the_file_its_error_carries(tmp_path, s
     with pytest.raises(vio.ImageFileNotFoundError) as raised:
         dataset.read_async([0, 1, 2], loader=vio.loader(workers=2)).get()
     assert raised.value.key == str(other)
-    assert "reading row 1 " in str(raised.value) and "and 1 more" in str(raised.value)
+    (note,) = raised.value.__notes__
+    assert note.startswith("reading row 1 ") and "and 1 more" in note

@@ -60,13 +60,13 @@ def test_failed_is_ready_and_raises_its_error_each_get():
     assert completion.exception is error
 
 
-def test_explained_adds_the_context_and_keeps_the_class_and_key():
+def test_explained_adds_the_context_as_a_note_to_the_error_itself():
     error = vio.FormatError("a.mrc: truncated")
     error.key = "a.mrc"
     explained = vio.Completion.failed(error).explained(lambda failure: f"reading {failure.key}")
-    with pytest.raises(vio.FormatError, match=r"a.mrc: truncated \(reading a.mrc\)") as raised:
+    with pytest.raises(vio.FormatError, match=r"a.mrc: truncated\nreading a.mrc") as raised:
         explained.get()
-    assert raised.value.key == "a.mrc" and raised.value.__cause__ is error
+    assert raised.value is error and error.key == "a.mrc" and error.__notes__ == ["reading a.mrc"]
 
 
 def test_a_sources_single_waitable_is_waited_for_by_the_batch():

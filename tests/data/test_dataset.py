@@ -165,7 +165,7 @@ def test_preload_reads_every_source_and_no_file_afterwards(dataset, stacks, load
     np.testing.assert_array_equal(batch["image"], stacks.images[[20, 0, 7]])
     np.testing.assert_array_equal(batch["index"], [20, 0, 7])
     assert loaded.fields["defocus"] is dataset.fields["defocus"]
-    with pytest.raises(FileNotFoundError, match=r"stack0.mrcs: no such file \(reading row 0"):
+    with pytest.raises(FileNotFoundError, match=r"stack0.mrcs: no such file\nreading row 0"):
         dataset[[0]]
 
 

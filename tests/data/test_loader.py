@@ -263,7 +263,7 @@ def test_a_failed_read_raises_at_its_batch_and_the_next_epoch_reads(dataset, sta
     iterator = iter(data_loader)
     first = next(iterator)
     np.testing.assert_array_equal(first["image"], stacks.images[:4])
-    expected = rf"{re.escape(str(stacks.paths[1]))}.*row 7 \(1@{re.escape(str(stacks.paths[1]))}\)"
+    expected = rf"(?s){re.escape(str(stacks.paths[1]))}.*row 7 \(1@{re.escape(str(stacks.paths[1]))}\)"
     with pytest.raises(FileNotFoundError, match=expected):
         next(iterator)
     with pytest.raises(StopIteration):

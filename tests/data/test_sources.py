@@ -334,7 +334,7 @@ def test_source_of_ones_own_is_a_field(loader):
 def test_reading_a_file_deleted_since_names_the_file_and_row(stacks, loader):
     source = ImageSource(stacks.locations)
     Path(stacks.paths[1]).unlink()
-    with pytest.raises(FileNotFoundError, match=rf"{stacks.paths[1]}.*row 9 \(3@{stacks.paths[1]}\)"):
+    with pytest.raises(FileNotFoundError, match=rf"(?s){stacks.paths[1]}.*row 9 \(3@{stacks.paths[1]}\)"):
         read(source, [0, 9, 10], loader)
 
 
@@ -346,6 +346,6 @@ def test_reading_a_patch_of_a_deleted_image_names_the_file_and_row(tmp_path, loa
     )
     (tmp_path / "b.mrc").unlink()
     with pytest.raises(
-        FileNotFoundError, match=r"b\.mrc.*row 1 \(a patch at \[6, 7\] of .*b\.mrc\) and 1 more"
+        FileNotFoundError, match=r"(?s)b\.mrc.*row 1 \(a patch at \[6, 7\] of .*b\.mrc\) and 1 more"
     ):
         read(source, [0, 1, 2], loader)

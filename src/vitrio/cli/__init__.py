@@ -509,6 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
     except _USER_ERRORS as error:
-        print(f"{name}: error: {' '.join(str(error).splitlines())}", file=sys.stderr)
+        said = [*str(error).splitlines(), *getattr(error, "__notes__", ())]  # notes: the store, the row
+        print(f"{name}: error: {' '.join(said)}", file=sys.stderr)
         return 1
     return status or 0
