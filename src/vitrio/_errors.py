@@ -24,7 +24,41 @@ __all__ = [
     "DeclaredTwiceError",
     "no_such_file",
     "past_the_end",
+    "redact",
+    "redact_error",
 ]
+
+
+_USERINFO = re.compile(r"(://)[^/?#@\s]*@")
+_SECRET_QUERY = re.compile(
+    r"([?&;](?:[\w.-]*(?:signature|credential|token|password|secret)|sig|key|policy)=)[^&#\s'\":]*", re.I
+)
+
+
+def redact(text: str) -> str:
+    """`text`, a URL or a message naming one, with the secrets a URL may hold put as `***`: the user and
+    password before its host, and the values of its query's signatures, credentials, keys and tokens (up
+    to a colon, which a message puts after the URL and a signed query's values encode)."""
+    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+
+
+def redact_error(error: BaseException) -> BaseException:
+    """`error`, its message and those of the errors it was raised from or while handling, redacted as
+    `redact` redacts a URL: for messages formats write of a file at a URL, naming it as given."""
+    seen: set[int] = set()
+    at: BaseException | None = error
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        if isinstance(at, OSError):  # its message is its `strerror` and `filename` where it has them
+            if isinstance(at.strerror, str):
+                at.strerror = redact(at.strerror)
+            if isinstance(at.filename, str):
+                at.filename = redact(at.filename)
+        at.args = tuple(redact(a) if isinstance(a, str) else a for a in at.args)
+        if hasattr(at, "__notes__"):
+            at.__notes__ = [redact(note) if isinstance(note, str) else note for note in at.__notes__]
+        at = at.__cause__ or at.__context__
+    return error
 
 
 class VitrioError(Exception):
@@ -55,8 +89,11 @@ class concerning:  # noqa: N801 - used as a function, `with concerning(key):`
         return None
 
     def __exit__(self, kind: Any, error: BaseException | None, trace: Any) -> bool:
-        if isinstance(error, Exception) and getattr(error, "key", None) is None:
-            error.key = self.key
+        if isinstance(error, Exception):
+            if getattr(error, "key", None) is None:
+                error.key = self.key
+            if isinstance(self.key, str) and "://" in self.key:
+                redact_error(error)
         return False
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import redact
+
 __all__ = [
     "as_key",
     "ImageLocation",
@@ -142,8 +144,8 @@ class ImageLocation:
 
     def __repr__(self) -> str:
         if self._index >= 0:
-            return f"ImageLocation(key={self._key!r}, index_in_stack={self._index})"
-        return f"ImageLocation(key={self._key!r})"
+            return f"ImageLocation(key={redact(self._key)!r}, index_in_stack={self._index})"
+        return f"ImageLocation(key={redact(self._key)!r})"
 
     def __reduce__(self):
         return (ImageLocation, (self._key, self._index))

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._counters import add_count
+from ._errors import redact
 from ._fs import open_readonly
 from ._remote import is_url
 from ._types import ImageDescriptor, as_key
@@ -292,7 +293,7 @@ class CachingImageReaderProvider(ImageReaderProvider):
             if entry is None or entry.reader is not reader:
                 entry = next((e for e in self._entries.values() if e.reader is reader and e.users > 0), None)
             if entry is None:
-                raise ValueError(f"{reader.key}: this reader was not acquired from this provider")
+                raise ValueError(f"{redact(reader.key)}: this reader was not acquired from this provider")
             entry.users -= 1
             dropped = reader.stale and entry.users == 0
             if dropped:

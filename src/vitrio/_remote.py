@@ -47,7 +47,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ._counters import add_count
-from ._errors import no_such_file
+from ._errors import no_such_file, redact
 
 __all__ = [
     "RemoteFile",
@@ -58,8 +58,6 @@ __all__ = [
     "open_binary",
     "pread",
     "read_many",
-    "redact",
-    "redact_error",
     "http_options",
 ]
 
@@ -70,35 +68,6 @@ def is_url(key: str) -> bool:
     """Whether `key` is a URL fsspec reads (`s3://`, `https://`, ...), not a local path (nor `file://`)."""
     match = _SCHEME.match(key)
     return match is not None and match.group(1).lower() not in ("file", "local")
-
-
-_USERINFO = re.compile(r"(://)[^/?#@\s]*@")
-_SECRET_QUERY = re.compile(
-    r"([?&;](?:[\w.-]*(?:signature|credential|token|password|secret)|sig|key|policy)=)[^&#\s'\"]*", re.I
-)
-
-
-def redact(text: str) -> str:
-    """`text`, a URL or a message naming one, with the secrets a URL may hold put as `***`: the user and
-    password before its host, and the values of its query's signatures, credentials, keys and tokens."""
-    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
-
-
-def redact_error(error: BaseException) -> BaseException:
-    """`error`, its message and those of the errors it was raised from or while handling, redacted as
-    `redact` redacts a URL: for messages formats write of a file at a URL, naming it as given."""
-    seen: set[int] = set()
-    at: BaseException | None = error
-    while at is not None and id(at) not in seen:
-        seen.add(id(at))
-        if isinstance(at, OSError):  # its message is its `strerror` and `filename` where it has them
-            if isinstance(at.strerror, str):
-                at.strerror = redact(at.strerror)
-            if isinstance(at.filename, str):
-                at.filename = redact(at.filename)
-        at.args = tuple(redact(a) if isinstance(a, str) else a for a in at.args)
-        at = at.__cause__ or at.__context__
-    return error
 
 
 def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int, part: int) -> list[tuple[int, int]]:
@@ -352,13 +321,12 @@ def _same_origin_redirects() -> Any:
     """An aiohttp `TraceConfig` that refuses a redirect to another origin (one, so that fsspec's cache of
     filesystems, keyed by their options, keeps one of each)."""
     import aiohttp
-    from yarl import URL
 
     async def refuse_other_origins(session: Any, context: Any, params: Any) -> None:
         headers = params.response.headers
         location = headers.get("Location") or headers.get("URI")
         try:
-            target = params.url.join(URL(location))
+            target = params.url.join(type(params.url)(location))  # yarl's URL, which aiohttp uses
             other = target.origin() != params.url.origin()
         except (TypeError, ValueError):  # no or no valid location: the client refuses it itself
             return

@@ -182,3 +182,24 @@ def test_headers_given_for_a_table_are_not_sent_where_its_images_redirect(served
     with pytest.raises(OSError, match=rf"moved.mrcs: .*redirected to {elsewhere.url}"):
         particle_locations(read_particles(url, storage_options=options), url, storage_options=options)
     assert elsewhere.headers == []
+
+
+def test_secrets_in_a_url_are_not_in_a_batchs_error_nor_a_readers_or_locations_repr(served):
+    server, url, _ = served
+    signed = secret_url(url)
+    location = vio.ImageLocation(signed, 0)
+    assert "stack.mrcs" in repr(location)
+    assert_no_secret(repr(location))
+    with vio.reader_provider().acquire(signed) as reader:
+        assert "stack.mrcs" in repr(reader)
+        assert_no_secret(repr(reader))
+    server.files["short.mrcs"] = server.files[url.rpartition("/")[2]][:1200]  # a header, no images
+    short = vio.ImageLocation(secret_url(f"{server.url}/short.mrcs"), 0)
+    with pytest.raises(vio.FormatError, match=r"short.mrcs\?.*=\*\*\*: the file is truncated") as failed:
+        vio.read_batch_async(vio.loader(workers=1), np.empty((1, 16, 16), np.float32), [short]).get()
+    assert_no_secret(str(failed.value))
+    assert_no_secret(" ".join(getattr(failed.value, "__notes__", [])))
+    server.files["text.txt"] = b"plain text, of no format " * 100
+    with pytest.raises(vio.FormatError, match="text.txt") as unknown:
+        vio.read(secret_url(f"{server.url}/text.txt"))
+    assert_no_secret(str(unknown.value))

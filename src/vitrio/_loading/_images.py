@@ -13,7 +13,7 @@ import numpy as np
 from .._arrays import as_casting, as_destination, check_destination_type
 from .._concurrency import Completion, ThreadPoolExecutor, run_tasks
 from .._counters import add_count, note_read, note_runs
-from .._errors import concerning
+from .._errors import concerning, redact
 from .._native import RUN_FILE
 from .._providers import ImageReaderProvider
 from .._remote import is_url, read_many
@@ -308,7 +308,9 @@ def _check_slot(reader: ImageReader, slot_shape: tuple[int, ...], whole: bool) -
     expected = reader.descriptor.extents if whole else reader.core_extents
     if tuple(slot_shape) != tuple(expected):
         what = "the file" if whole else "an image of the file"
-        raise ValueError(f"{reader.key}: {what} has shape {expected}, the destination's slots {slot_shape}")
+        raise ValueError(
+            f"{redact(reader.key)}: {what} has shape {expected}, the destination's slots {slot_shape}"
+        )
 
 
 def read_batch_async(

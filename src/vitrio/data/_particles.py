@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _native
+from .._errors import redact
 from .._remote import is_url, local_copy
 from .._types import ImageLocation
 from ._cs import MAX_CS_BYTES, read_cs
@@ -105,7 +106,9 @@ def particle_locations(
         return _relion_locations(columns["rlnImageName"], resolve)
     if "blob/path" in columns and "blob/idx" in columns:
         return make_locations(_resolved(columns["blob/path"], resolve), columns["blob/idx"])
-    raise ValueError(f"{metadata}: the particles have neither rlnImageName nor blob/path and blob/idx")
+    raise ValueError(
+        f"{redact(str(metadata))}: the particles have neither rlnImageName nor blob/path and blob/idx"
+    )
 
 
 def _relion_locations(names: Any, resolve: PathResolver) -> list[ImageLocation]:

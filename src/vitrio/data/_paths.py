@@ -23,10 +23,11 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._errors import redact
 from .._fs import read_whole
 from .._functions import query_descriptor
 from .._loading import ImageLoader
-from .._remote import RemoteFile, is_url, redact
+from .._remote import RemoteFile, is_url
 from .._types import ImageLocation
 
 __all__ = ["PathResolver", "read_stack_list", "stack_locations"]

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from .._errors import FormatError
+from .._errors import FormatError, redact
 from .._types import ImageDescriptor, past_the_end, section_view
 
 __all__ = ["Format", "FormatError", "FormatWarning", "HeaderStatistics", "ImageReader", "ImageWriter"]
@@ -252,7 +252,7 @@ class ImageReader(ABC):
         self.close()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.key!r} {self.descriptor!r}>"
+        return f"<{type(self).__name__} {redact(self.key)!r} {self.descriptor!r}>"
 
 
 _ALL = slice(None)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import redact, redact_error
 from .._fs import open_readonly
 from .._remote import RemoteFile, is_url
 from .._types import ImageDescriptor, as_key, as_voxel_size, no_such_file
@@ -246,11 +247,15 @@ def _open_url(
     head = file.pread(_HEAD_BYTES, 0)
     candidates += _plugins_added(candidates) if plugins else ()
     readable = tuple(c for c in candidates if c.reads_urls)
-    reader = _recognizing(key, file, head, readable)
+    try:
+        reader = _recognizing(key, file, head, readable)
+    except Exception as error:
+        redact_error(error)
+        raise
     if reader is not None:
         return reader
     names = ", ".join(c.name for c in readable)
-    raise FormatError(f"{key}: not a file of any format read from URLs ({names})")
+    raise FormatError(f"{redact(key)}: not a file of any format read from URLs ({names})")
 
 
 def create_writer(

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .._remote import RemoteFile, redact
+from .._errors import redact
+from .._remote import RemoteFile
 from .._types import ImageDescriptor, section_view
 from ._contract import FormatError, ImageReader
 from ._raw import Decoder, RawArrayReader

@@ -13,7 +13,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._remote import RemoteFile, redact_error
+from .._errors import redact_error
+from .._remote import RemoteFile
 from ._contract import Format, ImageReader
 from ._registry import open_reader
 

@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..._errors import redact
 from ..._fs import open_readonly
 from ..._remote import RemoteFile, is_url, pread
 from ..._types import as_key, no_such_file
@@ -235,7 +236,7 @@ class EerTimelineReader(DetectorEventTimelineReader):
         self.close()
 
     def __repr__(self) -> str:
-        return f"<EerTimelineReader {self.key!r} {self._descriptor!r}>"
+        return f"<EerTimelineReader {redact(self.key)!r} {self._descriptor!r}>"
 
 
 class DetectorEventTimelineReaderProvider(ABC):

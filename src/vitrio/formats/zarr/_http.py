@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..._remote import redact
+from ..._errors import redact
 
 __all__ = ["fetch_bounded"]
 

@@ -12,7 +12,7 @@ uncompressed, as a stream cut at the limit, and checked against the
 length their headers announce (`_http`); each request is bounded in time,
 and headers given are never sent where a redirect leads to another host
 (`vitrio._remote.http_options`). Errors name a store at a URL as
-`vitrio._remote.redact` gives it, without the secrets it may hold.
+`vitrio._errors.redact` gives it, without the secrets it may hold.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..._errors import ImageFileNotFoundError
+from ..._errors import ImageFileNotFoundError, redact
 from ..._fs import open_beneath
-from ..._remote import RemoteFile, http_options, redact
+from ..._remote import RemoteFile, http_options
 from ._http import fetch_bounded
 
 __all__ = ["Store", "LocalStore", "RemoteStore", "open_store"]
