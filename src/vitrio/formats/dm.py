@@ -468,7 +468,9 @@ class DigitalMicrographFormat(Format):
         axes = [str(i) for i in reversed(range(len(dimensions)))]
         sizes = tuple(image.scales.get(a, 1.0) for a in axes)
         units = tuple(image.units.get(a, "") for a in axes)
-        lengths = all(unit in ANGSTROMS_PER_UNIT for unit in units[-2:]) and all(a in image.scales for a in axes[-2:])
+        lengths = all(unit in ANGSTROMS_PER_UNIT for unit in units[-2:]) and all(
+            a in image.scales for a in axes[-2:]
+        )
         voxel = tuple(s * ANGSTROMS_PER_UNIT[u] for s, u in zip(sizes[-2:], units[-2:])) if lengths else None
         held = ImageDescriptor(reversed(dimensions), 2, numerical)
         reader = raw_reader(
