@@ -93,6 +93,26 @@ def test_a_failed_extraction_leaves_the_victim_and_removes_its_files(
     assert sorted(Path().rglob("*")) == before
 
 
+def test_a_failed_extraction_removes_its_stacks_from_their_folder_alone(picked: Picked, monkeypatch):
+    # another user exchanges the stacks' folder for a link to a folder of the user's holding files of
+    # the stacks' names, before the failure: those files are not removed
+    kept = Path("kept")
+    kept.mkdir()
+    for name in OUTPUTS[1:]:
+        (kept / name).write_text("the user's own")
+
+    def write_star(*args):
+        os.rename("Particles", "Particles.moved")
+        os.symlink(kept.resolve(), "Particles")
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(extraction, "write_star", write_star)
+    with pytest.raises(OSError, match="no space left"):
+        extract_particles(picked.micrographs, picked.coordinates, 16, "particles.star", stack_dir="Particles")
+    assert all((kept / name).read_text() == "the user's own" for name in OUTPUTS[1:])
+    assert not list(Path("Particles.moved").iterdir())  # the stacks written are removed where they are
+
+
 def test_outputs_that_exist_are_kept_unless_forced(picked: Picked):
     Path("b.mrcs").write_text("mine")
     with pytest.raises(FileExistsError, match="b.mrcs: exists already"):

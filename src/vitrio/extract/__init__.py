@@ -220,9 +220,11 @@ def extract_particles(
 
     created = [folder for folder in dict.fromkeys((output.parent, stack_dir)) if not folder.exists()]
     finished: list[Path] = []
+    stack_folder = None  # the stacks' folder as it was when they were written, which alone loses them
     try:
         for folder in created:
             folder.mkdir(parents=True, exist_ok=True)
+        stack_folder = os.open(stack_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         start = time.perf_counter()
         dtype = np.dtype(data_type)
         casting = as_casting(casting)
@@ -236,10 +238,14 @@ def extract_particles(
         seconds = time.perf_counter() - start
         write_star({"optics": optics, "particles": table}, output)
     except BaseException:
-        for path in finished:
-            path.unlink(missing_ok=True)
+        for path in finished if stack_folder is not None else ():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path.name, dir_fd=stack_folder)
         for folder in reversed(created):
             with contextlib.suppress(OSError):
                 folder.rmdir()
         raise
+    finally:
+        if stack_folder is not None:
+            os.close(stack_folder)
     return Extraction(table, optics, stacks, seconds)
