@@ -3,7 +3,6 @@ against starfile's own reading, by the C extension's reader and by the general o
 
 from __future__ import annotations
 
-import statistics
 import time
 from pathlib import Path
 
@@ -19,13 +18,14 @@ MIB = 1 << 20
 
 
 def _seconds_to_read(path: Path, runs: int) -> float:
-    """The median of `runs` readings of `path`, in seconds."""
+    """The fastest of `runs` readings of `path`, in seconds: what the reading costs, less what a loaded
+    machine adds to some of them."""
     times = []
     for _ in range(runs):
-        start = time.perf_counter()
+        start = time.process_time()
         read_star(path)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        times.append(time.process_time() - start)
+    return min(times)
 
 
 def test_a_long_line_of_a_loop_left_to_pandas_reads_in_time_linear_in_its_length(tmp_path: Path):
@@ -38,8 +38,9 @@ def test_a_long_line_of_a_loop_left_to_pandas_reads_in_time_linear_in_its_length
 
     small, large = file(1 * MIB), file(8 * MIB)
     assert len(read_star(large)["x"]["rlnA"][0]) == 8 * MIB // 5 * 5
-    # 8 times the text: linear takes about 8 times as long, quadratic 64; 16 leaves room for a loaded machine
-    assert _seconds_to_read(large, 3) < 16 * _seconds_to_read(small, 5)
+    # 8 times the text: linear takes about 8 times as long, quadratic 64; 32 leaves room for a loaded
+    # machine, and the processor time of the fastest run counts no wait for a core
+    assert _seconds_to_read(large, 3) < 32 * _seconds_to_read(small, 5)
 
 
 HEADER = "data_particles\n\nloop_\n_rlnImageName #1\n_rlnClassNumber #2\n"
