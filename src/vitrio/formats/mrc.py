@@ -147,9 +147,17 @@ def _fields(head: bytes, order: str) -> dict[str, Any]:
     return dict(zip(_READ, np.frombuffer(head, _HEADER_IN[order], count=1)[0].item()))
 
 
-def _plausible(fields: dict[str, Any]) -> bool:
+_UNREAD_MODES = {101: "4-bit"}
+"""Modes of MRC2014 that vitrio does not read, by what their values are."""
+
+
+def _sized(fields: dict[str, Any]) -> bool:
     nx, ny, nz = fields["nx"], fields["ny"], fields["nz"]
-    return fields["mode"] in _MODES and 0 < nx < 1 << 24 and 0 < ny < 1 << 24 and 0 <= nz < 1 << 31
+    return 0 < nx < 1 << 24 and 0 < ny < 1 << 24 and 0 <= nz < 1 << 31
+
+
+def _plausible(fields: dict[str, Any]) -> bool:
+    return fields["mode"] in _MODES and _sized(fields)
 
 
 def _byte_order(key: str, head: bytes) -> tuple[str, dict[str, Any]]:
@@ -166,6 +174,10 @@ def _byte_order(key: str, head: bytes) -> tuple[str, dict[str, Any]]:
                 stacklevel=4,
             )
             return guess, fields
+    for guess in ("<", ">"):
+        if _sized(fields := _fields(head, guess)) and fields["mode"] in _UNREAD_MODES:
+            mode = fields["mode"]
+            raise FormatError(f"{key}: MRC mode {mode} ({_UNREAD_MODES[mode]}) is not a mode vitrio reads")
     raise FormatError(f"{key}: not an MRC file: its header gives no valid size and mode in either byte order")
 
 
