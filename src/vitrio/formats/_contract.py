@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -110,8 +110,9 @@ class Format(ABC):
         return False
 
     @classmethod
-    def open_key(cls, key: str) -> ImageReader:
-        """Open a reader of what `key` names, for a key `claims_key` claims."""
+    def open_key(cls, key: str, storage_options: Mapping[str, Any] | None = None) -> ImageReader:
+        """Open a reader of what `key` names, for a key `claims_key` claims; a URL with the
+        `storage_options` the provider was given, where the format has none of its own."""
         raise NotImplementedError(f"{key}: the {cls.name} format opens files, not keys")
 
     @classmethod

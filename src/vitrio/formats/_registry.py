@@ -169,11 +169,13 @@ def _extension(key: str) -> str:
     return os.path.splitext(key)[1].lower()
 
 
-def _claiming(key: str, candidates: tuple[type[Format], ...]) -> ImageReader | None:
+def _claiming(
+    key: str, candidates: tuple[type[Format], ...], storage_options: Mapping[str, Any] | None = None
+) -> ImageReader | None:
     """A reader of the store at `key` from the first of `candidates` that claims it by key alone."""
     for candidate in candidates:
         if candidate.claims_key(key):
-            reader = candidate.open_key(key)
+            reader = candidate.open_key(key, storage_options)
             reader.format_name = candidate.name
             return reader
     return None
@@ -208,7 +210,7 @@ def open_reader(
     """
     key = as_key(key)
     candidates = resolve_formats(formats)
-    reader = _claiming(key, candidates)
+    reader = _claiming(key, candidates, storage_options)
     if reader is not None:
         return reader
     if is_url(key):

@@ -146,7 +146,7 @@ class OmeZarrFormat(Format):
         return cls.open_key(key)
 
     @classmethod
-    def open_key(cls, key: str) -> ImageReader:
+    def open_key(cls, key: str, storage_options: Mapping[str, Any] | None = None) -> ImageReader:
         """A reader of the scale level `key` names (or `level`) of the image of the store `key` names.
 
         Raises:
@@ -159,13 +159,14 @@ class OmeZarrFormat(Format):
         except ValueError as error:
             raise FormatError(str(error)) from None
         number = cls.level if parsed.level is None else parsed.level
-        index = (parsed.store, parsed.remote, repr(sorted(cls.storage_options.items())), number)
+        options = cls.storage_options or storage_options or {}
+        index = (parsed.store, parsed.remote, repr(sorted(options.items())), number)
         with cls._metadata_lock:
             level = cls._metadata.get(index)
         if level is not None and parsed.remote:  # remote stores are taken as unchanging
             return OmeZarrReader(key, level, cls.chunk_cache)
         try:
-            store = open_store(parsed.store, parsed.remote, cls.storage_options)
+            store = open_store(parsed.store, parsed.remote, options)
         except NotADirectoryError as error:
             raise FormatError(str(error)) from None
         if level is None or level_stamp(store, level.path) != level.stamp:
