@@ -130,6 +130,7 @@ class RangeServer:
 
         class Server(http.server.ThreadingHTTPServer):
             daemon_threads = True
+            request_queue_size = 128  # a read fetches many ranges at once, a connection each
 
             def get_request(self):
                 connection, address = super().get_request()
