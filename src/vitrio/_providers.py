@@ -11,6 +11,9 @@ whether its reader is open or not. A layout found out of date (the file
 changed) is forgotten (`forget_layout`), and the file is read through its
 reader, which a caching provider may still hold open: it checks the file
 as it always does, and the file is parsed anew when it is opened next.
+
+A provider in front of another (`WrappingImageReaderProvider`: the caching
+one, a scratch's) passes on to it every optional method it does not change.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ __all__ = [
     "ImageReaderProvider",
     "FileImageReaderProvider",
     "CachingImageReaderProvider",
+    "WrappingImageReaderProvider",
     "detector_event_image_reader_provider",
 ]
 
@@ -92,6 +96,46 @@ class ImageReaderProvider:
             return reader.descriptor
         finally:
             self.release(reader)
+
+
+class WrappingImageReaderProvider(ImageReaderProvider):
+    """A provider in front of `backing`, which passes on to it every optional method it does not override.
+
+    A subclass implements `acquire` and `release`, and overrides only what it changes, so that a
+    method `ImageReaderProvider` gains later reaches `backing` through every wrapper.
+
+    Args:
+        backing: The provider behind this one.
+    """
+
+    def __init__(self, backing: ImageReaderProvider):
+        self._backing = backing
+
+    @property
+    def backing(self) -> ImageReaderProvider:
+        """The provider behind this one."""
+        return self._backing
+
+    def layout(self, key: str) -> RawLayout | None:
+        return self._backing.layout(key)
+
+    def forget_layout(self, key: str) -> None:
+        self._backing.forget_layout(key)
+
+    def opened(self, key: str) -> bool:
+        return self._backing.opened(key)
+
+    def will_read(self, key: str, start: int = 0, length: int = 0) -> None:
+        self._backing.will_read(key, start, length)
+
+    def stamp(self, key: str) -> tuple[int, int] | None:
+        return self._backing.stamp(key)
+
+    def configuration(self) -> str | None:
+        return self._backing.configuration()
+
+    def query_descriptor(self, key) -> ImageDescriptor:
+        return self._backing.query_descriptor(key)
 
 
 _LAYOUTS = 1 << 16
@@ -182,7 +226,7 @@ class _Entry:
         self.error: BaseException | None = None
 
 
-class CachingImageReaderProvider(ImageReaderProvider):
+class CachingImageReaderProvider(WrappingImageReaderProvider):
     """Keeps up to `capacity` readers of `backing` open, closing the least recently used first.
 
     A reader in use is never closed; while more than `capacity` are in use,
@@ -200,7 +244,7 @@ class CachingImageReaderProvider(ImageReaderProvider):
     def __init__(self, backing: ImageReaderProvider, capacity: int):
         if int(capacity) < 1:
             raise ValueError(f"capacity must be positive: {capacity}")
-        self._backing = backing
+        super().__init__(backing)
         self._capacity = int(capacity)
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
@@ -215,11 +259,6 @@ class CachingImageReaderProvider(ImageReaderProvider):
         """How many readers are open now."""
         with self._lock:
             return sum(1 for entry in self._entries.values() if entry.reader is not None)
-
-    @property
-    def backing(self) -> ImageReaderProvider:
-        """The provider that opens and closes readers."""
-        return self._backing
 
     def acquire(self, key) -> ImageReader:
         key = as_key(key)
@@ -254,12 +293,6 @@ class CachingImageReaderProvider(ImageReaderProvider):
                 raise entry.error
         return entry.reader
 
-    def layout(self, key: str) -> RawLayout | None:
-        return self._backing.layout(key)
-
-    def forget_layout(self, key: str) -> None:
-        self._backing.forget_layout(key)
-
     def opened(self, key: str) -> bool:
         with self._lock:
             entry = self._entries.get(key)
@@ -267,14 +300,9 @@ class CachingImageReaderProvider(ImageReaderProvider):
             return True
         return self._backing.opened(key)
 
-    def will_read(self, key: str, start: int = 0, length: int = 0) -> None:
-        self._backing.will_read(key, start, length)
-
-    def stamp(self, key: str) -> tuple[int, int] | None:
-        return self._backing.stamp(key)
-
-    def configuration(self) -> str | None:
-        return self._backing.configuration()
+    def query_descriptor(self, key) -> ImageDescriptor:
+        """The descriptor of the file at `key`, from the reader kept open (which is then kept for a read)."""
+        return ImageReaderProvider.query_descriptor(self, key)
 
     def release(self, reader: ImageReader) -> None:
         """Hand back a reader `acquire` gave; it stays open until it is the least recently used.
