@@ -11,10 +11,10 @@ import numpy as np
 from .._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
 from .._counters import add_count
 from .._native import RUN_COUNT, RUN_FIELDS, RUN_OFFSET, advise
-from .._providers import FileImageReaderProvider, ImageReaderProvider
-from .._types import as_key
+from .._providers import FileImageReaderProvider, ImageReaderProvider, WrappingImageReaderProvider
+from .._types import ImageDescriptor, as_key
 from ..formats import ImageReader
-from ..formats._raw_layout import KnownFiles
+from ..formats._raw_layout import KnownFiles, RawLayout
 from .plan import group
 from .store import ImageScratch
 
@@ -53,11 +53,12 @@ class _ScratchReader(ImageReader):
         np.copyto(out, image[region], casting="unsafe")
 
 
-class ScratchImageReaderProvider(ImageReaderProvider):
+class ScratchImageReaderProvider(WrappingImageReaderProvider):
     """Serves the files a scratch holds from it, and the others from `backing`.
 
     A file the scratch holds is opened only to take images in, so once they
-    are all in, reading them opens no file at all.
+    are all in, reading them opens no file at all; nor has it a layout here,
+    which would have a loader read the file rather than the scratch.
 
     Args:
         backing: What opens the files.
@@ -67,14 +68,9 @@ class ScratchImageReaderProvider(ImageReaderProvider):
     def __init__(self, backing: ImageReaderProvider, scratch: ImageScratch):
         if not isinstance(scratch, ImageScratch):
             raise TypeError(f"scratch is an ImageScratch, not {type(scratch).__name__}")
-        self._backing = backing
+        super().__init__(backing)
         self._scratch = scratch
         self._readers: dict[str, _ScratchReader] = {}
-
-    @property
-    def backing(self) -> ImageReaderProvider:
-        """What opens the files."""
-        return self._backing
 
     @property
     def scratch(self) -> ImageScratch:
@@ -94,16 +90,21 @@ class ScratchImageReaderProvider(ImageReaderProvider):
         if not isinstance(reader, _ScratchReader):
             self._backing.release(reader)
 
-    def opened(self, key: str) -> bool:
-        return self._backing.opened(key)
-
-    def configuration(self) -> str | None:
-        return self._backing.configuration()
+    def layout(self, key: str) -> RawLayout | None:
+        """The layout `backing` knows of a file the scratch does not hold; None for one it holds."""
+        return None if self._scratch.holds(key) else self._backing.layout(key)
 
     def will_read(self, key: str, start: int = 0, length: int = 0) -> None:
         """Tell `backing` of a file the scratch does not hold; one it holds is served, not read."""
         if not self._scratch.holds(key):
             self._backing.will_read(key, start, length)
+
+    def query_descriptor(self, key) -> ImageDescriptor:
+        """The scratch's descriptor of a file it holds, opening none; `backing`'s of another."""
+        key = as_key(key)
+        if self._scratch.holds(key):
+            return self._scratch.descriptor(key)
+        return self._backing.query_descriptor(key)
 
     def __repr__(self) -> str:
         return f"ScratchImageReaderProvider({self._backing!r}, {self._scratch!r})"
