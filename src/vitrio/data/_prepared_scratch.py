@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from .._loading import ImageLoader
-from .._providers import ImageReaderProvider
+from .._providers import ImageReaderProvider, WrappingImageReaderProvider
 from .._types import ImageDescriptor, ImageLocation
 from ..formats import ImageReader
+from ..formats._raw_layout import RawLayout
 from ..scratch import ImageScratch, ScratchImageReaderProvider
 from ..scratch.mapped import mapped_scratch
 from ..scratch.plan import group
@@ -104,8 +105,10 @@ class _PreparedReader(ImageReader):
             out[...] = image
 
 
-class PreparedFiles(ImageReaderProvider):
+class PreparedFiles(WrappingImageReaderProvider):
     """Hands out readers of files whose images are prepared as they are read, through `backing`.
+
+    A file has no layout here, which would have a loader read its stored images unprepared.
 
     Args:
         backing: What opens the files.
@@ -125,7 +128,8 @@ class PreparedFiles(ImageReaderProvider):
         prepared: tuple[tuple[int, ...], np.dtype],
         whole: bool,
     ):
-        self.backing, self.prepare, self.whole = backing, prepare, whole
+        super().__init__(backing)
+        self.prepare, self.whole = prepare, whole
         self.image, self.read_as, self._prepared = image, read_as, prepared
         self._counts: dict[str, int] = {}
 
@@ -158,11 +162,18 @@ class PreparedFiles(ImageReaderProvider):
     def release(self, reader: ImageReader) -> None:
         pass
 
-    def stamp(self, key: str) -> tuple[int, int] | None:
-        return self.backing.stamp(key)
+    def layout(self, key: str) -> RawLayout | None:
+        return None
 
-    def configuration(self) -> str | None:
-        return self.backing.configuration()
+    def query_descriptor(self, key) -> ImageDescriptor:
+        """The descriptor of the prepared images of the file at `key`."""
+        return ImageReaderProvider.query_descriptor(self, key)
+
+    def over(self, backing: ImageReaderProvider) -> PreparedFiles:
+        """The same preparation of the same files, read through `backing`."""
+        files = copy.copy(self)
+        files._backing = backing
+        return files
 
 
 class PreparedScratch:
@@ -212,9 +223,7 @@ class PreparedScratch:
         """Start reading prepared rows into `out`, preparing those the scratch has not held yet."""
         through = self._through
         if through is None or through[0] is not loader:
-            files = copy.copy(self._files)
-            files.backing = loader.readers
-            provider = ScratchImageReaderProvider(files, self._scratch)
+            provider = ScratchImageReaderProvider(self._files.over(loader.readers), self._scratch)
             through = self._through = (
                 loader,
                 ImageLoader(loader.executor, provider, counters=loader.counters),
