@@ -64,7 +64,7 @@ test-native-sanitized: $(STAMP)
 	rm -rf $(SANITIZED) && mkdir -p $(SANITIZED)
 	cp -r src/vitrio $(SANITIZED)/vitrio
 	rm -f $(SANITIZED)/vitrio/_native*.so
-	$(CC) -g -O1 $(SANITIZE) -shared -fPIC -I"$$($(PY_CONFIG) INCLUDEPY)" src/vitrio/_native.c \
+	$(CC) -g -O1 $(SANITIZE) -shared -fPIC -I"$$($(PY_CONFIG) INCLUDEPY)" src/vitrio/native_src/*.c \
 		-o $(SANITIZED)/vitrio/_native$$($(PY_CONFIG) EXT_SUFFIX)
 	$(SANITIZED_PYTHON) -c 'import vitrio._native as n; assert "$(SANITIZED)" in n.__file__, n.__file__'
 	$(SANITIZED_PYTHON) -m pytest -q -p no:cacheprovider tests/native

@@ -1,0 +1,212 @@
+/* The memory maps the raw readers (vitrio/formats/_raw.py) copy images out of, and STAR files
+ * (vitrio/data/_star_text.py) are read from; they have no constants of the interface:
+ *
+ *   map_file(fd, length, random=False) -> FileMap
+ *     Maps the first `length` bytes of the open file `fd`, read only and shared, into an object
+ *     that exposes them through the buffer protocol and is unmapped when the last reference to it
+ *     (numpy views included) goes. Reading a page of a map that the file no longer holds (it was
+ *     truncated) or that the system cannot read (an I/O error, on a network filesystem say) raises
+ *     SIGBUS, whose default action kills the process. The handler of SIGBUS that map_file installs
+ *     (at its first call, and again at a later one where another took SIGBUS since, as
+ *     faulthandler.enable() does) maps a page of zeros in place of such a page instead, so that the copy
+ *     goes on, and counts it in the map's `faults`, which readers check after they copy. A SIGBUS
+ *     outside every map goes to the handler installed before. Up to 4096 maps are guarded at a
+ *     time; more are mapped unguarded (`guarded` False). `random` tells the kernel the map is read
+ *     at random (MADV_RANDOM): a page fault reads its page alone, not the read-around of the
+ *     device's read-ahead (megabytes: on a cold stack, the first images read most of the file).
+ *
+ *   advise_map(map, ranges)
+ *     Tells the kernel the ranges of a FileMap (int64 rows of offset and bytes) will be read soon
+ *     (MADV_WILLNEED): what is not in the page cache is read while the copies wait for it.
+ */
+#include "native.h"
+
+/* A guarded map: its pages, and how many of them read as zeros. `start` is 0 while the slot is free;
+ * it is set last when a map is guarded and cleared first when it is unmapped, so that the handler
+ * sees a whole range or none. Slots change only under the GIL; the handler reads them from any
+ * thread. */
+typedef struct {
+    atomic_uintptr_t start, end;
+    atomic_ullong faults;
+} Guard;
+
+enum { GUARDS = 4096 };
+static Guard guards[GUARDS];
+static size_t next_guard, page_size;
+static struct sigaction previous_bus;
+
+static void on_bus_error(int signum, siginfo_t *info, void *context) {
+    uintptr_t address = (uintptr_t)info->si_addr;
+    if (info->si_code > 0) { /* raised by a fault, not sent */
+        for (size_t i = 0; i < GUARDS; i++) {
+            uintptr_t start = atomic_load(&guards[i].start);
+            if (start == 0 || address < start || address >= atomic_load(&guards[i].end) ||
+                atomic_load(&guards[i].start) != start)
+                continue;
+            void *page = (void *)(address & ~(uintptr_t)(page_size - 1));
+            if (mmap(page, page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == page) {
+                atomic_fetch_add(&guards[i].faults, 1);
+                return;
+            }
+            break;
+        }
+    }
+    if (previous_bus.sa_flags & SA_SIGINFO) {
+        previous_bus.sa_sigaction(signum, info, context);
+    } else if (previous_bus.sa_handler == SIG_DFL || previous_bus.sa_handler == SIG_IGN) {
+        /* the fault happens again on return, or the signal is sent again, to the default action */
+        sigaction(SIGBUS, &previous_bus, NULL);
+        if (info->si_code <= 0) raise(signum);
+    } else {
+        previous_bus.sa_handler(signum);
+    }
+}
+
+typedef struct {
+    PyObject_HEAD
+    void *address;
+    Py_ssize_t length;
+    Guard *guard;
+    PyObject *weakrefs;
+} FileMap;
+
+static int filemap_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    FileMap *map = (FileMap *)self;
+    return PyBuffer_FillInfo(view, self, map->address, map->length, 1, flags);
+}
+
+static void filemap_dealloc(PyObject *self) {
+    FileMap *map = (FileMap *)self;
+    if (map->weakrefs) PyObject_ClearWeakRefs(self);
+    if (map->guard) {
+        atomic_store(&map->guard->start, 0);
+        atomic_store(&map->guard->end, 0);
+    }
+    munmap(map->address, (size_t)map->length);
+    PyTypeObject *type = Py_TYPE(self);
+    ((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
+    Py_DECREF(type);
+}
+
+static PyObject *filemap_faults(PyObject *self, void *closure) {
+    Guard *guard = ((FileMap *)self)->guard;
+    return PyLong_FromUnsignedLongLong(guard ? atomic_load(&guard->faults) : 0);
+}
+
+static PyObject *filemap_guarded(PyObject *self, void *closure) {
+    return PyBool_FromLong(((FileMap *)self)->guard != NULL);
+}
+
+static PyGetSetDef filemap_getset[] = {
+    {"faults", filemap_faults, NULL, "How many pages could not be read and read as zeros instead.", NULL},
+    {"guarded", filemap_guarded, NULL, "Whether a page that cannot be read reads as zeros.", NULL},
+    {NULL},
+};
+
+static PyMemberDef filemap_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(FileMap, weakrefs), READONLY, NULL},
+    {NULL},
+};
+
+/* A type made from a spec at import, as the stable ABI has types made (its PyTypeObject is opaque). */
+static PyType_Slot filemap_slots[] = {
+    {Py_tp_dealloc, filemap_dealloc},
+    {Py_bf_getbuffer, filemap_getbuffer},
+    {Py_tp_doc, "A read-only map of the start of a file, whose pages that cannot be read read as zeros."},
+    {Py_tp_getset, filemap_getset},
+    {Py_tp_members, filemap_members},
+    {0, NULL},
+};
+
+static PyType_Spec filemap_spec = {
+    .name = "vitrio._native.FileMap",
+    .basicsize = sizeof(FileMap),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = filemap_slots,
+};
+
+static PyTypeObject *FileMapType;
+
+/* Makes the type of maps: 1, or 0 with the error set. */
+int vitrio_maps_init(void) {
+    page_size = (size_t)sysconf(_SC_PAGESIZE);
+    return (FileMapType = (PyTypeObject *)PyType_FromSpec(&filemap_spec)) != NULL;
+}
+
+/* A free slot guarding `length` bytes at `address`, or NULL when every slot is taken. */
+static Guard *guard(void *address, Py_ssize_t length) {
+    for (size_t n = 0; n < GUARDS; n++) {
+        Guard *slot = &guards[(next_guard + n) % GUARDS];
+        if (atomic_load(&slot->start) == 0) {
+            next_guard = (next_guard + n + 1) % GUARDS;
+            atomic_store(&slot->faults, 0);
+            atomic_store(&slot->end, (uintptr_t)address + (uintptr_t)length);
+            atomic_store(&slot->start, (uintptr_t)address);
+            return slot;
+        }
+    }
+    return NULL;
+}
+
+PyObject *vitrio_map_file(PyObject *self, PyObject *args) {
+    int fd, random = 0;
+    Py_ssize_t length;
+    if (!PyArg_ParseTuple(args, "in|p:map_file", &fd, &length, &random)) return NULL;
+    if (length < 1) {
+        PyErr_SetString(PyExc_ValueError, "a map holds at least one byte");
+        return NULL;
+    }
+    struct sigaction current;
+    if (sigaction(SIGBUS, NULL, &current) < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    if (!(current.sa_flags & SA_SIGINFO) || current.sa_sigaction != on_bus_error) {
+        /* first, or a handler installed since (faulthandler.enable, say) took SIGBUS: take it back,
+           handing it what we do not handle */
+        struct sigaction action;
+        memset(&action, 0, sizeof(action));
+        action.sa_sigaction = on_bus_error;
+        action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&action.sa_mask);
+        if (sigaction(SIGBUS, &action, &previous_bus) < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    void *address = mmap(NULL, (size_t)length, PROT_READ, MAP_SHARED, fd, 0);
+    if (address == MAP_FAILED) return PyErr_SetFromErrno(PyExc_OSError);
+    if (random) madvise(address, (size_t)length, MADV_RANDOM); /* a hint: the map works without it */
+    FileMap *map = PyObject_New(FileMap, FileMapType);
+    if (map == NULL) {
+        munmap(address, (size_t)length);
+        return NULL;
+    }
+    map->address = address;
+    map->length = length;
+    map->guard = guard(address, length);
+    map->weakrefs = NULL;
+    return (PyObject *)map;
+}
+
+PyObject *vitrio_advise_map(PyObject *self, PyObject *args) {
+    PyObject *map;
+    Py_buffer ranges = {0};
+    if (!PyArg_ParseTuple(args, "O!y*:advise_map", FileMapType, &map, &ranges)) return NULL;
+    const int64_t *range = (const int64_t *)ranges.buf;
+    Py_ssize_t n = ranges.len / 16;
+    int ok = ranges.len % 16 == 0;
+    uint8_t *address = ((FileMap *)map)->address;
+    int64_t length = ((FileMap *)map)->length;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok = range[2 * i] >= 0 && range[2 * i + 1] >= 0 && range[2 * i] <= length &&
+             range[2 * i + 1] <= length - range[2 * i];
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "ranges are int64 rows (offset, bytes) within the map");
+        vitrio_release_views((Py_buffer *const[]){&ranges, NULL});
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uintptr_t start = (uintptr_t)(address + range[2 * i]), end = start + (uintptr_t)range[2 * i + 1];
+        start &= ~(uintptr_t)(page_size - 1);
+        if (end > start) madvise((void *)start, (size_t)(end - start), MADV_WILLNEED);
+    }
+    Py_END_ALLOW_THREADS;
+    vitrio_release_views((Py_buffer *const[]){&ranges, NULL});
+    Py_RETURN_NONE;
+}
