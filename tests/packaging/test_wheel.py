@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.wheel, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = Path(sys.executable).parent
 # A setuptools warning about the project's configuration, or one of the compiler about the extension.
-WARNINGS = re.compile(r"(?i)deprecat|experimental|_native\.c:\d+:\d+: warning")
+WARNINGS = re.compile(r"(?i)deprecat|experimental|\.[ch]:\d+:\d+: warning")
 
 
 def _run(*command: object, **kwargs) -> subprocess.CompletedProcess:
