@@ -1,8 +1,11 @@
-"""What the subcommands share: the error of a user's mistake, the check of outputs, progress bars, charts."""
+"""What the subcommands share: the error of a user's mistake, the options of several commands, the check of
+outputs, progress bars, charts."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import secrets
 from collections.abc import Iterator
@@ -10,18 +13,30 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 import vitrio as vio
 from vitrio._fs import new_file, remove_made, still_at
+from vitrio._types import numpy_dtype
 
 if TYPE_CHECKING:
     import tqdm
 
 __all__ = [
     "CliError",
+    "add_casting",
+    "add_cluster",
+    "add_force",
+    "add_preparing",
+    "add_storage_options",
+    "add_threads",
     "check_output",
+    "data_type",
     "describe_briefly",
+    "file_or_url",
     "folders_for",
     "is_store",
+    "positive",
     "progress",
     "pyplot",
     "replacing",
@@ -31,6 +46,127 @@ __all__ = [
 
 class CliError(Exception):
     """A mistake of the user's, such as an output that exists: reported in one line, without a traceback."""
+
+
+def data_type(text: str) -> np.dtype:
+    """The numpy type a `--data-type` argument names, as `vitrio.NumericalType` reads it."""
+    try:
+        return numpy_dtype(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a data type numpy has: {text!r}") from None
+
+
+def file_or_url(text: str) -> Path | str:
+    """A path, or a URL (`s3://...`) kept as written: a Path would fold its `//`."""
+    return text if "://" in text else Path(text)
+
+
+def positive(text: str) -> int:
+    """A positive integer argument."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
+    return value
+
+
+_OPTIONS_BYTES = 1 << 20
+"""The most bytes a file of `--storage-options @FILE` may hold."""
+
+
+def _storage_options(text: str) -> dict:
+    """The `--storage-options` argument: a JSON object, as fsspec takes it (`{"anon": true}`), or `@FILE`,
+    a file that holds one: credentials on a command line are shown to every user of the machine."""
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, "rb") as file:
+                held = file.read(_OPTIONS_BYTES + 1)
+            text = held.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise argparse.ArgumentTypeError(f"{path}: {error}") from None
+        if len(held) > _OPTIONS_BYTES:
+            raise argparse.ArgumentTypeError(f"{path}: more than {_OPTIONS_BYTES} bytes of options")
+    try:
+        options = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
+    if not isinstance(options, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object, not {text!r}")
+    return options
+
+
+def add_storage_options(parser: argparse.ArgumentParser) -> None:
+    """`--storage-options`: what fsspec takes to reach files at URLs."""
+    parser.add_argument(
+        "--storage-options",
+        type=_storage_options,
+        metavar="JSON",
+        help='what fsspec takes to reach files at URLs, as a JSON object ({"anon": true} for public '
+        "buckets), or @FILE, a file holding one: keep credentials off the command line, which all users see",
+    )
+
+
+def add_force(parser: argparse.ArgumentParser) -> None:
+    """`--force`: replace outputs that exist."""
+    parser.add_argument("--force", action="store_true", help="replace outputs that exist already")
+
+
+def add_threads(parser: argparse.ArgumentParser, does: str) -> None:
+    """`-j`/`--threads`: how many threads do what `does` says, by default one a core."""
+    parser.add_argument("-j", "--threads", type=positive, default=os.cpu_count() or 1, help=does)
+
+
+def add_cluster(parser: argparse.ArgumentParser) -> None:
+    """`--scheduler` or `--local`, and `--dashboard`: where the command runs its tasks a file each."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run on the dask.distributed scheduler at ADDRESS, a task per file: tls://host:8786 with your "
+        "certificates in the Dask configuration (distributed.comm.tls); a plain tcp:// address of another "
+        "machine is warned of; the files must be at the same paths on every worker (needs vitrio[dask])",
+    )
+    where.add_argument(
+        "--local",
+        type=positive,
+        metavar="N",
+        help="run on a local Dask cluster of N worker processes, speaking TLS with keys made for this run",
+    )
+    parser.add_argument(
+        "--dashboard", action="store_true", help="with --local: serve the Dask dashboard on 127.0.0.1"
+    )
+
+
+def add_casting(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup) -> None:
+    """`--casting unsafe`: convert to `--data-type` as numpy's unsafe casting does."""
+    parser.add_argument(
+        "--casting",
+        choices=["unsafe"],
+        help="unsafe: convert to --data-type as numpy's casting='unsafe' does, as the published vitrio "
+        "did (fractions cut toward zero, no range check), where the type cannot hold every value",
+    )
+
+
+def add_preparing(parser: argparse.ArgumentParser) -> None:
+    """`--fourier-crop`, `--normalize` and `--invert`: how each image is prepared before it is written."""
+    parser.add_argument(
+        "--fourier-crop",
+        type=positive,
+        metavar="SIZE",
+        help="shrink each 2-D image to SIZE x SIZE by cropping its Fourier transform, as cryoDRGN's "
+        "downsample does; the pixel size written grows by the ratio",
+    )
+    parser.add_argument(
+        "--normalize",
+        type=float,
+        metavar="RADIUS",
+        help="give each image mean 0 and standard deviation 1 over the pixels farther than RADIUS (in "
+        "pixels, after any crop) from its centre, as RELION normalises particles",
+    )
+    parser.add_argument("--invert", action="store_true", help="invert the contrast (after the above)")
 
 
 def is_store(path: Path) -> bool:

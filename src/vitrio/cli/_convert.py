@@ -41,13 +41,30 @@ from vitrio.dask import client_for, remove_leftovers, run_jobs
 from vitrio.data import Compose, FourierCrop, Invert, Normalize, Transform
 from vitrio.data._transforms import prepare_batch
 
-from ._common import CliError, check_output, describe_briefly, folders_for, progress, replacing
+from ._common import (
+    CliError,
+    add_casting,
+    add_cluster,
+    add_force,
+    add_preparing,
+    add_storage_options,
+    check_output,
+    data_type,
+    describe_briefly,
+    file_or_url,
+    folders_for,
+    progress,
+    replacing,
+)
 
 if TYPE_CHECKING:
     import distributed
 
 __all__ = [
+    "DESCRIPTION",
+    "HELP",
     "STORED_TYPES",
+    "add_arguments",
     "cluster",
     "copy_images",
     "outputs_of",
@@ -401,6 +418,44 @@ def _convert_file(
     source, output, data_type, mode, prepare, storage_options = job
     loader = vio.loader(cache=1, storage_options=storage_options)
     return copy_images(loader, source, output, data_type, True, mode, prepare)
+
+
+HELP = "convert between MRC and TIFF"
+DESCRIPTION = (
+    "Convert an image, stack or volume between MRC and TIFF (or any vitrio reads, to MRC or TIFF), a chunk "
+    "of images at a time, so that a stack of any size streams in bounded memory. The format of OUT is "
+    "chosen by its extension (.mrc .mrcs .map .tif .tiff). Several files are written into the folder OUT, "
+    "each under its name with --suffix."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `vitrio convert`."""
+    parser.add_argument(
+        "input", type=file_or_url, nargs="+", metavar="IN", help="the files (or store URLs) to read"
+    )
+    parser.add_argument("output", type=Path, metavar="OUT", help="the file to write, or the folder")
+    parser.add_argument(
+        "--suffix", default=".mrc", help="with several inputs, the extension of the files written (.mrc)"
+    )
+    parser.add_argument("--data-type", type=data_type, help="the type to write (default: the input's)")
+    add_storage_options(parser)
+    values = parser.add_mutually_exclusive_group()
+    values.add_argument(
+        "--scale",
+        action="store_true",
+        help="map the input's range of values onto the whole range of the integer --data-type",
+    )
+    values.add_argument(
+        "--clip",
+        action="store_true",
+        help="round and clip values into the range of --data-type (without it, values it cannot hold "
+        "stop the conversion)",
+    )
+    add_casting(values)
+    add_preparing(parser)
+    add_force(parser)
+    add_cluster(parser)
 
 
 def run(args: argparse.Namespace) -> None:

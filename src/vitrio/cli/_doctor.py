@@ -10,7 +10,9 @@ from typing import Any
 from vitrio.bench.advice import size, time_shares
 from vitrio.bench.doctor import diagnose
 
-__all__ = ["report", "run"]
+from ._common import positive
+
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "report", "run"]
 
 
 def _images_per_second(rate: float) -> str:
@@ -61,6 +63,52 @@ def report(figures: dict[str, Any]) -> str:
         head = f"  {advice['setting']:<11}{value!s:<20} "
         lines += textwrap.wrap(advice["reason"], 100, initial_indent=head, subsequent_indent=" " * len(head))
     return "\n".join(lines)
+
+
+HELP = "where reading a dataset's time would go, and the settings to use"
+DESCRIPTION = (
+    "Measure, on a sample of a few seconds, what reading a dataset costs: each format's open, cold and "
+    "warm read of an image on one thread, one thread's memcpy; count its files and bytes, compare them "
+    "with the memory and the scratch directory's free space, and print where the time would go, the "
+    "images per second to expect on 1, 2 and N threads, and the settings to read with (workers, cache, "
+    "scratch and its budget, read-ahead, converting compressed files), each with its reason. Reads only "
+    "the sample; writes nothing."
+)
+
+
+def _bytes(text: str) -> int:
+    """A `--memory` argument: bytes, or a number with a unit of k, M, G or T (powers of 1,000)."""
+    units = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    scale = units.get(text[-1:].lower(), 1)
+    try:
+        value = float(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a size in bytes (such as 64G): {text!r}")
+    return int(value)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `vitrio doctor`."""
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a STAR or .cs file of particles, a .txt list of stacks, image files, folders, OME-Zarr "
+        "stores or their URLs",
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="how long to spend sampling files (default: 3)"
+    )
+    parser.add_argument(
+        "--memory", type=_bytes, help="the memory to plan for, such as 64G (default: what is available now)"
+    )
+    parser.add_argument(
+        "--scratch-dir", help="where a directory scratch would go (default: the temporary directory)"
+    )
+    parser.add_argument("--threads", type=positive, help="the most threads to plan for (default: the cores)")
 
 
 def run(args: argparse.Namespace) -> int:

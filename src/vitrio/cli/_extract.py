@@ -8,13 +8,76 @@ progress (and the cluster's dashboard) and says how it went.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+import numpy as np
 
 from vitrio.extract import extract_particles
 
-from ._common import CliError, progress
+from ._common import (
+    CliError,
+    add_casting,
+    add_cluster,
+    add_force,
+    add_preparing,
+    add_storage_options,
+    add_threads,
+    data_type,
+    file_or_url,
+    positive,
+    progress,
+)
 from ._convert import cluster, preparing
 
-__all__ = ["run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
+
+
+HELP = "crop picked particles out of micrographs into MRC stacks"
+DESCRIPTION = (
+    "Crop the particles picked on micrographs into one MRC stack per micrograph, and write a RELION STAR "
+    "file of them (data_optics and data_particles). The coordinates STAR file lists rlnMicrographName, "
+    "rlnCoordinateX (the column) and rlnCoordinateY (the row) of each particle; a particle's centre lands "
+    "at box // 2 of its box, and what lies outside the micrograph is zero. Relative paths in the STAR "
+    "files are found as docs/paths-and-types.md says: beside the STAR file or in the project folders above "
+    "it, or under --root."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `vitrio extract`."""
+    parser.add_argument(
+        "--micrographs", type=file_or_url, required=True, help="the micrographs STAR file (or its URL)"
+    )
+    parser.add_argument(
+        "--coordinates", type=file_or_url, required=True, help="the coordinates STAR file (or its URL)"
+    )
+    parser.add_argument("--box-size", type=positive, required=True, metavar="N", help="the box, in pixels")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="the particles STAR file to write")
+    parser.add_argument(
+        "--stack-dir", type=Path, help="where the stacks go (default: the directory of the output)"
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        help="the project or data directory: micrographs are looked for under it as written, then by "
+        "their bare names, and the particles are named relative to it (default: micrographs beside the "
+        "micrographs STAR file or in the two folders above it; names relative to the working directory)",
+    )
+    parser.add_argument(
+        "--pixel-size",
+        type=float,
+        help="the pixel size in Å when the micrographs STAR file has no optics block "
+        "(default: from the first micrograph's header)",
+    )
+    parser.add_argument(
+        "--data-type", type=data_type, default=np.dtype("float32"), help="of the stacks (default: float32)"
+    )
+    add_casting(parser)
+    add_preparing(parser)
+    add_threads(parser, "threads that read and write")
+    add_storage_options(parser)
+    add_force(parser)
+    add_cluster(parser)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -20,10 +20,19 @@ import vitrio as vio
 from vitrio._fs import new_file
 from vitrio.formats.eer import EerReader
 
-from ._common import CliError, check_output, describe_briefly, folders_for
+from ._common import (
+    CliError,
+    add_cluster,
+    add_force,
+    check_output,
+    data_type,
+    describe_briefly,
+    folders_for,
+    positive,
+)
 from ._convert import cluster, copy_images, outputs_of, run_per_file
 
-__all__ = ["fractionate", "grouping_path", "run", "write_grouping"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "fractionate", "grouping_path", "run", "write_grouping"]
 
 
 def grouping_path(output: Path) -> Path:
@@ -84,6 +93,44 @@ def fractionate(
 def _fractionate_movie(job: tuple) -> vio.ImageDescriptor:
     """Fractionate one movie on a worker, replacing what an earlier run of the task wrote."""
     return fractionate(*job, force=True)
+
+
+HELP = "render EER movies into MRC movies of a few fractions"
+DESCRIPTION = (
+    "Render the frames of an EER movie into FRACTIONS images, each the per-pixel count of the events of "
+    "its stretch of frames, and write them as an MRC (or TIFF) movie. Several movies are written into the "
+    "folder OUTPUT, each as NAME.mrc."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `vitrio fractionate`."""
+    parser.add_argument("input", type=Path, nargs="+", metavar="MOVIE", help="the EER files")
+    count = parser.add_mutually_exclusive_group(required=True)
+    count.add_argument("--fractions", type=positive, help="how many images to make")
+    count.add_argument(
+        "--dose-per-fraction",
+        type=float,
+        metavar="E",
+        help="instead, group whole frames into fractions of about E e/A^2 each, the last taking the frames "
+        "left (as RELION groups EER frames); the grouping is written beside each movie, NAME.fractions.txt",
+    )
+    parser.add_argument("--total-dose", type=float, metavar="D", help="the dose of each movie, e/A^2")
+    parser.add_argument("--dose-per-frame", type=float, metavar="R", help="or its dose rate, e/A^2 per frame")
+    parser.add_argument("--binning", type=positive, default=1, help="1, 2, 4, ...: detector pixels per pixel")
+    parser.add_argument(
+        "--superres",
+        type=positive,
+        default=1,
+        help="1, 2, 4: pixels per detector pixel, from sub-pixel bits",
+    )
+    parser.add_argument("--gain", type=Path, help="a gain reference image to weigh events by")
+    parser.add_argument(
+        "-o", "--output", type=Path, required=True, help="the movie to write, or the folder of several"
+    )
+    parser.add_argument("--data-type", type=data_type, help="the type to write (default: counts)")
+    add_force(parser)
+    add_cluster(parser)
 
 
 def run(args: argparse.Namespace) -> None:

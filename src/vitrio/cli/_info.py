@@ -10,9 +10,9 @@ from typing import Any
 
 import vitrio as vio
 
-from ._common import describe_briefly
+from ._common import add_storage_options, describe_briefly
 
-__all__ = ["describe", "run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "describe", "run"]
 
 
 def describe(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -71,6 +71,19 @@ def _text(info: dict[str, Any]) -> str:
     if info["statistics"] is not None:
         lines.append("  statistics  " + "  ".join(f"{k} {v:.6g}" for k, v in info["statistics"].items()))
     return "\n".join(lines)
+
+
+HELP = "what image files hold"
+DESCRIPTION = "Show the format, shape, data type, voxel size and header statistics of image files."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `vitrio info`."""
+    parser.add_argument(
+        "files", nargs="+", metavar="FILE", help="MRC, TIFF, EER or DM files, or OME-Zarr stores (or URLs)"
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list, one object per file")
+    add_storage_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
