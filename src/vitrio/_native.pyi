@@ -1,4 +1,4 @@
-"""Types of `vitrio._native`, the C extension (the files of src/vitrio/native_src/ say what each function does)."""
+"""Types of `vitrio._native`, the C extension (its files in src/vitrio/native_src say what each does)."""
 
 from typing import type_check_only
 
