@@ -62,6 +62,7 @@ OPTIONAL = (
     "pandas",
     "pyarrow",
     "matplotlib",
+    "PIL",
     "tqdm",
     "mrcfile",
     "dask",

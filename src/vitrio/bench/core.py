@@ -46,7 +46,6 @@ import time
 from collections import deque
 from pathlib import Path
 
-import mrcfile
 import numpy as np
 
 import vitrio as vio
@@ -91,6 +90,8 @@ def vitrio_images(loader, locations, batches, shape, dtype="float32", allocate=n
 
 def mmap_images(locations, batches, dtype="float32") -> int:
     """Baseline (b): each file memory-mapped once by mrcfile, each batch gathered by fancy indexing."""
+    import mrcfile
+
     maps = {}
     done = 0
     for rows in batches:
@@ -129,6 +130,8 @@ def vitrio_patches(loader, paths, picks, batches, side, allocate=np.empty) -> in
 
 def mmap_patches(paths, picks, batches, side) -> int:
     """Baseline (b) for patches: slicing mrcfile's memory map of each micrograph, zero outside."""
+    import mrcfile
+
     maps = [mrcfile.mmap(p, mode="r", permissive=True) for p in paths]
     done = 0
     for rows in batches:
@@ -155,6 +158,7 @@ class MrcfilePatches:
         return len(self.picks)
 
     def __getitem__(self, item):
+        import mrcfile
         import torch
 
         m, y, x = self.picks[item].tolist()
@@ -198,6 +202,8 @@ def main() -> None:
 
 def _run(args: argparse.Namespace, folder: Path) -> None:
     """Measure what `args` asks for, on synthetic files kept in `folder`."""
+    import mrcfile  # the baselines' reader: missing, the run stops before any work
+
     if args.quick:
         work = Workloads(
             folder, images=4000, micrographs=4, micrograph_side=2048, picks=300, tomogram=(64, 512, 512)

@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
-import torch
 
 import vitrio as vio
 from vitrio.data import DataLoader, Dataset, ImageSource, PatchSource
@@ -68,6 +67,8 @@ def one_batch_read(dataset: Dataset, loader, repeats: int) -> float:
 
 def measure(name: str, dataset: Dataset, baseline, cache: int, epochs: int, batches: int) -> dict:
     """The medians of vitrio's and the baseline's epochs over one workload."""
+    import torch
+
     loader = vio.loader(workers=2, cache=cache)
     ours = DataLoader(dataset, BATCH, shuffle=True, seed=0, loader=loader, output="torch")
     theirs = torch.utils.data.DataLoader(  # spawned, as torch_baseline_rate's: a fork of threads may hang
@@ -111,6 +112,8 @@ def main() -> None:
 
 def _run(arguments: argparse.Namespace, folder: Path) -> None:
     """Measure what `arguments` asks for, on synthetic files kept in `folder`."""
+    import torch  # noqa: F401 (the baseline's DataLoader: missing, the run stops before any work)
+
     if arguments.quick:
         work = Workloads(folder, images=4000, micrographs=4, micrograph_side=2048, picks=800)
         batches, epochs = arguments.batches or 10, min(arguments.epochs, 3)

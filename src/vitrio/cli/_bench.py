@@ -17,7 +17,6 @@ from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib  # noqa: F401 (it draws at the end: missing, the command stops before any work)
 import numpy as np
 
 import vitrio as vio
@@ -27,7 +26,32 @@ from ..bench import core, data
 from ..bench import workloads as common
 from ._common import pyplot, save_figure
 
-__all__ = ["Preset", "PRESETS", "run"]
+__all__ = ["DESCRIPTION", "HELP", "PRESETS", "Preset", "add_arguments", "run"]
+
+
+HELP = "the benchmark workloads against their baselines"
+DESCRIPTION = (
+    "Run the workloads of benchmarks/ (W1: one stack, W2: many small stacks, W3: patches "
+    "of micrographs) through vitrio's batch reads and vitrio.data's DataLoader, against PyTorch's "
+    "DataLoader with worker processes reading through mrcfile and against mrcfile's memory map, in "
+    "one run. Needs a clone of the repository (benchmarks/ beside src/), torch and mrcfile."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `vitrio bench`."""
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small files and few batches")
+    size.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="a folder of yours where the synthetic files are kept between runs "
+        "(default: a fresh private one, removed at the end)",
+    )
+    parser.add_argument(
+        "--plot", type=Path, default=Path("vitrio-bench.png"), help="the bar chart to save (a PNG)"
+    )
 
 
 @dataclass(frozen=True)
@@ -76,6 +100,11 @@ def run(args: argparse.Namespace) -> None:
     The files go under `args.data`, which must be the user's, or into a
     fresh private folder removed at the end.
     """
+    # what it measures against and draws with: missing, the command stops before any work
+    import matplotlib  # noqa: F401
+    import mrcfile  # noqa: F401
+    import torch  # noqa: F401
+
     preset = PRESETS["tiny" if args.tiny else "quick" if args.quick else "full"]
     with common.data_folder(args.data) as folder:
         work = common.Workloads(folder, **preset.workloads)

@@ -28,22 +28,34 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib  # noqa: F401 (it draws at the end: missing, the command stops before any work)
 import numpy as np
-import pandas as pd
-import torch
-from torch import nn
 
 import vitrio as vio
 from vitrio.data import DataLoader, Dataset, ImageSource, particle_locations, read_particles, write_star
 from vitrio.extract import extract_particles
 
 from . import build_parser
-from ._common import progress, pyplot, save_figure
+from ._common import positive, progress, pyplot, save_figure
 from ._montage import run as draw_montage
 
-__all__ = ["KINDS", "cut_at_edge", "make_micrographs", "run", "split", "train"]
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+    from torch import nn
+
+__all__ = [
+    "DESCRIPTION",
+    "HELP",
+    "KINDS",
+    "add_arguments",
+    "cut_at_edge",
+    "make_micrographs",
+    "run",
+    "split",
+    "train",
+]
 
 KINDS = ("monomer", "dimer", "trimer")
 # The blobs of each kind: (y, x) offsets from the centre in pixels, before turning, and their width.
@@ -57,6 +69,23 @@ SPACING = 72  # particles sit on a grid of this pitch, jittered: they never over
 NOISE = 0.6
 PIXEL_SIZE = 2.0
 BATCH = 32
+
+
+HELP = "extract and train on a small synthetic dataset"
+DESCRIPTION = (
+    "Make synthetic micrographs with particles of three kinds, extract the particles "
+    "with `vitrio extract`, train a small PyTorch classifier on them through vitrio.data, and save "
+    "pictures of the particles and of the training under --out. Files of earlier runs there are "
+    "replaced."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `vitrio demo`."""
+    parser.add_argument("--out", type=Path, default=Path("demo-output"), help="where to write everything")
+    parser.add_argument("--micrographs", type=positive, default=6, help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=positive, default=1024, help=argparse.SUPPRESS)
+    parser.add_argument("--epochs", type=positive, default=3, help=argparse.SUPPRESS)
 
 
 def _render(image: np.ndarray, centre: np.ndarray, kind: int, angle: float) -> None:
@@ -77,6 +106,8 @@ def make_micrographs(out: Path, count: int, size: int, seed: int = 0) -> tuple[P
     Returns:
         The micrographs STAR file, the coordinates STAR file, and how many particles there are.
     """
+    import pandas as pd
+
     rng = np.random.default_rng(seed)
     (out / "Micrographs").mkdir(parents=True, exist_ok=True)
     cells = size // SPACING
@@ -129,6 +160,8 @@ def _standardize(images: torch.Tensor) -> torch.Tensor:
 
 
 def _network() -> nn.Module:
+    from torch import nn
+
     return nn.Sequential(
         nn.Conv2d(1, 8, 5, stride=2, padding=2),
         nn.BatchNorm2d(8),
@@ -145,6 +178,8 @@ def _network() -> nn.Module:
 
 
 def _accuracy(model: nn.Module, batches: DataLoader) -> float:
+    import torch
+
     right = total = 0
     model.eval()
     with torch.no_grad():
@@ -157,6 +192,8 @@ def _accuracy(model: nn.Module, batches: DataLoader) -> float:
 @contextlib.contextmanager
 def _torch_threads(count: int) -> Iterator[None]:
     """PyTorch computing on `count` threads within the block, on as many as before after it."""
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
@@ -173,6 +210,9 @@ def train(
     Returns:
         The network, the loss of each step, and the held-out accuracy after each epoch.
     """
+    import torch
+    from torch import nn
+
     torch.manual_seed(0)
     model = _network()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -227,6 +267,8 @@ def _montage(
     """particles.png, drawn by `vitrio montage` from a STAR file of them (shown.star): eight held-out
     particles of each kind (one cut at an edge among them, where there is one), each labelled with its
     true kind, marked if cut at an edge, over the network's prediction."""
+    import torch
+
     columns = 8
     edge = cut_at_edge(particles, size)
     rows = []
@@ -272,6 +314,11 @@ def _curve(losses: list[float], accuracies: list[float], path: Path) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Make the dataset, extract it, train on it, and draw the pictures, saying what happens."""
+    # what it trains and draws with: missing, the command stops before any work
+    import matplotlib  # noqa: F401
+    import pandas  # noqa: F401
+    import torch  # noqa: F401
+
     out: Path = args.out
     begin = time.perf_counter()
     print(f"vitrio demo, in {out}/")

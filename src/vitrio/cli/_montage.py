@@ -26,20 +26,32 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont  # matplotlib's own dependency: the cli extra installs both
-from PIL.PngImagePlugin import PngInfo
 
 import vitrio as vio
 from vitrio.formats import new_file, open_reader
 
-from ._common import CliError, check_output, folders_for
+from ._common import (
+    CliError,
+    add_force,
+    add_storage_options,
+    add_threads,
+    check_output,
+    file_or_url,
+    folders_for,
+    positive,
+)
+
+if TYPE_CHECKING:
+    from PIL import ImageFont
 
 __all__ = [
+    "DESCRIPTION",
+    "HELP",
     "Tile",
+    "add_arguments",
     "default_columns",
     "fit_image",
     "origin",
@@ -55,8 +67,6 @@ LABEL_MARGIN = 4  # pixels of the label's strip beside its lines
 GAP = 4  # pixels between cells
 BACKGROUND = 24  # the grey of the canvas around the tiles
 _FONT_PIXELS = 10
-# the font of the labels: the DejaVu Sans that comes with matplotlib
-_FONT = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
 _CHUNK_BYTES = 256 << 20  # the most one read of 2-D images holds at once
 _OPEN_FILES = 256  # the most files kept open while the images are read
 
@@ -89,6 +99,81 @@ class Tile:
     scale: float | None = None
     pixels: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
     step: float = 1.0
+
+
+HELP = "a picture of image files: a grid of labelled tiles"
+DESCRIPTION = (
+    "Draw a grid of images from stacks, micrographs or movies (labelled n@file), the "
+    "particles a STAR file names, the central sections of volumes (XY, XZ, YZ, with a scale bar where "
+    "the voxel size is known), or the sum of an EER movie's first fraction and of all its frames, each "
+    "tile's contrast set by percentiles of its own values. Writes a PNG."
+)
+
+
+def _indices(text: str) -> list[int]:
+    """A `--indices` argument: indices counting from zero, separated by commas."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = [-1]
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"not indices from zero separated by commas: {text!r}")
+    return values
+
+
+def _percentiles(text: str) -> tuple[float, float]:
+    """A `--clip` argument: two percentiles `low,high`, 0 <= low < high <= 100."""
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        low = high = -1.0
+    if not 0 <= low < high <= 100:
+        raise argparse.ArgumentTypeError(f"not two percentiles low,high from 0 to 100: {text!r}")
+    return low, high
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `vitrio montage`."""
+    parser.add_argument(
+        "files", nargs="*", type=file_or_url, metavar="FILE", help="image files of any format (or URLs)"
+    )
+    parser.add_argument("-o", "--output", type=Path, required=True, help="the PNG to write")
+    parser.add_argument(
+        "--star", type=file_or_url, help="a STAR file of particles (or its URL): their images are shown"
+    )
+    parser.add_argument(
+        "--label",
+        metavar="COLUMN[,COLUMN...]",
+        type=lambda text: text.split(","),
+        help="with --star: the columns whose values label tiles, one a line",
+    )
+    parser.add_argument("--root", type=Path, help="with --star: the project or data directory")
+    parser.add_argument(
+        "-n", "--count", type=positive, default=64, help="the most tiles in all (default: 64)"
+    )
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--every", type=positive, default=1, metavar="K", help="every K-th image of a stack")
+    chosen.add_argument(
+        "--indices", type=_indices, metavar="I,J,...", help="these images of each stack (or rows of --star)"
+    )
+    parser.add_argument(
+        "--clip",
+        type=_percentiles,
+        default=(1.0, 99.0),
+        metavar="LOW,HIGH",
+        help="the percentiles of each tile shown black and white (default: 1,99)",
+    )
+    parser.add_argument(
+        "--sections", type=positive, metavar="N", help="N evenly spaced XY sections of a volume"
+    )
+    parser.add_argument(
+        "--fractions", type=positive, default=10, help="an EER movie's fractions; the first is shown"
+    )
+    parser.add_argument("--tile", type=positive, default=128, help="the side of a tile in pixels")
+    parser.add_argument("--columns", type=positive, help="tiles in a row (default: a square grid)")
+    add_threads(parser, "threads that read")
+    add_storage_options(parser)
+    add_force(parser)
 
 
 def _selected(count: int, args: argparse.Namespace, where: str) -> list[int]:
@@ -372,15 +457,34 @@ def render(
     return canvas, labels, size
 
 
-def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], size: int, path: Path) -> None:
-    """Write the canvas and its labels as a greyscale PNG at `path`, pixel for pixel.
+def _label_font() -> ImageFont.FreeTypeFont:
+    """The font of the labels: the DejaVu Sans that comes with matplotlib, drawn by Pillow (matplotlib's
+    own dependency: the cli extra installs both)."""
+    import matplotlib
+    from PIL import ImageFont
+
+    return ImageFont.truetype(
+        str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"), _FONT_PIXELS
+    )
+
+
+def _save(
+    canvas: np.ndarray,
+    labels: list[tuple[float, float, str]],
+    size: int,
+    font: ImageFont.FreeTypeFont,
+    path: Path,
+) -> None:
+    """Write the canvas and its labels, in `font`, as a greyscale PNG at `path`, pixel for pixel.
 
     A line of a label wider than its cell of `size` is cut short on the picture; the PNG's
     Description lists the labels whole, one a line.
     """
+    from PIL import Image, ImageDraw
+    from PIL.PngImagePlugin import PngInfo
+
     image = Image.fromarray(canvas)
     draw = ImageDraw.Draw(image)
-    font = ImageFont.truetype(str(_FONT), _FONT_PIXELS)
     for x, y, text in labels:
         lines = _fit_text(text, size + GAP, font)
         draw.multiline_text((x, y), lines, fill=255, font=font, anchor="mm", align="center", spacing=2)
@@ -393,11 +497,12 @@ def _save(canvas: np.ndarray, labels: list[tuple[float, float, str]], size: int,
 
 def run(args: argparse.Namespace) -> None:
     """Plan the tiles, read them, and write the PNG; nothing is written if a file cannot be read."""
+    font = _label_font()  # without matplotlib or Pillow, the command stops before any work
     check_output(args.output, args.force)
     if args.output.suffix.lower() != ".png":
         raise CliError(f"{args.output}: the picture is a PNG; name it .png")
     tiles = plan(args)
     read_tiles(tiles, args.tile, args.threads, args.storage_options)
     canvas, labels, size = render(tiles, args.clip, args.columns)
-    _save(canvas, labels, size, args.output)
+    _save(canvas, labels, size, font, args.output)
     print(f"{args.output}: {len(tiles)} tiles, {canvas.shape[1]} x {canvas.shape[0]} pixels")
