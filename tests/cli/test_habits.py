@@ -75,6 +75,7 @@ EXTRACT = ("extract", "--micrographs", "m.star", "--coordinates", "c.star", "--b
         (("demo", "--out", "demo"), "matplotlib", "cli,torch"),
         (("bench", "--quick"), "mrcfile", "bench"),
         (("bench", "--quick"), "matplotlib", "bench"),
+        (("montage", "m.star", "-o", "picture.png"), "PIL", "cli"),
     ],
 )
 def test_a_command_that_needs_an_extra_names_it(tmp_path: Path, arguments, missing, extra):
