@@ -10,8 +10,9 @@ import numpy as np
 import vitrio as vio
 from vitrio._providers import WrappingImageReaderProvider
 from vitrio.data._prepared_scratch import PreparedFiles
-from vitrio.testing.conformance import ProviderConformance, WrapperConformance
+from vitrio.testing.conformance import ProviderConformance
 from vitrio.testing.eer import random_movie
+from vitrio.testing.wrapping import WrapperConformance
 
 
 class TestFileProvider(ProviderConformance):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import vitrio as vio
-from vitrio.testing.conformance import WrapperConformance
+from vitrio.testing.wrapping import WrapperConformance
 
 
 class CountingFiles(vio.FileImageReaderProvider):
