@@ -28,6 +28,7 @@ SOURCES = Path(__file__).resolve().parents[2] / "src"
 FLOORS = (
     (
         "vitrio._types",
+        "vitrio._config",
         "vitrio._errors",
         "vitrio._numerical",
         "vitrio._locations",
