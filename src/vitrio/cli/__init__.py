@@ -11,6 +11,7 @@
     vitrio bench [--quick]
     vitrio doctor PATH... [--json] [--seconds S] [--memory BYTES] [--scratch-dir DIR]
     vitrio demo [--out DIR]
+    vitrio examples DIR
 
 Each subcommand lives in a module of its own (`_info`, `_convert`, ...) with a
 `run(args)` function (which may return the exit status), beside its options
@@ -43,7 +44,7 @@ __all__ = ["main", "build_parser"]
 # whose optional dependency is not installed names the module and the extra that installs it.
 _USER_ERRORS = (CliError, OSError, ValueError, IndexError, ModuleNotFoundError)
 # The extra that installs what each command needs beyond the core, for those that need more.
-_EXTRAS = {"extract": "cli", "montage": "cli", "demo": "cli,torch", "bench": "bench"}
+_EXTRAS = {"extract": "cli", "montage": "cli", "demo": "cli,torch", "bench": "bench", "examples": "cli"}
 # The optional dependencies the commands import; a missing module of another name is a bug.
 _OPTIONAL = (
     "tqdm",
@@ -59,7 +60,7 @@ _OPTIONAL = (
 )
 
 
-_COMMANDS = ("info", "convert", "extract", "fractionate", "montage", "bench", "doctor", "demo")
+_COMMANDS = ("info", "convert", "extract", "fractionate", "montage", "bench", "doctor", "demo", "examples")
 """The subcommands, in the order `vitrio --help` lists them; each runs in the module `_{command}`."""
 
 
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of the `vitrio` command and its subcommands."""
     parser = argparse.ArgumentParser(
         prog="vitrio",
-        description="Fast batched reading of cryo-EM images: MRC, TIFF, EER, DM.",
+        description="Fast batched reading of cryo-EM images (MRC, TIFF, EER, DM, OME-Zarr), local or at URLs",
         epilog="Run `vitrio COMMAND --help` for the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"vitrio {vio.__version__}")
