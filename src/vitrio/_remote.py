@@ -46,6 +46,8 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from . import _config
+from ._config import Configuration
 from ._counters import add_count
 from ._errors import no_such_file, redact
 
@@ -92,51 +94,62 @@ class RemoteFile:
     Args:
         url: Its URL.
         storage_options: What fsspec takes to reach it (credentials, `anon=True`, `endpoint_url`).
+        configuration: The limits of its reads (`remote_*`); the configuration in force by default.
 
     Attributes:
-        url, size: The URL and the size in bytes.
+        url, key, size: The URL (twice: a `ByteSource`'s key) and the size in bytes.
         version: The ETag, else the modification time, when opened; None where the server gives neither.
-        gap, part, in_flight, attempts, backoff: How ranges are merged and fetched (see the module).
-        timeout: The seconds a request may take to connect, and to wait for each piece of its answer,
-            before it fails (and is asked again): over HTTP unless `storage_options` give
+        gap, part, in_flight, attempts, backoff: How ranges are merged and fetched (see the module), as
+            the configuration's `remote_gap`, `remote_part`, ... say.
+        timeout, connect_timeout: The seconds a request may wait for each piece of its answer, and take to
+            connect, before it fails (and is asked again): over HTTP unless `storage_options` give
             `client_kwargs={"timeout": ...}`, over S3 unless their `config_kwargs` give
-            `connect_timeout` and `read_timeout`.
-        connections: The connections an `s3://` file's filesystem keeps open at most, unless
-            `storage_options` say (`config_kwargs={"max_pool_connections": n}`).
+            `connect_timeout` and `read_timeout`. An `s3://` filesystem keeps `remote_connections`
+            connections open at most, unless `storage_options` say
+            (`config_kwargs={"max_pool_connections": n}`).
 
     Raises:
         ImageFileNotFoundError: If there is nothing at `url`.
+        ImportError: If the scheme needs a module not installed, naming the extra that brings it.
         OSError: If the server does not say the size, or cannot be reached after `attempts` tries.
     """
 
-    gap = 1 << 20
-    part = 16 << 20
-    in_flight = 32
-    connections = 64
-    attempts = 4
-    backoff = 0.05
-    timeout = 20.0
-
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        configuration: Configuration | None = None,
+    ):
         try:
             import fsspec
-        except ImportError as error:
-            raise ImportError(f"{url}: reading URLs needs fsspec: pip install 'vitrio[remote]'") from error
+        except ImportError:
+            raise _missing_backend(url) from None
 
-        self.url = url
+        self.url = self.key = url
+        limits = configuration if configuration is not None else _config.configuration()
+        self.gap, self.part, self.in_flight = limits.remote_gap, limits.remote_part, limits.remote_in_flight
+        self.attempts, self.backoff, self.timeout = (
+            limits.remote_attempts,
+            limits.remote_backoff,
+            limits.remote_timeout,
+        )
+        self.connect_timeout = limits.remote_connect_timeout
         options = dict(storage_options or {})
         self.http = url.lower().startswith(("http://", "https://"))
         s3 = url.lower().startswith(("s3://", "s3a://"))
         if self.http:
-            options = http_options(options, self.timeout)
+            options = http_options(options, self.timeout, self.connect_timeout)
         elif s3:  # botocore keeps 10 connections, waits a minute and asks again unless told
             config = dict(options.get("config_kwargs", {}))
-            config.setdefault("max_pool_connections", self.connections)
-            config.setdefault("connect_timeout", self.timeout)
+            config.setdefault("max_pool_connections", limits.remote_connections)
+            config.setdefault("connect_timeout", self.connect_timeout)
             config.setdefault("read_timeout", self.timeout)
             config.setdefault("retries", {"total_max_attempts": 1})
             options["config_kwargs"] = config
-        self.fs, self.path = fsspec.core.url_to_fs(url, **options)
+        try:
+            self.fs, self.path = fsspec.core.url_to_fs(url, **options)
+        except ImportError:
+            raise _missing_backend(url) from None
         if s3:
             self.fs.retries = 1  # s3fs asks again 5 times unless told; `attempts` count them here
         try:
@@ -173,7 +186,7 @@ class RemoteFile:
                 return call()
             except Exception as error:
                 if not _transient(error) or attempt == self.attempts:
-                    raise _named(error, self.url, where, attempt) from error
+                    raise _named(error, self.url, where, attempt) from None
                 time.sleep(self.backoff * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -217,13 +230,30 @@ class RemoteFile:
                 return _checked_length(body, self.url, start, end)
             except Exception as error:
                 if not _transient(error) or attempt == self.attempts:
-                    raise _named(error, self.url, _bytes(start, end), attempt) from error
+                    raise _named(error, self.url, _bytes(start, end), attempt) from None
                 await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def open_blocks(self, block: int = 1 << 16) -> io.BufferedReader:
         """A file object over the file, read `block` bytes at a time, the last 16 blocks kept."""
         return io.BufferedReader(_Blocks(self, block), buffer_size=block)
+
+    def stamp(self) -> str | None:
+        """The version asked when the file was opened."""
+        return self.version
+
+    def fileno(self) -> None:
+        """None: a file at a URL has no descriptor."""
+        return None
+
+    def close(self) -> None:
+        """Nothing to let go: the filesystem is fsspec's, shared."""
+
+    def __enter__(self) -> RemoteFile:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def read_many(requests: Sequence[tuple[RemoteFile, Sequence[tuple[int, int]]]]) -> list[list[memoryview]]:
@@ -301,15 +331,18 @@ class _Redirected(PermissionError):
 _IDENTITY = {"Accept-Encoding": "identity"}
 
 
-def http_options(options: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+def http_options(options: Mapping[str, Any], timeout: float, connect_timeout: float) -> dict[str, Any]:
     """The `storage_options` of fsspec's HTTP filesystem as vitrio uses them: bodies asked and kept
-    uncompressed; a request's connecting, and each wait for its answer, bounded by `timeout` seconds
-    (unless `client_kwargs` give a `timeout`); and where they give headers, credentials or cookies, a
-    redirect to another scheme, host or port refused (the client drops only `Authorization` and `Cookie`)."""
+    uncompressed; a request's connecting bounded by `connect_timeout` seconds, and each wait for its
+    answer by `timeout` (unless `client_kwargs` give a `timeout`); and where they give headers,
+    credentials or cookies, a redirect to another scheme, host or port refused (the client drops only
+    `Authorization` and `Cookie`)."""
     import aiohttp
 
     client = dict(options.get("client_kwargs", {}), auto_decompress=False)
-    client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout))
+    client.setdefault(
+        "timeout", aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=timeout)
+    )
     given = ("headers", "auth", "cookies")
     if any(options.get(k) for k in given) or any(client.get(k) for k in given):
         client["trace_configs"] = [*client.get("trace_configs", []), _same_origin_redirects()]
@@ -377,6 +410,17 @@ def _unreached(error: BaseException | None) -> bool:
     return isinstance(error, (aiohttp.ClientConnectionError, TimeoutError))
 
 
+def _unconnected(error: BaseException) -> bool:
+    """Whether `error` is a connection that could not be made: refused, unresolved, timed out."""
+    import aiohttp
+
+    if isinstance(
+        error, (ConnectionRefusedError, aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+    ):
+        return True
+    return type(error).__name__ in ("ConnectTimeoutError", "EndpointConnectionError")  # botocore's
+
+
 def _bytes(start: int, end: int) -> str:
     return f" (bytes {start}-{end - 1})"
 
@@ -388,9 +432,18 @@ def _named(error: BaseException, url: str, where: str, attempts: int) -> OSError
     else:
         tried = f" after {attempts} attempts" if attempts > 1 else ""
         what = redact(f"{type(error).__name__}: {error}")
-        named = OSError(errno.EIO, f"{redact(url)}{where}: {what}{tried}")
+        failed = "cannot connect to " if _unconnected(error) else ""
+        named = OSError(errno.EIO, f"{failed}{redact(url)}{where}: {what}{tried}")
     named.key = url  # type: ignore[attr-defined] - the file it concerns, as `concerning` gives it
     return named
+
+
+def _missing_backend(url: str) -> ImportError:
+    """The error of a key whose scheme needs a module not installed: the extra that brings it."""
+    scheme = url.split("://", 1)[0].lower()
+    return ImportError(
+        f"install vitrio[remote] (pip install 'vitrio[remote]') to read {scheme}:// keys: {redact(url)}"
+    )
 
 
 def _checked_length(body: bytes, url: str, start: int, end: int) -> bytes:
@@ -491,14 +544,19 @@ def file_size(file: int | RemoteFile) -> int:
 
 
 @contextlib.contextmanager
-def local_copy(url: str, storage_options: Mapping[str, Any] | None, limit: int) -> Iterator[str]:
+def local_copy(
+    url: str,
+    storage_options: Mapping[str, Any] | None,
+    limit: int,
+    configuration: Configuration | None = None,
+) -> Iterator[str]:
     """The path of a copy of the file at `url`, under its name in a private temporary folder, while the
     block runs; a `ValueError` of the block names `url`, not the copy.
 
     Raises:
         ValueError: If the file holds more than `limit` bytes (none are fetched).
     """
-    file = RemoteFile(url, storage_options)
+    file = RemoteFile(url, storage_options, configuration)
     if file.size > limit:
         raise ValueError(f"{redact(url)}: {file.size} bytes, more than the {limit} a table may have")
     with tempfile.TemporaryDirectory(prefix="vitrio-table-") as folder:  # mode 0700

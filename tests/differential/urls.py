@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from unittest import mock
-
 from hypothesis import strategies as st
 
-from vitrio._remote import RemoteFile
+from vitrio._config import configuration, configure
 
 from ..remote.conftest import BUCKET
 from .files import Drawn
 
 
 def request_sizes(data, size: int):
-    """`RemoteFile.part` and `gap` patched for an example: the file of `size` bytes cut into up to 16 parts
-    (or left whole, as parts of 16 MiB leave it), merged across gaps of a few bytes, or of none."""
+    """`remote_part` and `remote_gap` configured for an example: the file of `size` bytes cut into up to 16
+    parts (or left whole, as parts of 16 MiB leave it), merged across gaps of a few bytes, or of one (what
+    touches)."""
     parts = data.draw(st.sampled_from([1, 2, 3, 7, 16]), label="parts")
     part = max(16, -(-size // parts)) + data.draw(st.integers(0, 5), label="part's odd bytes")
-    gap = data.draw(st.sampled_from([0, 1, 7, part // 2, RemoteFile.gap]), label="gap")
-    return mock.patch.multiple(RemoteFile, part=part, gap=gap)
+    gap = data.draw(st.sampled_from([1, 7, part // 2, configuration().remote_gap]), label="gap")
+    return configure(remote_part=part, remote_gap=gap)
 
 
 def served(drawn: Drawn, place: str, s3, http) -> tuple[str, dict]:

@@ -3,6 +3,7 @@ and files of every raw format put there beside their local copies (`write_files`
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -12,7 +13,8 @@ import pytest
 import tifffile
 
 import vitrio as vio
-from vitrio._remote import RemoteFile, merge_ranges
+from vitrio._config import configuration, configure
+from vitrio._remote import merge_ranges
 from vitrio.testing.dm import write_dm
 
 from ..zarr.s3 import LocalS3
@@ -115,7 +117,7 @@ def files(s3, tmp_path_factory):
 def read_merged_batch(loader, stack, mark):
     """Read 8 images of `stack` (the path, URL and values of `stack.mrcs`) in three runs of touching images,
     after its header, and check them; `mark()`, called after the header, and the sorted `Range` headers of
-    the runs, merged as `RemoteFile.gap` 1 merges them."""
+    the runs, merged as `remote_gap` 1 merges them."""
     path, url, values = stack
     indices = [7, 0, 1, 2, 9, 3, 11, 10]
     out = np.empty((len(indices), *values.shape[1:]), np.float32)
@@ -126,6 +128,15 @@ def read_merged_batch(loader, stack, mark):
     with mrcfile.mmap(path, permissive=True) as file:
         offset = file.header.nbytes + file.extended_header.nbytes
     size = values[0].nbytes
-    spans = merge_ranges([(offset + i * size, offset + (i + 1) * size) for i in indices], 1, RemoteFile.part)
+    spans = merge_ranges(
+        [(offset + i * size, offset + (i + 1) * size) for i in indices], 1, configuration().remote_part
+    )
     assert len(spans) == 3
     return marked, sorted(f"bytes={a}-{b - 1}" for a, b in spans)
+
+
+@pytest.fixture
+def limits():
+    """Sets fields of vitrio's configuration for the test (`limits(remote_gap=1)`), restored after it."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **changes: stack.enter_context(configure(**changes))

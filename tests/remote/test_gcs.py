@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import vitrio as vio
-from vitrio._remote import RemoteFile
 
 from .conftest import read_merged_batch, write_files
 from .gcs import LocalGCS
@@ -33,9 +32,9 @@ def test_files_read_as_the_local_copies(gcs, name):
     assert fake.media(mark) and all(asked.startswith("bytes=") for asked in fake.media(mark))  # by ranges
 
 
-def test_a_batch_downloads_each_merged_span_once(gcs, monkeypatch):
+def test_a_batch_downloads_each_merged_span_once(gcs, limits):
     fake, files = gcs
-    monkeypatch.setattr(RemoteFile, "gap", 1)  # merge only what touches
+    limits(remote_gap=1)  # merge only what touches
     loader = vio.loader(2, storage_options=fake.options)
     mark, planned = read_merged_batch(loader, files["stack.mrcs"], fake.mark)
     assert fake.mark() - mark == len(planned)  # downloads alone: the object's size was asked once

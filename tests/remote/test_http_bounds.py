@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import vitrio as vio
+from vitrio._config import configuration
 from vitrio._remote import RemoteFile
 from vitrio.data import particle_locations, read_particles
 
@@ -35,8 +36,8 @@ def served(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def quick_retries(monkeypatch, served):
-    monkeypatch.setattr(RemoteFile, "backoff", 0.001)
+def quick_retries(limits, served):
+    limits(remote_backoff=0.001)
     server = served[0]
     server.faults.clear()
     server.always = server.redirect = None
@@ -53,7 +54,9 @@ def image_range(path, index):
 def test_a_file_a_server_is_unavailable_to_give_is_an_error_naming_it_not_a_missing_file(served):
     server, url, _ = served
     server.heads = server.always = "503"
-    with pytest.raises(OSError, match=f"{url}: .* after {RemoteFile.attempts} attempts") as failed:
+    with pytest.raises(
+        OSError, match=f"{url}: .* after {configuration().remote_attempts} attempts"
+    ) as failed:
         vio.read(url)
     assert not isinstance(failed.value, FileNotFoundError)
 
@@ -67,12 +70,12 @@ def test_a_body_shorter_than_the_range_is_an_error_naming_the_url_and_range(serv
     before = server.gets
     with pytest.raises(OSError, match=rf"stack.mrcs \({image_range(path, 2)}\): .* after 4 attempts"):
         vio.read(vio.ImageLocation(url, 2), readers=readers)
-    assert server.gets - before == RemoteFile.attempts
+    assert server.gets - before == configuration().remote_attempts
 
 
-def test_a_stalled_server_is_an_error_naming_the_url_within_the_time_limit(served, monkeypatch):
+def test_a_stalled_server_is_an_error_naming_the_url_within_the_time_limit(served, limits):
     server, url, path = served
-    monkeypatch.setattr(RemoteFile, "timeout", 0.5)
+    limits(remote_timeout=0.5)
     readers = vio.reader_provider()
     vio.query_descriptor(url, readers=readers)
     server.always = "stall"
@@ -87,7 +90,9 @@ def test_a_stalled_server_is_an_error_naming_the_url_within_the_time_limit(serve
 
     reader = threading.Thread(target=read)
     reader.start()
-    reader.join(60 * RemoteFile.attempts * RemoteFile.timeout)  # far past the attempts' time limits
+    reader.join(
+        60 * configuration().remote_attempts * configuration().remote_timeout
+    )  # far past the attempts' time limits
     waited_on = reader.is_alive()
     server.release.set()
     reader.join()

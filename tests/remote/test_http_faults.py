@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import vitrio as vio
-from vitrio._remote import RemoteFile
+from vitrio._config import configuration
 
 from .http import RangeServer
 
@@ -26,8 +26,8 @@ def served(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def quick_retries(monkeypatch, served):
-    monkeypatch.setattr(RemoteFile, "backoff", 0.001)
+def quick_retries(limits, served):
+    limits(remote_backoff=0.001)
     served[0].faults.clear()
     served[0].always = None
 
@@ -62,7 +62,7 @@ def test_a_lasting_fault_is_an_error_naming_the_range_and_reading_goes_on(served
     offset = path.stat().st_size - VALUES.nbytes
     with pytest.raises(OSError, match=rf"stack.mrcs \(bytes {offset + 3 * image}-{offset + 4 * image - 1}\)"):
         vio.read_batch_async(loader, out, [vio.ImageLocation(url, 3)]).get()
-    assert server.gets - before == RemoteFile.attempts
+    assert server.gets - before == configuration().remote_attempts
     server.always = None
     vio.read_batch_async(loader, out, [vio.ImageLocation(url, 3)]).get()
     np.testing.assert_array_equal(out[0], VALUES[3])

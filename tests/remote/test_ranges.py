@@ -61,10 +61,10 @@ def micrograph(tmp_path_factory):
     server.stop()
 
 
-def test_overlapping_patches_each_over_several_parts_read_as_numpy_slices(micrograph, monkeypatch):
+def test_overlapping_patches_each_over_several_parts_read_as_numpy_slices(micrograph, limits):
     _, url, values = micrograph
     row = values.shape[1] * values.itemsize
-    monkeypatch.setattr(RemoteFile, "part", 128 * row)  # a patch's 138 rows span two requests
+    limits(remote_part=128 * row)  # a patch's 138 rows span two requests
     centres = np.array([[237, 200], [125, 60], [187, 300]])
     patches = np.empty((len(centres), 138, 64), np.float32)
     vio.read_patches_async(vio.loader(2), patches, url, centres).get()
@@ -73,11 +73,11 @@ def test_overlapping_patches_each_over_several_parts_read_as_numpy_slices(microg
 
 
 @pytest.mark.parametrize("gap", [0, 1])
-def test_ranges_a_merge_gap_apart_are_asked_apart_and_closer_ones_together(micrograph, monkeypatch, gap):
+def test_ranges_a_merge_gap_apart_are_asked_apart_and_closer_ones_together(micrograph, limits, gap):
     server, url, values = micrograph
     size = RemoteFile(url).size
     offset = size - values.nbytes
-    monkeypatch.setattr(RemoteFile, "gap", 4096)
+    limits(remote_gap=4096)
     file = RemoteFile(url)
     before = server.gets
     ranges = [(offset, offset + 100), (offset + 100 + 4096 - gap, offset + 4400)]

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import vitrio as vio
-from vitrio._remote import RemoteFile
 from vitrio.cli import main
 from vitrio.data import ImageSource, PatchSource
 
@@ -44,8 +43,8 @@ def test_one_image_is_fetched_alone(s3, files, name):
     assert last - first + 1 == image.nbytes  # the image, not the file
 
 
-def test_a_batch_makes_one_request_per_merged_span(s3, files, monkeypatch):
-    monkeypatch.setattr(RemoteFile, "gap", 1)  # merge only what touches
+def test_a_batch_makes_one_request_per_merged_span(s3, files, limits):
+    limits(remote_gap=1)  # merge only what touches
     loader = vio.loader(2, storage_options=s3.options)
     (mark, counted), planned = read_merged_batch(
         loader, files["stack.mrcs"], lambda: (s3.mark(), loader.stats().remote_requests)

@@ -1,4 +1,4 @@
-"""Files at `s3://` URLs of a server that fails every request: asked `RemoteFile.attempts` times, then an
+"""Files at `s3://` URLs of a server that fails every request: asked `remote_attempts` times, then an
 error naming the bucket, the key and (for a read) the range."""
 
 from __future__ import annotations
@@ -7,20 +7,20 @@ import numpy as np
 import pytest
 
 import vitrio as vio
-from vitrio._remote import RemoteFile
+from vitrio._config import configuration
 
 
 @pytest.fixture(autouse=True)
-def quick_retries(monkeypatch, s3):
-    monkeypatch.setattr(RemoteFile, "backoff", 0.001)
+def quick_retries(limits, s3):
+    limits(remote_backoff=0.001)
     yield
     s3.failing = None
 
 
 def requests_at_most(failing):
-    """The requests `RemoteFile.attempts` make at most: aiohttp asks once more, on a new connection, where
+    """The requests `remote_attempts` make at most: aiohttp asks once more, on a new connection, where
     one it kept open is closed unanswered."""
-    return RemoteFile.attempts * (2 if failing == "drop" else 1)
+    return configuration().remote_attempts * (2 if failing == "drop" else 1)
 
 
 def lasting_defaults(s3):
@@ -33,9 +33,9 @@ def test_opening_a_file_of_a_failing_server_is_an_error_naming_its_url(s3, files
     url = files["volume.mrc"][1]
     s3.failing = failing
     mark = s3.mark()
-    with pytest.raises(OSError, match=f"{url}: .* after {RemoteFile.attempts} attempts"):
+    with pytest.raises(OSError, match=f"{url}: .* after {configuration().remote_attempts} attempts"):
         vio.read(url, storage_options=lasting_defaults(s3))
-    assert RemoteFile.attempts <= len(s3.since(mark)) <= requests_at_most(failing)
+    assert configuration().remote_attempts <= len(s3.since(mark)) <= requests_at_most(failing)
 
 
 @pytest.mark.parametrize("failing", ["503", "drop"])
@@ -47,8 +47,8 @@ def test_reading_a_file_of_a_failing_server_is_an_error_naming_its_url_and_range
     mark = s3.mark()
     offset = path.stat().st_size - values.nbytes + 3 * values[0].nbytes
     asked = rf"{url} \(bytes {offset}-{offset + values[0].nbytes - 1}\)"
-    with pytest.raises(OSError, match=f"{asked}: .* after {RemoteFile.attempts} attempts"):
+    with pytest.raises(OSError, match=f"{asked}: .* after {configuration().remote_attempts} attempts"):
         vio.read(vio.ImageLocation(url, 3), readers=readers)
-    assert RemoteFile.attempts <= len(s3.since(mark)) <= requests_at_most(failing)
+    assert configuration().remote_attempts <= len(s3.since(mark)) <= requests_at_most(failing)
     s3.failing = None
     np.testing.assert_array_equal(vio.read(vio.ImageLocation(url, 3), readers=readers), values[3])

@@ -23,9 +23,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..._config import configuration
 from ..._errors import ImageFileNotFoundError, redact
 from ..._fs import open_beneath
-from ..._remote import RemoteFile, http_options
+from ..._remote import http_options
 from ._http import fetch_bounded
 
 __all__ = ["Store", "LocalStore", "RemoteStore", "open_store"]
@@ -109,8 +110,11 @@ class RemoteStore(Store):
 
         self.name = redact(url)
         self.http = urlsplit(url).scheme.lower() in ("http", "https")
+        limits = configuration()
         self.options = (
-            http_options(storage_options, RemoteFile.timeout) if self.http else dict(storage_options)
+            http_options(storage_options, limits.remote_timeout, limits.remote_connect_timeout)
+            if self.http
+            else dict(storage_options)
         )
         self.fs, self.root = fsspec.core.url_to_fs(url, **self.options)
         self.token = (url, repr(sorted(self.options.items())))
