@@ -9,7 +9,9 @@
 #   reachable, reading with it there (tests/packaging, about 2 minutes; left out of make test).
 # make wheel: dist/vitrio-*-cp311-abi3-manylinux_*.whl, one wheel for every CPython from 3.11 on
 #   Linux with the glibc of the machine that builds it or newer.
-# make demo: run the main job on built-in example data.
+# make demo: run the main job on built-in example data, in a virtual environment of its own (.venv-demo)
+#   holding only what the demo needs: vitrio with its [cli] and [torch] extras (pandas and starfile for the
+#   STAR files, matplotlib and Pillow for the pictures, tqdm, and PyTorch's CPU build for the network).
 # make docs: build the documentation site into site/, strictly (tests/docs/test_site.py builds it too).
 # make test-native-sanitized: tests/native against the C extension built with AddressSanitizer and
 #   UndefinedBehaviorSanitizer (GCC's runtimes), in a copy of the package under build/sanitized.
@@ -25,10 +27,11 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # torch is pinned exactly: this version is a CPU build that needs no download of CUDA libraries.
+TORCH := 2.13.0
 # An extension built in place before it was an abi3 one (_native.cpython-*.so) would shadow the new one.
 $(STAMP): pyproject.toml setup.py | $(BIN)/python
 	rm -f src/vitrio/_native.cpython-*.so
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet torch==$(TORCH)
 	$(BIN)/pip install --quiet -e '.[test,cryovit,cli]'
 	# cryoDRGN, to check FourierCrop against its own downsample: its metadata pins an older torch and
 	# numpy and a notebook stack, none of which its downsample uses, so it comes without them
@@ -69,8 +72,23 @@ test-native-sanitized: $(STAMP)
 	$(SANITIZED_PYTHON) -c 'import vitrio._native as n; assert "$(SANITIZED)" in n.__file__, n.__file__'
 	$(SANITIZED_PYTHON) -m pytest -q -p no:cacheprovider tests/native
 
-demo: $(STAMP)
-	$(BIN)/vitrio demo --out demo-output
+# The demo's own environment: none of the test environment's packages (JAX, Lightning, Dask, moto...).
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+
+$(DEMO_STAMP): pyproject.toml setup.py
+	@echo "make demo: installing into $(DEMO_VENV) what the demo needs alone: vitrio[cli,torch] (the STAR"
+	@echo "files: pandas, starfile; the pictures: matplotlib, Pillow; progress bars: tqdm; the network:"
+	@echo "PyTorch $(TORCH), its CPU build), a minute or two the first time; make test installs the rest."
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/pip install --quiet --upgrade pip
+	rm -f src/vitrio/_native.cpython-*.so
+	$(DEMO_VENV)/bin/pip install --quiet torch==$(TORCH)
+	$(DEMO_VENV)/bin/pip install --quiet -e '.[cli,torch]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/vitrio demo --out demo-output
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
@@ -83,4 +101,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info demo-output site
+	rm -rf $(VENV) $(DEMO_VENV) build dist src/*.egg-info demo-output site

@@ -53,4 +53,4 @@ def test_an_error_is_said_on_one_line_with_its_notes(tmp_path: Path, monkeypatch
     monkeypatch.setattr("vitrio.cli._info.run", failing)
     assert main(["info", str(tmp_path / "b.mrcs")]) == 1
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.endswith("no such file: 'b.mrcs' reading row 7 (1@b.mrcs)"), line
+    assert line.endswith("error: b.mrcs: no such file reading row 7 (1@b.mrcs)"), line

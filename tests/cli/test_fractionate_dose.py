@@ -23,7 +23,7 @@ def test_fractionate_by_dose_writes_the_sums_and_the_grouping(vitrio, movie, tmp
     output = tmp_path / "movie.mrc"
     result = vitrio("fractionate", movie.path, "--dose-per-fraction", 6, "--total-dose", 22, "-o", output)
     assert result.status == 0, result.err
-    counts = movie.counts()  # 2 e/A^2 a frame: 3 frames a fraction, the last 5
+    counts = movie.counts()  # 2 e/Å² a frame: 3 frames a fraction, the last 5
     expected = np.stack([counts[0:3].sum(0), counts[3:6].sum(0), counts[6:11].sum(0)])
     np.testing.assert_array_equal(mrcfile.read(output), expected)
     rows = np.loadtxt(tmp_path / "movie.fractions.txt", skiprows=2)
@@ -35,6 +35,4 @@ def test_fractionate_refuses_doses_that_make_no_fractionation(vitrio, movie, tmp
     assert_fails(vitrio("fractionate", movie.path, "--dose-per-fraction", 1, "-o", output), "--total-dose")
     options = ["--fractions", 2, "--total-dose", 3]
     assert_fails(vitrio("fractionate", movie.path, *options, "-o", output), "--dose-per-fraction")
-    options = ["--dose-per-fraction", 0, "--total-dose", 3]
-    assert_fails(vitrio("fractionate", movie.path, *options, "-o", output), "positive")
     assert not output.exists()

@@ -36,13 +36,15 @@ from collections.abc import Sequence
 import vitrio as vio
 from vitrio._fs import guard_sigterm
 
-from ._common import CliError
+from ._common import CliError, said
 
 __all__ = ["main", "build_parser"]
 
 # What a user's mistake raises: vitrio's errors name the file (FormatError is a ValueError); a command
 # whose optional dependency is not installed names the module and the extra that installs it.
 _USER_ERRORS = (CliError, OSError, ValueError, IndexError, ModuleNotFoundError)
+# What vitrio's ImportError of a missing extra says (a key at a URL without [remote], say).
+_INSTALL = "pip install 'vitrio["
 # The extra that installs what each command needs beyond the core, for those that need more.
 _EXTRAS = {"extract": "cli", "montage": "cli", "demo": "cli,torch", "bench": "bench", "examples": "cli"}
 # The optional dependencies the commands import; a missing module of another name is a bug.
@@ -118,11 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    except ImportError as error:
+        if _INSTALL not in str(error):  # a key whose scheme needs an extra: vitrio names it
+            raise
+        print(f"{name}: error: {said(error)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
     except _USER_ERRORS as error:
-        said = [*str(error).splitlines(), *getattr(error, "__notes__", ())]  # notes: the store, the row
-        print(f"{name}: error: {' '.join(said)}", file=sys.stderr)
+        print(f"{name}: error: {said(error)}", file=sys.stderr)
         return 1
     return status or 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import secrets
 from collections.abc import Iterator
@@ -36,16 +37,30 @@ __all__ = [
     "file_or_url",
     "folders_for",
     "is_store",
+    "non_negative_number",
     "positive",
+    "positive_number",
     "progress",
     "pyplot",
     "replacing",
+    "said",
     "save_figure",
 ]
 
 
 class CliError(Exception):
     """A mistake of the user's, such as an output that exists: reported in one line, without a traceback."""
+
+
+def said(error: BaseException) -> str:
+    """What a user's mistake says, in one line: its message and notes (the store, the row), an `OSError`
+    without its number (`[Errno 2]`), its file named once."""
+    text = str(error)
+    if isinstance(error, OSError) and error.strerror:
+        text = error.strerror
+        if error.filename is not None and os.fspath(error.filename) not in text:
+            text = f"{os.fspath(error.filename)}: {text}"
+    return " ".join([*text.splitlines(), *getattr(error, "__notes__", ())])
 
 
 def data_type(text: str) -> np.dtype:
@@ -70,6 +85,28 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
     return value
+
+
+def _number(text: str, what: str, least: float, strictly: bool) -> float:
+    """A finite number argument above `least` (or equal to it, unless `strictly`), else argparse's error
+    saying it is not `what`."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < least or (strictly and value == least):
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """A positive, finite number argument (a dose, a time)."""
+    return _number(text, "a positive number", 0.0, strictly=True)
+
+
+def non_negative_number(text: str) -> float:
+    """A finite number argument of 0 or more (a radius)."""
+    return _number(text, "a number of 0 or more", 0.0, strictly=False)
 
 
 _OPTIONS_BYTES = 1 << 20
@@ -161,7 +198,7 @@ def add_preparing(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--normalize",
-        type=float,
+        type=non_negative_number,
         metavar="RADIUS",
         help="give each image mean 0 and standard deviation 1 over the pixels farther than RADIUS (in "
         "pixels, after any crop) from its centre, as RELION normalises particles",
@@ -188,18 +225,27 @@ def check_output(path: Path, force: bool) -> None:
 
 @contextlib.contextmanager
 def folders_for(path: Path) -> Iterator[None]:
-    """While the block writes `path`, the folders above it exist: those missing are made first, and
-    removed again if the block fails."""
+    """While the block writes `path`, the folders above it exist: those missing are made first, and if the
+    block fails, the highest of them made is removed with all it holds, through its descriptor
+    (`vitrio._fs.remove_made`): only while its name still is the folder made here."""
     missing = [folder for folder in path.absolute().parents if not folder.exists()]
-    for folder in reversed(missing):
-        folder.mkdir()
-    try:
+    if not missing:
         yield
-    except BaseException:
-        for folder in missing:
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        raise
+        return
+    top = missing[-1]
+    with contextlib.ExitStack() as opened:
+        above = os.open(top.parent, os.O_RDONLY | os.O_DIRECTORY)
+        opened.callback(os.close, above)
+        os.mkdir(top.name, 0o777, dir_fd=above)
+        made = os.open(top.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=above)
+        opened.callback(os.close, made)
+        try:
+            for folder in reversed(missing[:-1]):
+                folder.mkdir()
+            yield
+        except BaseException:
+            remove_made(above, top.name, made)
+            raise
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ from typing import Any
 from vitrio.bench.advice import size, time_shares
 from vitrio.bench.doctor import diagnose
 
-from ._common import positive
+from ._common import positive, positive_number
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "report", "run"]
 
@@ -100,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(
-        "--seconds", type=float, default=3.0, help="how long to spend sampling files (default: 3)"
+        "--seconds", type=positive_number, default=3.0, help="how long to spend sampling files (default: 3)"
     )
     parser.add_argument(
         "--memory", type=_bytes, help="the memory to plan for, such as 64G (default: what is available now)"

@@ -18,21 +18,18 @@ folder and each runs as written:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 import vitrio as vio
-from vitrio._fs import remove_made
 from vitrio.data import write_star
 from vitrio.extract import extract_particles
 from vitrio.testing.eer import random_movie
 
-from ._common import CliError
+from ._common import CliError, folders_for
 from ._demo import BOX, make_micrographs
 
 __all__ = ["DESCRIPTION", "HELP", "STACKS", "TOMOGRAMS", "add_arguments", "run"]
@@ -53,27 +50,6 @@ TOMOGRAMS = ("tomograms/cell_01.hdf5", "tomograms/cell_02.hdf5")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `vitrio examples`."""
     parser.add_argument("folder", type=Path, metavar="DIR", help="the folder to make")
-
-
-@contextlib.contextmanager
-def _new_folder(path: Path) -> Iterator[None]:
-    """A new folder at `path` while the block fills it, removed again (through `vitrio._fs.remove_made`,
-    by descriptor) if the block fails."""
-    if os.path.lexists(path):
-        raise CliError(f"{path}: exists already; name a new folder")
-    path.mkdir(parents=True)
-    folder = os.open(path.absolute().parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        made = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
-        try:
-            yield
-        except BaseException:
-            remove_made(folder, path.name, made)
-            raise
-        finally:
-            os.close(made)
-    finally:
-        os.close(folder)
 
 
 def _particles(folder: Path, rng: np.random.Generator) -> None:
@@ -151,7 +127,9 @@ def run(args: argparse.Namespace) -> None:
 
     folder: Path = args.folder
     start = time.perf_counter()
-    with _new_folder(folder):
+    if os.path.lexists(folder):
+        raise CliError(f"{folder}: exists already; name a new folder")
+    with folders_for(folder / "stack.mrcs"):  # the folder, removed again if a file fails
         tomograms = _fill(folder, np.random.default_rng(0))
     print(
         f"made {folder}/ in {time.perf_counter() - start:.1f} s: the files the examples of the README "

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+import vitrio as vio
 from vitrio.extract import extract_particles
 
 from ._common import (
@@ -24,6 +25,7 @@ from ._common import (
     add_threads,
     data_type,
     file_or_url,
+    folders_for,
     positive,
     progress,
 )
@@ -84,6 +86,14 @@ def run(args: argparse.Namespace) -> None:
     """Extract the particles `args` name, and say how many, how fast, and where."""
     import starfile  # noqa: F401  (writes the STAR file at the end: a missing one is said before the work)
 
+    stacks = args.output.parent if args.stack_dir is None else args.stack_dir
+    # the folders of the outputs, made here if missing, are removed again if the extraction fails
+    with folders_for(args.output), folders_for(stacks / "stack"):
+        _extract(args)
+
+
+def _extract(args: argparse.Namespace) -> None:
+    """Extract, and say how it went."""
     with cluster(args) as client, progress(None, "extracting", "particle") as bar:
         try:
             result = extract_particles(
@@ -105,6 +115,12 @@ def run(args: argparse.Namespace) -> None:
             )
         except FileExistsError as error:
             raise CliError(f"{error}; give --force to replace it") from error
+        except vio.DestinationTypeError as error:  # what it says of Python's casting=, in options
+            held = str(error).partition(";")[0]
+            raise CliError(
+                f"{held}; give --casting unsafe to convert as numpy does (fractions cut toward zero, no "
+                "range check)"
+            ) from None
     count, side = len(result.particles), int(result.optics["rlnImageSize"].iloc[0])
     print(
         f"extracted {count} particles of {side} x {side} into {len(result.stacks)} stacks "

@@ -29,6 +29,7 @@ from ._common import (
     describe_briefly,
     folders_for,
     positive,
+    positive_number,
 )
 from ._convert import cluster, copy_images, outputs_of, run_per_file
 
@@ -44,7 +45,7 @@ def write_grouping(movie: Path, output: Path, fractionation: vio.DetectorEventFr
     """Write the frames and dose of each fraction of `movie`, cut by dose, at `grouping_path(output)`."""
     frames = vio.query_descriptor(movie).extents[0]
     dose = fractionation.frame_dose(frames)
-    lines = [f"# {movie.name}: {frames} frames of {dose:.6g} e/A^2", "fraction\tfirst_frame\tframes\tdose"]
+    lines = [f"# {movie.name}: {frames} frames of {dose:.6g} e/Å²", "fraction\tfirst_frame\tframes\tdose"]
     for fraction in range(fractionation.count_for(frames)):
         first = fractionation.get_fraction_begin(fraction, frames)
         count = fractionation.get_fraction_begin(fraction + 1, frames) - first
@@ -110,13 +111,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     count.add_argument("--fractions", type=positive, help="how many images to make")
     count.add_argument(
         "--dose-per-fraction",
-        type=float,
+        type=positive_number,
         metavar="E",
-        help="instead, group whole frames into fractions of about E e/A^2 each, the last taking the frames "
+        help="instead, group whole frames into fractions of about E e/Å² each, the last taking the frames "
         "left (as RELION groups EER frames); the grouping is written beside each movie, NAME.fractions.txt",
     )
-    parser.add_argument("--total-dose", type=float, metavar="D", help="the dose of each movie, e/A^2")
-    parser.add_argument("--dose-per-frame", type=float, metavar="R", help="or its dose rate, e/A^2 per frame")
+    parser.add_argument(
+        "--total-dose", type=positive_number, metavar="D", help="the dose of each movie, e/Å²"
+    )
+    parser.add_argument(
+        "--dose-per-frame", type=positive_number, metavar="R", help="or its dose rate, e/Å² per frame"
+    )
     parser.add_argument("--binning", type=positive, default=1, help="1, 2, 4, ...: detector pixels per pixel")
     parser.add_argument(
         "--superres",

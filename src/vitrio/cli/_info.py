@@ -10,7 +10,7 @@ from typing import Any
 
 import vitrio as vio
 
-from ._common import add_storage_options, describe_briefly
+from ._common import add_storage_options, describe_briefly, said
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "describe", "run"]
 
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             infos.append(describe(path, args.storage_options))
         except (OSError, ValueError) as error:
             failed += 1
-            message = " ".join(str(error).splitlines())
+            message = said(error)
             print(f"vitrio info: error: {message}", file=sys.stderr)
             infos.append({"file": path, "error": message})
     if args.json:
