@@ -40,6 +40,16 @@ PreparedSource, once for every epoch (docs/preparing.md).
 Needs numpy. PyTorch and JAX are imported only to hand batches to them.
 """
 
+from ._augment3d import (
+    Augmentation,
+    RandomAugment,
+    RandomBeamRotation,
+    RandomFlip,
+    RandomGaussianNoise,
+    RandomIntensity,
+    RandomLowPass,
+    RandomRot90,
+)
 from ._cs import read_cs
 from ._dataset import Dataset, PendingBatch
 from ._images import ImageSource
@@ -47,6 +57,8 @@ from ._loader import DataLoader
 from ._particles import particle_locations, read_particles
 from ._patches import PatchSource
 from ._paths import PathResolver, read_stack_list, stack_locations
+from ._picks import TomogramPicks
+from ._picks_sampling import BalancedBatchSampler, background_centres, class_weights, split_by_tomogram
 from ._prepared import PreparedSource
 from ._recycling import RecyclingAllocator
 from ._sampler import BatchSampler
@@ -55,10 +67,13 @@ from ._source import ArraySource, Source
 from ._star import particle_optics, read_star, read_star_particles, star_table, write_star
 from ._stats import LoaderStats, ReadStats
 from ._tables import as_columns, make_locations, parse_locations
+from ._tomography import tomogram_picks
 from ._transforms import Compose, FourierCrop, Invert, Normalize, Transform
 
 __all__ = [
     "ArraySource",
+    "Augmentation",
+    "BalancedBatchSampler",
     "BatchSampler",
     "Compose",
     "DataLoader",
@@ -72,11 +87,21 @@ __all__ = [
     "PathResolver",
     "PendingBatch",
     "PreparedSource",
+    "RandomAugment",
+    "RandomBeamRotation",
+    "RandomFlip",
+    "RandomGaussianNoise",
+    "RandomIntensity",
+    "RandomLowPass",
+    "RandomRot90",
     "ReadStats",
     "RecyclingAllocator",
     "Source",
+    "TomogramPicks",
     "Transform",
     "as_columns",
+    "background_centres",
+    "class_weights",
     "make_locations",
     "parse_locations",
     "particle_locations",
@@ -87,7 +112,9 @@ __all__ = [
     "read_star",
     "read_star_particles",
     "shared_loader",
+    "split_by_tomogram",
     "stack_locations",
     "star_table",
+    "tomogram_picks",
     "write_star",
 ]

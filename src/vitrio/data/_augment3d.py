@@ -1,0 +1,371 @@
+"""Random 3-D augmentations of batches of subvolumes, each drawn for every row from a generator given.
+
+A batch is an array of shape (rows, ..., z, y, x): z is the beam axis, the
+tilt axis lies along y (as RELION and IMOD align tilt series), and any
+axes between the rows and z (channels, an image and its target) are
+transformed alike. What each row gets is drawn from a numpy Generator:
+`augment(volumes, generator)` takes one, and so does a call,
+`augmentation(batch, rng=generator)`, as a `DataLoader` gives its
+transform a generator of each batch's own (seeded by the loader's seed,
+the epoch and the batch's place in it), so that an epoch's augmentations
+are the same however its batches are spread over threads, and again
+after a resume. A call without one draws from the augmentation's own
+stream, made of its `seed`. The draws of a batch are made at once, before
+any of its rows is transformed.
+
+Each says whether it keeps the missing wedge where it was. A tilt series
+tilted about y measures, in Fourier space, the planes through the ky axis
+tilted by the angles of the series; the wedge is the rest, about the kz
+axis, stretched along ky. Mirroring x or z maps a tilt angle to its
+negative, so it keeps the wedge only where the tilt range is symmetric
+about 0 (a lamella's pretilt makes it not); mirroring y keeps it. Turning
+the volume about z turns the wedge with it: it stays about the beam axis
+with its opening angle, but its stretch moves from ky, so only a missing
+region symmetric about kz (a cone, from conical tilting) stays where it
+was; a half turn keeps a symmetric range's wedge.
+"""
+
+from __future__ import annotations
+
+import operator
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._transforms import Transform
+
+__all__ = [
+    "Augmentation",
+    "RandomAugment",
+    "RandomBeamRotation",
+    "RandomFlip",
+    "RandomGaussianNoise",
+    "RandomIntensity",
+    "RandomLowPass",
+    "RandomRot90",
+]
+
+
+def _range(value: float | Sequence[float], name: str) -> tuple[float, float]:
+    """A (low, high) range of a number or a pair."""
+    low, high = (value, value) if np.ndim(value) == 0 else tuple(value)
+    if not float(low) <= float(high):
+        raise ValueError(f"{name} is a number or a (low, high) range with low <= high, not {value!r}")
+    return float(low), float(high)
+
+
+class Augmentation(Transform):
+    """A random transform of a batch of volumes, a draw for each row from a numpy Generator.
+
+    Called with a batch (an array, or a dict whose field `field` holds one),
+    and optionally `rng=`, a numpy Generator to draw from, it returns the
+    batch with the volumes transformed, as float32. A numpy array only: run it on the numpy batch,
+    before it goes to a GPU.
+
+    Args:
+        seed: What starts the augmentation's own stream of draws, used by calls without `rng`.
+        field: The field of a batch (a dict) it transforms.
+    """
+
+    def __init__(self, seed: int | None = None, field: str = "image"):
+        self._seed, self._field = seed, field
+        self._stream = np.random.default_rng(seed)
+
+    def __call__(self, batch: Any, rng: np.random.Generator | None = None) -> Any:
+        """Transform `batch`, its draws made from `rng` if given, else from the augmentation's stream."""
+        generator = self._stream if rng is None else rng
+        if isinstance(batch, Mapping):
+            if self._field not in batch:
+                raise KeyError(
+                    f"the batch has no field {self._field!r} to augment; its fields are {list(batch)}"
+                )
+            return {**batch, self._field: self.augment(batch[self._field], generator)}
+        return self.augment(batch, generator)
+
+    def apply(self, images: Any) -> Any:
+        """The transform of `images`, drawn from the augmentation's own stream."""
+        return self.augment(images, self._stream)
+
+    def augment(self, volumes: Any, generator: np.random.Generator) -> np.ndarray:
+        """The transform of `volumes`, (rows, ..., z, y, x), its draws made from `generator`.
+
+        Raises:
+            TypeError: If `volumes` is not a numpy array.
+            ValueError: If it has fewer than four axes.
+        """
+        if not isinstance(volumes, np.ndarray):
+            raise TypeError(
+                f"{type(self).__name__} augments numpy arrays, not {type(volumes).__name__}: apply it "
+                "to the numpy batch, before it is handed to PyTorch or JAX"
+            )
+        if volumes.ndim < 4:
+            raise ValueError(f"a batch of volumes is (rows, ..., z, y, x), not of shape {volumes.shape}")
+        return self._transform(volumes.astype(np.float32, copy=False), generator)
+
+    @abstractmethod
+    def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        """The transform of float32 `volumes`, drawn from `generator`; a new array."""
+
+    @property
+    def parameters(self) -> tuple:
+        """What decides the result, besides the volumes and the draws."""
+        return (self._field,)
+
+
+def _rows(volumes: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """`flags`, one for each row, shaped to broadcast over the rows of `volumes`."""
+    return flags.reshape((-1,) + (1,) * (volumes.ndim - 1))
+
+
+class RandomFlip(Augmentation):
+    """Mirror each row along each of `axes` of (z, y, x), each with `probability`.
+
+    The missing wedge: a mirror of y (the tilt axis) keeps it; of x or z it
+    is kept only for a tilt range symmetric about 0 (see the module).
+
+    Args:
+        axes: Which of z (0), y (1), x (2) may be mirrored.
+        probability: The chance each is, for each row.
+    """
+
+    def __init__(self, axes: Sequence[int] = (0, 1, 2), probability: float = 0.5, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._axes = tuple(operator.index(axis) for axis in axes)
+        if not set(self._axes) <= {0, 1, 2} or not 0 <= probability <= 1:
+            raise ValueError(
+                f"axes are of 0 (z), 1 (y), 2 (x), and probability from 0 to 1: {axes}, {probability}"
+            )
+        self._probability = float(probability)
+
+    @property
+    def parameters(self) -> tuple:
+        """The axes, the probability and the field."""
+        return (self._axes, self._probability, *super().parameters)
+
+    def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        flips = generator.random((len(volumes), len(self._axes))) < self._probability
+        out = volumes.copy()
+        for axis, flipped in zip(self._axes, flips.T):
+            spatial = volumes.ndim - 3 + axis
+            out = np.where(_rows(out, flipped), np.flip(out, spatial), out)
+        return out
+
+
+class RandomRot90(Augmentation):
+    """Turn each row a random number of quarter turns in the (y, x) plane, as numpy.rot90 on (y, x).
+
+    The missing wedge: not kept; a quarter turn moves it from along ky to
+    along kx (a half turn keeps it for a symmetric tilt range).
+    """
+
+    def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        if volumes.shape[-1] != volumes.shape[-2]:
+            raise ValueError(f"quarter turns in (y, x) need square sections, not {volumes.shape[-2:]}")
+        turns = generator.integers(0, 4, size=len(volumes))
+        out = np.empty_like(volumes)
+        for row, turn in enumerate(turns.tolist()):
+            out[row] = np.rot90(volumes[row], turn, axes=(-2, -1))
+        return out
+
+
+class RandomBeamRotation(Augmentation):
+    """Turn each row about the beam axis (z) by an angle drawn from `degrees`, interpolated linearly.
+
+    The turn is about the voxel at index extent // 2 of y and x, where a box
+    holds its pick (odd sides turn about the middle, so quarter turns are
+    numpy.rot90's exactly), counterclockwise in (y, x) as numpy.rot90 turns;
+    values needed from beyond the box are those of its nearest edge.
+
+    The missing wedge: not kept, but for a missing region symmetric about the
+    beam axis (a cone); it stays about kz with its opening angle, its
+    stretch along ky turned by the angle (see the module).
+
+    Args:
+        degrees: The range the angle is drawn from, uniformly, in degrees.
+    """
+
+    def __init__(self, degrees: float | Sequence[float] = (-180.0, 180.0), **kwargs: Any):
+        super().__init__(**kwargs)
+        self._degrees = _range(degrees, "degrees")
+
+    @property
+    def parameters(self) -> tuple:
+        """The range of angles and the field."""
+        return (self._degrees, *super().parameters)
+
+    def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        angles = np.deg2rad(generator.uniform(*self._degrees, size=len(volumes)))
+        return rotate_about_z(volumes, angles)
+
+
+def rotate_about_z(volumes: np.ndarray, angles: np.ndarray) -> np.ndarray:
+    """Each row of `volumes` (rows, ..., y, x) turned by its angle in radians about (y // 2, x // 2)."""
+    rows, height, width = len(volumes), volumes.shape[-2], volumes.shape[-1]
+    flat = volumes.reshape(rows, -1, height, width)
+    y, x = np.mgrid[:height, :width].astype(np.float64)
+    y, x = y - height // 2, x - width // 2
+    cos, sin = np.cos(angles)[:, None, None], np.sin(angles)[:, None, None]
+    # where each output voxel comes from: the inverse turn of its place (counterclockwise as rot90 turns)
+    source_y = cos * y + sin * x + height // 2
+    source_x = cos * x - sin * y + width // 2
+    y0, x0 = np.floor(source_y), np.floor(source_x)
+    wy, wx = (source_y - y0)[:, None], (source_x - x0)[:, None]
+    out = np.zeros_like(flat)
+    index = np.arange(rows)[:, None, None]
+    for dy, dx, weight in (
+        (0, 0, (1 - wy) * (1 - wx)),
+        (0, 1, (1 - wy) * wx),
+        (1, 0, wy * (1 - wx)),
+        (1, 1, wy * wx),
+    ):
+        yy = np.clip(y0 + dy, 0, height - 1).astype(np.intp)
+        xx = np.clip(x0 + dx, 0, width - 1).astype(np.intp)
+        out += weight * np.moveaxis(flat[index, :, yy, xx], -1, 1)
+    return out.reshape(volumes.shape)
+
+
+class RandomIntensity(Augmentation):
+    """Scale each row by a factor and add an offset, each drawn uniformly from its range.
+
+    The missing wedge: kept; a factor scales every frequency, an offset is the zero frequency alone.
+
+    Args:
+        scale: The range of the factor.
+        offset: The range of the offset.
+    """
+
+    def __init__(
+        self,
+        scale: float | Sequence[float] = (0.9, 1.1),
+        offset: float | Sequence[float] = (-0.1, 0.1),
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self._scale, self._offset = _range(scale, "scale"), _range(offset, "offset")
+
+    @property
+    def parameters(self) -> tuple:
+        """The ranges of the factor and offset, and the field."""
+        return (self._scale, self._offset, *super().parameters)
+
+    def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        scale = generator.uniform(*self._scale, size=len(volumes)).astype(np.float32)
+        offset = generator.uniform(*self._offset, size=len(volumes)).astype(np.float32)
+        return volumes * _rows(volumes, scale) + _rows(volumes, offset)
+
+
+class RandomGaussianNoise(Augmentation):
+    """Add Gaussian noise of mean 0 to each row, its standard deviation drawn uniformly from `std`.
+
+    The missing wedge: not kept empty; the noise is white, so it puts power inside the wedge too.
+
+    Args:
+        std: The standard deviation, or the range it is drawn from for each row.
+    """
+
+    def __init__(self, std: float | Sequence[float] = (0.0, 0.1), **kwargs: Any):
+        super().__init__(**kwargs)
+        self._std = _range(std, "std")
+        if self._std[0] < 0:
+            raise ValueError(f"a standard deviation is 0 or more, not {std!r}")
+
+    @property
+    def parameters(self) -> tuple:
+        """The range of the standard deviation and the field."""
+        return (self._std, *super().parameters)
+
+    def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        std = generator.uniform(*self._std, size=len(volumes)).astype(np.float32)
+        noise = generator.standard_normal(volumes.shape, dtype=np.float32)
+        return volumes + noise * _rows(volumes, std)
+
+
+class RandomLowPass(Augmentation):
+    """Low-pass filter each row, with `probability`, at a cutoff drawn uniformly from `cutoff`.
+
+    The filter keeps the frequencies of the volume (its last three axes)
+    whose magnitude, in cycles per voxel (0.5 is Nyquist), is below the
+    cutoff, and sets the others to zero.
+
+    The missing wedge: kept where it was; the filter depends on the
+    magnitude of a frequency alone, so it zeroes no frequency the wedge
+    holds and fills none it lacks (it adds the shell beyond the cutoff to
+    what is missing).
+
+    Args:
+        cutoff: The range of the cutoff, in cycles per voxel, positive.
+        probability: The chance a row is filtered.
+    """
+
+    def __init__(
+        self, cutoff: float | Sequence[float] = (0.15, 0.45), probability: float = 0.5, **kwargs: Any
+    ):
+        super().__init__(**kwargs)
+        self._cutoff = _range(cutoff, "cutoff")
+        if not self._cutoff[0] > 0 or not 0 <= probability <= 1:
+            raise ValueError(
+                f"a cutoff is positive and a probability from 0 to 1: {cutoff!r}, {probability!r}"
+            )
+        self._probability = float(probability)
+
+    @property
+    def parameters(self) -> tuple:
+        """The range of the cutoff, the probability and the field."""
+        return (self._cutoff, self._probability, *super().parameters)
+
+    def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        filtered = generator.random(len(volumes)) < self._probability
+        cutoffs = generator.uniform(*self._cutoff, size=len(volumes))
+        out = volumes.copy()
+        rows = np.flatnonzero(filtered)
+        if not len(rows):
+            return out
+        axes = (-3, -2, -1)
+        frequencies = np.meshgrid(
+            np.fft.fftfreq(volumes.shape[-3]),
+            np.fft.fftfreq(volumes.shape[-2]),
+            np.fft.rfftfreq(volumes.shape[-1]),
+            indexing="ij",
+        )
+        radius = np.sqrt(sum(f**2 for f in frequencies))
+        spectrum = np.fft.rfftn(volumes[rows], axes=axes)
+        mask = radius[None] <= cutoffs[rows].reshape((-1,) + (1,) * 3)
+        spectrum *= mask.reshape((len(rows),) + (1,) * (volumes.ndim - 4) + radius.shape)
+        out[rows] = np.fft.irfftn(spectrum, s=volumes.shape[-3:], axes=axes).astype(np.float32)
+        return out
+
+
+class RandomAugment(Augmentation):
+    """Augmentations applied one after the other, all drawn from the one generator of a batch.
+
+    Args:
+        *steps: The augmentations, in order.
+        seed: What starts the stream of draws of calls without `rng`.
+        field: The field of a batch (a dict) they transform.
+
+    Raises:
+        ValueError: If there is no step, or one is not an `Augmentation`.
+    """
+
+    def __init__(self, *steps: Augmentation, seed: int | None = None, field: str = "image"):
+        super().__init__(seed=seed, field=field)
+        if not steps or not all(isinstance(step, Augmentation) for step in steps):
+            raise ValueError(f"RandomAugment takes one or more augmentations, not {steps!r}")
+        self._steps = steps
+
+    @property
+    def steps(self) -> tuple[Augmentation, ...]:
+        """The augmentations, in order."""
+        return self._steps
+
+    @property
+    def parameters(self) -> tuple:
+        """Each step, and the field."""
+        return (*self._steps, *super().parameters)
+
+    def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        for step in self._steps:
+            volumes = step.augment(volumes, generator)
+        return volumes
