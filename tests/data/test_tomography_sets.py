@@ -188,3 +188,22 @@ def test_the_binning_is_given_where_the_table_has_none(tmp_path: Path) -> None:
         vio.data.tomogram_picks(particles, tomograms, BOX)
     picks = vio.data.tomogram_picks(particles, tomograms, BOX, binning=4)
     assert picks.centres.tolist() == np.floor(VOXELS + OFFSETS + 0.5).astype(int).tolist()
+
+
+def test_a_tomogram_whose_file_is_not_the_size_the_table_says_refuses_angstroms(tmp_path: Path) -> None:
+    wrong = {"rlnTomoSizeX": [SHAPE[2] * 4 + 40] * 2}
+    _, particles, tomograms = write_set(tmp_path, 4, VOXELS, OFFSETS, True, table=wrong)
+    with pytest.raises(ValueError, match=r"tomogram 'TS_00'.*size of \[152.0, 96.0, 80.0\].*tomo0.mrc holds"):
+        vio.data.tomogram_picks(particles, tomograms, BOX)
+
+
+def test_a_tomogram_named_twice_or_a_coordinate_that_is_no_number_is_an_error(tmp_path: Path) -> None:
+    _, particles, tomograms = write_set(
+        tmp_path, 1, VOXELS, OFFSETS, particles={"rlnCoordinateY": [1.0, np.nan, 1.0, 1.0, 1.0]}
+    )
+    with pytest.raises(ValueError, match="particles.star: particle 1 has a coordinate that is not a number"):
+        vio.data.tomogram_picks(particles, tomograms, BOX)
+    twice = {"rlnTomoName": ["TS_00", "TS_00"]}
+    _, particles, tomograms = write_set(tmp_path, 1, VOXELS, OFFSETS, table=twice)
+    with pytest.raises(ValueError, match="tomograms.star: tomogram 'TS_00' is named twice"):
+        vio.data.tomogram_picks(particles, tomograms, BOX)

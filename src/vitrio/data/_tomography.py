@@ -112,6 +112,9 @@ def tomogram_picks(
     for name in sorted(set(names.tolist())):
         rows = np.flatnonzero(names == name)
         positions[rows] = geometry.voxels(particles, name, table.iloc[rows])
+    unplaced = np.flatnonzero(~np.isfinite(positions).all(axis=1))
+    if len(unplaced):
+        raise ValueError(f"{particles}: particle {unplaced[0]} has a coordinate that is not a number")
     voxels = np.floor(positions + 0.5).astype(np.int64)
     labels, classes = _labels(particles, table, label, classes)
     table = table.copy()
@@ -152,7 +155,10 @@ class _Tomograms:
         check_header: bool,
     ):
         self._path = path
-        self._rows = {str(name): row for name, row in zip(table["rlnTomoName"], table.to_dict("records"))}
+        names = table["rlnTomoName"].astype(str)
+        if names.duplicated().any():
+            raise ValueError(f"{path}: tomogram {names[names.duplicated()].iloc[0]!r} is named twice")
+        self._rows = dict(zip(names, table.to_dict("records")))
         self._resolve = PathResolver(path, root)
         self._file_column, self._binning, self._check = file_column, binning, check_header
         self.files: dict[str, str] = {}
@@ -174,6 +180,13 @@ class _Tomograms:
                 raise ValueError(
                     f"{particles}: particles of tomogram {name!r} are placed in Å, but {self._path} "
                     f"gives no {missing} for it, nor does its file's header"
+                )
+            read = np.asarray(self.extents[name][::-1]) * binning
+            if (np.abs(read - size) > binning).any():
+                raise ValueError(
+                    f"tomogram {name!r}: {self._path} gives it a size of {size.tolist()} pixels (x, y, z), "
+                    f"but {self.files[name]} holds {list(self.extents[name][::-1])} voxels, "
+                    f"{read.tolist()} at binning {binning:g}: its centre is not where the table says"
                 )
             pixels = rows[_ANGSTROMS].to_numpy(dtype=np.float64) / pixel_size + size / 2
         else:
