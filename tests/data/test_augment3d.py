@@ -139,3 +139,11 @@ def test_augmentations_refuse_what_is_not_a_batch_of_volumes() -> None:
         vio.data.RandomFlip()([np.zeros((4, 4, 4))])
     with pytest.raises(KeyError, match="no field 'image'"):
         vio.data.RandomFlip()({"volume": volumes()})
+
+
+def test_apply_draws_from_the_generator_it_is_given_as_a_step_of_a_composition() -> None:
+    batch = volumes()
+    flip = vio.data.RandomFlip(seed=0)
+    given = flip.apply(batch, rng=np.random.default_rng(8))
+    np.testing.assert_array_equal(given, flip(batch, rng=np.random.default_rng(8)))
+    np.testing.assert_array_equal(flip.apply(batch), vio.data.RandomFlip(seed=0).apply(batch))

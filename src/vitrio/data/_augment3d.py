@@ -84,9 +84,9 @@ class Augmentation(Transform):
             return {**batch, self._field: self.augment(batch[self._field], generator)}
         return self.augment(batch, generator)
 
-    def apply(self, images: Any) -> Any:
-        """The transform of `images`, drawn from the augmentation's own stream."""
-        return self.augment(images, self._stream)
+    def apply(self, images: Any, rng: np.random.Generator | None = None) -> Any:
+        """The transform of `images`, drawn from `rng` if given, else from the augmentation's stream."""
+        return self.augment(images, self._stream if rng is None else rng)
 
     def augment(self, volumes: Any, generator: np.random.Generator) -> np.ndarray:
         """The transform of `volumes`, (rows, ..., z, y, x), its draws made from `generator`.
