@@ -95,3 +95,70 @@ def test_batches_dropped_by_the_program_are_read_into_a_few_buffers(stacks, load
             count += 1
             del batch
     assert count == 33 and len(seen) <= prefetch + 3  # under way, handed out, held by the loop
+
+
+def kept_by(holder: str, batch):
+    """What a program keeps of a batch, as `holder` names it."""
+    image = batch["image"]
+    if holder == "view":
+        return image[1:, 2:]
+    if holder == "from_numpy":
+        return torch.from_numpy(image)
+    if holder == "tensor view":
+        return image[0]
+    return image
+
+
+@pytest.mark.parametrize(
+    "output,holder",
+    [
+        ("numpy", "batch"),
+        ("numpy", "view"),
+        ("numpy", "from_numpy"),
+        ("torch", "batch"),
+        ("torch", "tensor view"),
+        ("jax", "batch"),
+    ],
+)
+def test_by_default_what_the_program_keeps_of_a_batch_is_never_written_again(stacks, loader, output, holder):
+    """Every third batch is kept (its array, a view of it, a tensor sharing it); the others are dropped,
+    and their memory goes to later batches, never the memory of one kept."""
+    dataset = Dataset({"image": ImageSource(stacks.locations), "row": ArraySource(np.arange(21))})
+    batches = DataLoader(dataset, 2, shuffle=True, seed=5, loader=loader, output=output, prefetch=2)
+    kept = []
+    for _ in range(3):
+        for number, batch in enumerate(batches):
+            if number % 3 == 0:
+                kept.append((np.asarray(batch["row"]).copy(), kept_by(holder, batch)))
+            del batch
+    assert batches.stats.recycled_arrays > 0
+    for rows, held in kept:
+        expected = stacks.images[rows]
+        if holder == "view":
+            expected = expected[1:, 2:]
+        elif holder == "tensor view":
+            expected = expected[0]
+        np.testing.assert_array_equal(np.asarray(held), expected)
+
+
+def test_by_default_batches_let_go_of_are_read_into_memory_already_made(stacks, loader):
+    dataset = Dataset({"image": ImageSource(stacks.locations), "row": ArraySource(np.arange(21))})
+    batches = DataLoader(dataset, 3, shuffle=True, seed=2, loader=loader, prefetch=2)
+    for batch in batches:
+        np.testing.assert_array_equal(batch["image"], stacks.images[batch["row"]])
+    first = batches.stats
+    for batch in batches:
+        np.testing.assert_array_equal(batch["image"], stacks.images[batch["row"]])
+    second = batches.stats
+    # 3 arrays a batch (image, row, index), 7 batches; the first epoch makes at most the 4 buffers of
+    # each kept (2 batches under way, the one handed out, the one the loop holds), the second none
+    assert first.new_arrays <= 3 * 4 and first.recycled_arrays == 3 * 7 - first.new_arrays
+    assert (second.new_arrays, second.recycled_arrays) == (0, 3 * 7)
+    assert second.as_dict()["recycled_arrays"] == 21
+
+
+def test_a_batch_of_objects_is_made_anew(loader):
+    names = np.array([f"particle {i}" for i in range(6)], dtype=object)
+    batches = DataLoader(Dataset({"name": names}), 2, loader=loader)
+    handed = [list(batch["name"]) for _ in range(2) for batch in batches]
+    assert handed == [list(names[i : i + 2]) for i in (0, 2, 4)] * 2

@@ -31,9 +31,11 @@ class SlowSource(ArraySource):
         return [run_tasks(loader.executor, [read])]
 
 
-def test_a_transform_that_sleeps_is_the_programs_time():
+def test_a_transform_that_sleeps_on_the_thread_that_iterates_is_the_programs_time():
     dataset = Dataset({"x": np.arange(40)})
-    batches = DataLoader(dataset, 8, transform=lambda batch: time.sleep(SLEEP) or batch)
+    batches = DataLoader(
+        dataset, 8, transform=lambda batch: time.sleep(SLEEP) or batch, transform_threads=False
+    )
     for _ in batches:
         pass
     stats = batches.stats

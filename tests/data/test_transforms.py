@@ -183,3 +183,47 @@ def test_transforms_refuse_what_they_cannot_do(stack: np.ndarray):
     assert repr(Compose(FourierCrop(24), Normalize(8))) == (
         "Compose(FourierCrop((24, 24)), Normalize(8.0), data_type='float32', field='image')"
     )
+
+
+WITHOUT_ML_DTYPES = """
+import sys
+
+sys.modules["ml_dtypes"] = None  # as where it is not installed: importing it raises ModuleNotFoundError
+import numpy as np
+import torch
+import vitrio as vio
+from vitrio.data import Compose, DataLoader, Dataset, ImageSource, Invert, PreparedSource
+
+path = sys.argv[1]
+images = np.random.default_rng(0).standard_normal((6, 8, 8)).astype(np.float32) * 1000
+vio.write_stack(images, path)
+source = ImageSource([vio.ImageLocation(path, i) for i in range(6)])
+(batch,) = DataLoader(Dataset({"image": source}), 6, output="torch", data_type="bfloat16")
+assert batch["image"].dtype == torch.bfloat16
+assert torch.equal(batch["image"], torch.from_numpy(images).to(torch.bfloat16))
+steps = Compose(Invert(), data_type="bfloat16")
+assert torch.equal(steps(torch.from_numpy(images)), torch.from_numpy(-images).to(torch.bfloat16))
+for numpy_bfloat16 in (
+    lambda: DataLoader(Dataset({"image": source}), 6, data_type="bfloat16"),
+    lambda: steps(images),
+    lambda: PreparedSource(source, steps)[0],
+):
+    try:
+        numpy_bfloat16()
+    except ModuleNotFoundError as error:
+        print(error)
+"""
+
+
+def test_torch_batches_are_bfloat16_without_ml_dtypes_and_numpy_s_name_the_extra(tmp_path):
+    """PyTorch rounds to bfloat16 itself (to nearest, ties to even); bfloat16 held by numpy needs
+    ml_dtypes, which the torch extra installs, and says so."""
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_ML_DTYPES, str(tmp_path / "stack.mrcs")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 3 and all("needs ml_dtypes: pip install 'vitrio[torch]'" in line for line in lines)

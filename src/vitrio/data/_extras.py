@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __all__ = ["EXTRAS", "missing"]
 
-EXTRAS = {"torch": "torch", "jax": "jax", "pandas": "star", "starfile": "star"}
+EXTRAS = {"torch": "torch", "jax": "jax", "pandas": "star", "starfile": "star", "ml_dtypes": "torch"}
 """The extra of vitrio that installs each optional module of vitrio.data."""
 
 

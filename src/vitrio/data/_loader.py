@@ -10,18 +10,28 @@ failed raises when its turn comes; whatever is still under way then, or
 when an iteration is abandoned, is waited for before the generator
 finishes, so the loader's threads are free for the next epoch.
 
+Once read, a batch is finished (handed out as the output says, transformed,
+put in its data type) on the loader's threads too, where the batches stay in
+host memory, each a `Flight`; a transform that takes `rng` is given a
+generator of the batch's own, seeded by the loader's seed, the epoch and the
+batch's position, so what it draws depends on neither the threads nor a
+resumption. Batches are read into the memory of those the program has let
+go of (`RecyclingAllocator`), unless an allocator is given.
+
 An iteration counts the batches it hands out, which is all its state adds to
-that of the batch sampler as the iteration began: resuming loads the one and
-skips the other. It also tells an `EpochClock` when the program asks for a
-batch and when it has it, and its loader counts what the reads do, which
-`stats` hands out together.
+that of the batch sampler as the iteration began (with the seed and the
+epoch): resuming loads the one and skips the other. It also tells an
+`EpochClock` when the program asks for a batch and when it has it, and its
+loader counts what the reads do, which `stats` hands out together.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import operator
+import secrets
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -34,26 +44,31 @@ from .._counters import ReadCounters
 from .._loading import ImageLoader
 from ._dataset import Allocator, Dataset, PendingBatch, resolve_rows
 from ._extras import missing
-from ._output import jax_output, pinned_allocator, torch_output
+from ._flights import Finisher, Flight
+from ._output import jax_output, pinned_allocator, stays_on_host, torch_output
 from ._pytorch import Batches, refuse_workers, seed_of
+from ._recycling import RecyclingAllocator
 from ._sampler import BatchSampler, check_state, state_count
 from ._shared import shared_loader
 from ._stats import EpochClock, LoaderStats, progress_bar
-from ._transforms import cast_fields
+from ._transforms import cast_fields, takes_rng
 
 __all__ = ["DataLoader"]
 
 _OUTPUTS = ("numpy", "torch", "jax")
 _STATE_VERSION = 1
+_SEED_MASK = (1 << 64) - 1
 
 
 class _Progress:
-    """How far an iteration has got: the batch sampler's state as it began, and the batches handed out."""
+    """How far an iteration has got: the batch sampler's state as it began, its epoch, and the batches
+    handed out."""
 
-    __slots__ = ("sampler", "batches")
+    __slots__ = ("sampler", "epoch", "batches")
 
-    def __init__(self, sampler: dict[str, Any] | None, batches: int):
+    def __init__(self, sampler: dict[str, Any] | None, epoch: int, batches: int):
         self.sampler = sampler
+        self.epoch = epoch
         self.batches = batches
 
 
@@ -81,6 +96,19 @@ class DataLoader:
 
     Every batch is read into arrays of its own, which PyTorch and JAX may use
     without a copy, so a batch that has been handed out is never written again.
+    Those arrays are made in the memory of a batch the program has let go of
+    (every array, view and tensor sharing it dropped), whose pages are in
+    place already: a `RecyclingAllocator` of the loader's own, unless
+    allocator says otherwise.
+
+    The transform runs on the loader's threads, with the hand-out as output
+    says and data_type: each batch once it is read, while the program works
+    on those before it, among the prefetch batches under way (numpy, PyTorch
+    and their FFTs let go of the GIL). A transform that takes a keyword
+    argument rng is given a numpy Generator of each batch's own, seeded by
+    seed, the epoch and the batch's position in it (and the shard of a
+    sharded sampler): it draws the same values on any number of threads, and
+    a resumed epoch those the interrupted one would have.
 
     A read that fails raises when the batch it belongs to is handed out: the
     reader's own error, its class, errno, filename and key kept, with a note
@@ -129,10 +157,12 @@ class DataLoader:
         pin_memory: Whether to read into pinned memory, for 'torch' only.
             Defaults to doing so when device is a GPU of CUDA.
         allocator: What makes the arrays of a batch, as Dataset.read_async
-            takes it. Defaults to numpy.empty. A `RecyclingAllocator` reads
-            batches into the memory of those the program has let go of.
+            takes it. Defaults to a `RecyclingAllocator` of the loader's own,
+            which reads batches into the memory of those the program has let go of;
+            numpy.empty makes new memory for every batch.
         transform: What to do with each batch once it is handed out as output
-            says, such as normalizing it on the GPU.
+            says, such as normalizing it on the GPU. It may take a keyword
+            argument rng, then given a numpy Generator of the batch's own.
         valid: The name of the field pad_last adds.
         data_type: The type the fields read from files are handed out in,
             after transform: 'float16', 'bfloat16' or 'float32', from any
@@ -153,6 +183,13 @@ class DataLoader:
             a line of text.
         count_reads: Whether the reads count what they do for `stats`
             (images, files, rates); the time waited for data is counted anyway.
+        transform_threads: Whether transform, the hand-out as output says and
+            data_type run on the loader's threads. Defaults to doing so where
+            the batches stay in host memory (numpy, a callable, 'torch' on
+            the processor, 'jax' on CPU devices), and to the thread that
+            iterates where they are copied to a GPU, whose stream they then
+            follow. False runs them on the thread that iterates, a batch
+            after another: for a transform that is not thread-safe.
 
     Other arguments of PyTorch's DataLoader have no place here, and raise a
     TypeError that says what to do instead: num_workers (other than 0) and
@@ -199,6 +236,7 @@ class DataLoader:
         persistent_workers: bool = False,
         progress: bool = False,
         count_reads: bool = True,
+        transform_threads: bool | None = None,
         **pytorch: Any,
     ):
         refuse_workers(pytorch)
@@ -242,8 +280,13 @@ class DataLoader:
         self._prefetch = int(prefetch)
         self._allocator = allocator
         self._transform = transform
-        self._cast = cast_fields(dataset, data_type)
+        self._takes_rng = takes_rng(transform)
+        self._cast = cast_fields(dataset, data_type, named)
         self._hand_out: Callable[[dict[str, np.ndarray]], Any] | None = None
+        self._seed_given = seed is not None
+        self._seed = secrets.randbits(64) if seed is None else operator.index(seed) & _SEED_MASK
+        self._epoch_number = 0
+        self._shard = _shard_of(self._batch_sampler)
         self._resume = 0
         self._progress: _Progress | None = None
         self._show_progress = bool(progress)
@@ -269,6 +312,14 @@ class DataLoader:
             self._hand_out = jax_output(device, sharding)
         elif named is None:
             self._hand_out = output
+        if self._allocator is None:  # each array of the batches under way, handed out and held by the loop
+            arrays = len(dataset.fields) + (dataset.index is not None) + self._pad_last
+            self._allocator = RecyclingAllocator(keep=(self._prefetch + 2) * arrays)
+        if transform_threads is None:
+            transform_threads = stays_on_host(output, device, sharding)
+        work = transform is not None or data_type is not None or named is None
+        self._transform_threads = bool(transform_threads) and work
+        self._arrays_counted = (0, 0)
 
     @property
     def dataset(self) -> Dataset:
@@ -284,24 +335,35 @@ class DataLoader:
     def stats(self) -> LoaderStats:
         """What the epoch so far did: the time the program waited for data and the time it worked
         between batches, and what the reads did (images and bytes, the scratch's and open readers'
-        share, files opened, rates by format and the slowest files, conversions, patches).
+        share, files opened, rates by format and the slowest files, conversions, patches), and the
+        arrays of batches read into recycled memory or new.
 
         It counts from the start of the latest iteration, `set_epoch` or `reset_stats`, whichever came
         last, up to now; `as_dict()` gives the figures to a logger.
         """
-        return self._clock.figures(self._counters.stats())
+        recycled, made = (now - then for now, then in zip(self._arrays(), self._arrays_counted))
+        return self._clock.figures(self._counters.stats(), recycled, made)
 
     def reset_stats(self) -> None:
         """Count `stats` from zero, from now."""
         self._clock.reset()
         self._counters.reset()
+        self._arrays_counted = self._arrays()
+
+    def _arrays(self) -> tuple[int, int]:
+        """The arrays the allocator, if a `RecyclingAllocator`, has made so far in recycled memory and new."""
+        allocator = self._allocator
+        if isinstance(allocator, RecyclingAllocator):
+            return allocator.recycled, allocator.made
+        return 0, 0
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next iteration goes through, as PyTorch's samplers are told.
 
         It is passed on to the batch sampler and, for a BatchSampler of
         PyTorch, to the sampler it batches (a DistributedSampler, say), or
-        to the sampler given as sampler. `stats` count from zero again.
+        to the sampler given as sampler; the transform's generators are of
+        that epoch. `stats` count from zero again.
 
         Raises:
             ValueError: If the epoch is negative.
@@ -319,6 +381,7 @@ class DataLoader:
             raise TypeError(f"the batch sampler has no set_epoch: {self._batch_sampler!r}")
         for part in told:
             part.set_epoch(epoch)
+        self._epoch_number = epoch
         self.reset_stats()
 
     def __len__(self) -> int:
@@ -339,29 +402,46 @@ class DataLoader:
         Returns:
             Plain values, which pickle and JSON take: version; size, the rows
             of the dataset; sampler, the state of the batch sampler as the
-            iteration began, or None if it has no state_dict; and batches,
-            how many batches of the iteration were handed out.
+            iteration began, or None if it has no state_dict; batches,
+            how many batches of the iteration were handed out; and seed and
+            epoch, what the transform's generators are seeded by.
         """
         if self._progress is not None:
-            sampler, batches = self._progress.sampler, self._progress.batches
+            progress = self._progress
+            sampler, epoch, batches = progress.sampler, progress.epoch, progress.batches
         else:
-            sampler, batches = self._sampler_state(), self._resume
-        return {"version": _STATE_VERSION, "size": len(self._dataset), "sampler": sampler, "batches": batches}
+            sampler, epoch, batches = self._sampler_state(), self._epoch_number, self._resume
+        return {
+            "version": _STATE_VERSION,
+            "size": len(self._dataset),
+            "sampler": sampler,
+            "batches": batches,
+            "seed": self._seed,
+            "epoch": epoch,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from a state of state_dict: the next iteration hands out the rest of its epoch.
+
+        The seed is taken from the state, unless the loader was given one; a
+        state saved before states held the seed and the epoch leaves them as they are.
 
         Args:
             state: A state of a loader made with the same dataset and arguments.
 
         Raises:
             ValueError: If the state is not of such a loader, saying what
-                differs: its version or size, whether its batch sampler has a
-                state or what that state holds, or batches past an epoch.
+                differs: its version, size or a seed given, whether its batch
+                sampler has a state or what that state holds, or batches past an epoch.
         """
-        check_state(state, {"version": _STATE_VERSION, "size": len(self._dataset)}, "DataLoader")
+        expected = {"version": _STATE_VERSION, "size": len(self._dataset)}
+        if self._seed_given and isinstance(state, Mapping) and "seed" in state:
+            expected["seed"] = self._seed
+        check_state(state, expected, "DataLoader")
         most = len(self._batch_sampler) if hasattr(self._batch_sampler, "__len__") else None
         batches = state_count(state, "batches", most)
+        seed = state_count(state, "seed", _SEED_MASK) if "seed" in state else self._seed
+        epoch = state_count(state, "epoch") if "epoch" in state else self._epoch_number
         sampler = state.get("sampler")
         if _is_stateful(self._batch_sampler):
             if sampler is None:
@@ -369,7 +449,7 @@ class DataLoader:
             self._batch_sampler.load_state_dict(sampler)
         elif sampler is not None:
             raise ValueError("the state holds a state of the batch sampler, which has no load_state_dict")
-        self._resume, self._progress = batches, None
+        self._resume, self._progress, self._seed, self._epoch_number = batches, None, seed, epoch
 
     def _sampler_state(self) -> dict[str, Any] | None:
         sampler = self._batch_sampler
@@ -382,10 +462,14 @@ class DataLoader:
         clock = self._clock
         clock.ask()
         skip, self._resume = self._resume, 0
+        epoch, self._epoch_number = self._epoch_number, self._epoch_number + 1
         samples = iter(self._batch_sampler)
-        progress = self._progress = _Progress(self._sampler_state(), skip)
-        pending: deque[tuple[PendingBatch, dict[str, np.ndarray]]] = deque()
+        progress = self._progress = _Progress(self._sampler_state(), epoch, skip)
+        flights: deque[Flight] = deque()
+        finish = functools.partial(self._finish, epoch)
+        finisher: Finisher | None = None
         pad_to = self._pad_to
+        position = skip
 
         def size_up(rows: Any) -> None:
             nonlocal pad_to
@@ -393,11 +477,17 @@ class DataLoader:
                 pad_to = len(resolve_rows(rows, len(self._dataset)))
 
         def start_next() -> bool:
+            nonlocal position
             rows = next(samples, None)
             if rows is None:
                 return False
             size_up(rows)
-            pending.append(self._start(rows, loader, pad_to))
+            reads, extra, count = self._start(rows, loader, pad_to)
+            flight = Flight(reads, extra, position, count)
+            flights.append(flight)
+            if finisher is not None:
+                finisher.add(flight)
+            position += 1
             return True
 
         for rows in itertools.islice(samples, skip):
@@ -406,51 +496,77 @@ class DataLoader:
         if self._show_progress:
             bar = progress_bar(len(self) - skip if hasattr(self._batch_sampler, "__len__") else None)
         try:
+            if self._transform_threads:
+                finisher = Finisher(given.executor, finish)
             start_next()
-            while pending:
-                batch, extra = pending.popleft()
-                values = batch.get()
-                while len(pending) < self._prefetch and start_next():
+            while flights:
+                flight = flights.popleft()
+                if finisher is not None:  # finished on the loader's threads, or here if not yet submitted
+                    handed, values = flight.result(finish), None
+                else:  # finished here, in the program's time, after the next batches are started
+                    handed, values = None, flight.read()
+                rows, at = flight.rows, flight.position
+                del flight  # its arrays, read into, go back to the allocator once the program drops them
+                while len(flights) < self._prefetch and start_next():
                     pass
-                clock.ready(len(next(iter(values.values()), ())))
-                handed = self._finish(values, extra)
+                clock.ready(rows)
+                if values is not None:
+                    handed, values = finish(values, at), None
                 progress.batches += 1
                 if bar is not None:
                     bar.show(self.stats)
                 yield handed
+                del handed
                 clock.ask()
             if self._progress is progress:
                 self._progress = None
         finally:
-            for batch, _ in pending:
-                batch.wait()
+            for flight in flights:
+                flight.abandon()
+            if finisher is not None:
+                finisher.close()
             if bar is not None:
                 bar.close(self.stats)
 
     def _start(
         self, rows: Any, loader: ImageLoader, pad_to: int | None
-    ) -> tuple[PendingBatch, dict[str, np.ndarray]]:
+    ) -> tuple[PendingBatch, dict[str, np.ndarray], int]:
+        """The batch of `rows` under way, the fields the loader adds, and how many rows it has."""
         try:
             extra = {}
+            rows = resolve_rows(rows, len(self._dataset))
             if self._pad_last:
-                rows = resolve_rows(rows, len(self._dataset))
                 size = max(pad_to, len(rows))
-                valid = as_destination((self._allocator or np.empty)((size,), np.dtype(np.bool_)))
+                valid = as_destination(self._allocator((size,), np.dtype(np.bool_)))
                 valid[...] = np.arange(size) < len(rows)
                 rows = np.resize(rows, size)
                 extra[self._valid] = valid
-            return self._dataset.read_async(rows, self._allocator, loader), extra
+            return self._dataset.read_async(rows, self._allocator, loader), extra, len(rows)
         except Exception as error:
-            return PendingBatch({}, [Completion.failed(error)]), {}
+            return PendingBatch({}, [Completion.failed(error)]), {}, 0
 
-    def _finish(self, values: dict[str, np.ndarray], extra: dict[str, np.ndarray]) -> Any:
-        values.update(extra)
+    def _finish(self, epoch: int, values: dict[str, np.ndarray], position: int) -> Any:
+        """The batch handed out as output says, transformed and put in its data type."""
         handed = self._hand_out(values) if self._hand_out is not None else values
-        handed = self._transform(handed) if self._transform is not None else handed
+        if self._takes_rng:
+            rng = np.random.default_rng([self._seed, self._shard, epoch, position])
+            handed = self._transform(handed, rng=rng)
+        elif self._transform is not None:
+            handed = self._transform(handed)
         return self._cast(handed)
 
     def __repr__(self) -> str:
         return f"<DataLoader over {self._dataset!r}, {len(self)} batches an epoch>"
+
+
+def _shard_of(batch_sampler: Any) -> int:
+    """The shard a batch sampler draws: a BatchSampler's, or the rank of a sampler it batches
+    (PyTorch's DistributedSampler); 0 for any other."""
+    shard = getattr(batch_sampler, "shard", None)
+    if shard is not None:
+        return operator.index(shard[0])
+    rank = getattr(getattr(batch_sampler, "sampler", None), "rank", 0)
+    return rank if isinstance(rank, int) else 0
 
 
 def _is_stateful(sampler: Any) -> bool:

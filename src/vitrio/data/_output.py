@@ -15,7 +15,7 @@ import numpy as np
 
 from ._dataset import Allocator
 
-__all__ = ["holds_numbers", "torch_output", "jax_output", "pinned_allocator"]
+__all__ = ["holds_numbers", "torch_output", "jax_output", "pinned_allocator", "stays_on_host"]
 
 Batch = dict[str, np.ndarray]
 
@@ -24,6 +24,22 @@ def holds_numbers(dtype: np.dtype) -> bool:
     """Whether a type is of numbers (booleans, integers, floats, complex, ml_dtypes' bfloat16), which
     frameworks take."""
     return dtype.kind in "biufc" or dtype.name == "bfloat16"
+
+
+def stays_on_host(output: Any, device: Any, sharding: Any) -> bool:
+    """Whether batches handed out as `output` stay in host memory: numpy's, a callable's, PyTorch's on
+    the processor, JAX's on its CPU devices (`device` or `sharding` naming them, or its default ones)."""
+    if output == "torch":
+        import torch
+
+        return device is None or torch.device(device).type == "cpu"
+    if output == "jax":
+        import jax
+
+        given = sharding if sharding is not None else device
+        devices = getattr(given, "device_set", None) or ([given] if given is not None else jax.devices())
+        return all(getattr(each, "platform", None) == "cpu" for each in devices)
+    return True
 
 
 def torch_output(device: Any, non_blocking: bool) -> Callable[[Batch], dict[str, Any]]:

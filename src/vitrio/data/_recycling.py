@@ -37,6 +37,12 @@ class RecyclingAllocator:
     place. A batch kept, in a list say, keeps its buffer: nothing is reused
     while anything refers to it.
 
+    A `DataLoader` given no allocator reads through one of its own, keeping
+    for each array of a batch as many buffers as it has batches under way,
+    and two more: the batch handed out and the one the program's loop still
+    holds. Arrays of objects are made new: their memory holds references,
+    never reused.
+
     Args:
         keep: How many buffers of each size to keep; beyond them, arrays are made new.
 
@@ -52,10 +58,25 @@ class RecyclingAllocator:
         self._keep = int(keep)
         self._buffers: dict[int, list[np.ndarray]] = {}
         self._lock = threading.Lock()
+        self._recycled = self._made = 0
+
+    @property
+    def recycled(self) -> int:
+        """How many arrays it has made in the memory of an earlier one."""
+        return self._recycled
+
+    @property
+    def made(self) -> int:
+        """How many arrays it has made in new memory."""
+        return self._made
 
     def __call__(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """An array of `shape` and `dtype`, in a buffer nothing else refers to."""
         dtype = np.dtype(dtype)
+        if dtype.hasobject:
+            with self._lock:
+                self._made += 1
+            return np.empty(shape, dtype)
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         with self._lock:
             buffer = self._take(size)
@@ -65,7 +86,9 @@ class RecyclingAllocator:
         buffers = self._buffers.setdefault(size, [])
         for buffer in buffers:
             if sys.getrefcount(buffer) == self._FREE:  # never for None
+                self._recycled += 1
                 return buffer
+        self._made += 1
         buffer = np.empty(size, np.uint8)
         if len(buffers) < self._keep:
             buffers.append(buffer)

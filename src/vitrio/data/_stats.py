@@ -29,10 +29,15 @@ class LoaderStats:
         rows: Rows of the dataset handed out in them.
         waiting_seconds: Time the program spent waiting for a batch, from asking for it to having it.
         working_seconds: Time the program spent between batches: from having one to asking for the next
-            (the transform's time is the program's).
+            (the transform's time is the program's where it runs on the thread that iterates; on the
+            loader's threads, it is waited for only where it does not keep up).
         reads: What the reads did: images, bytes, the scratch's and open readers' share, files opened,
             rates by format, the slowest files, conversions, patches, and requests for remote keys
             (`remote_requests`, 0 for local files).
+        recycled_arrays: Arrays of batches read into the memory of a batch the program let go of.
+        new_arrays: Arrays of batches read into new memory, whose pages the kernel clears first: those of
+            the first batches, and of any while the program holds on to the batches before (both count
+            where a `RecyclingAllocator` makes the arrays, as by default).
     """
 
     batches: int = 0
@@ -40,6 +45,8 @@ class LoaderStats:
     waiting_seconds: float = 0.0
     working_seconds: float = 0.0
     reads: ReadStats = dataclasses.field(default_factory=ReadStats)
+    recycled_arrays: int = 0
+    new_arrays: int = 0
 
     @property
     def seconds(self) -> float:
@@ -72,6 +79,8 @@ class LoaderStats:
             "waiting_share": self.waiting_share,
             "images_per_second": self.images_per_second,
             "rows_per_second": self.rows_per_second,
+            "recycled_arrays": self.recycled_arrays,
+            "new_arrays": self.new_arrays,
         }
         figures.update({f"reads/{name}": value for name, value in self.reads.as_dict().items()})
         return figures
@@ -115,14 +124,16 @@ class EpochClock:
         """The batch asked for, of `rows` rows, is ready."""
         self._switch(False, rows)
 
-    def figures(self, reads: ReadStats) -> LoaderStats:
-        """The figures so far, the interval under way counted up to now."""
+    def figures(self, reads: ReadStats, recycled_arrays: int = 0, new_arrays: int = 0) -> LoaderStats:
+        """The figures so far, the interval under way counted up to now, with the reads' and the arrays'."""
         now = perf_counter()
         with self._lock:
             seconds = list(self._seconds)
             if self._since is not None:
                 seconds[self._waiting_now] += now - self._since
-            return LoaderStats(self.batches, self.rows, seconds[True], seconds[False], reads)
+            return LoaderStats(
+                self.batches, self.rows, seconds[True], seconds[False], reads, recycled_arrays, new_arrays
+            )
 
 
 class _TextBar:

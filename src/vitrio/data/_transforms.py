@@ -7,12 +7,15 @@ to a GPU prepares them there. Every transform computes in float32 and
 returns float32; `Compose` stores the result in the type asked for
 (float16 or bfloat16 halve the memory; see docs/preparing.md for the
 precision each keeps). Given a batch (a dict of fields), a transform
-changes the field "image", or the one `Compose` names.
+changes the field "image", or the one `Compose` names. A step that draws
+random numbers takes them from the generator it is given as rng (a
+`DataLoader` gives each batch its own), which `Compose` hands on.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -22,11 +25,12 @@ import numpy as np
 
 from .._concurrency import Executor, SynchronousExecutor, run_tasks
 from ._dataset import Dataset
+from ._extras import missing
 from ._source import ArraySource
 
-try:  # numpy has no bfloat16; ml_dtypes (which JAX installs) gives one
+try:  # numpy has no bfloat16; ml_dtypes (which the torch extra and JAX install) gives one
     from ml_dtypes import bfloat16
-except ModuleNotFoundError:  # pragma: no cover (JAX is a test dependency)
+except ModuleNotFoundError:  # tested in a process where ml_dtypes cannot be imported
     bfloat16 = None
 
 __all__ = [
@@ -38,6 +42,7 @@ __all__ = [
     "as_data_type",
     "cast_fields",
     "prepare_batch",
+    "takes_rng",
 ]
 
 _HALF_TYPES = ("float16", "bfloat16", "float32")
@@ -49,40 +54,67 @@ def _is_torch(values: Any) -> bool:
     return type(values).__module__.startswith("torch")
 
 
+def takes_rng(function: Callable[..., Any] | None) -> bool:
+    """Whether `function` takes a keyword argument rng, a generator of random numbers."""
+    if function is None:
+        return False
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a callable whose signature Python cannot tell
+        return False
+    rng = parameters.get("rng")
+    return rng is not None and rng.kind in (rng.POSITIONAL_OR_KEYWORD, rng.KEYWORD_ONLY)
+
+
+def _check_data_type(data_type: str, in_numpy: bool) -> None:
+    """Raise if `data_type` is none of the half types, or is bfloat16 held by numpy without ml_dtypes."""
+    if data_type not in _HALF_TYPES:
+        raise ValueError(f"data_type is one of {_HALF_TYPES}, not {data_type!r}")
+    if in_numpy and data_type == "bfloat16" and bfloat16 is None:
+        raise missing(ModuleNotFoundError(name="ml_dtypes"), "bfloat16 in numpy")
+
+
 def as_data_type(values: Any, data_type: str) -> Any:
     """`values`, a numpy array, a PyTorch tensor or a JAX array, in the floating type named `data_type`.
 
     Tensors and JAX arrays stay where they are; anything else becomes a numpy array.
+    PyTorch rounds to bfloat16 itself, with no need of ml_dtypes.
 
     Raises:
         ValueError: If `data_type` is not float16, bfloat16 or float32.
-        ModuleNotFoundError: For bfloat16 outside PyTorch without ml_dtypes (which JAX installs).
+        ModuleNotFoundError: For bfloat16 outside PyTorch without ml_dtypes, naming the extra that
+            installs it.
     """
-    if data_type not in _HALF_TYPES:
-        raise ValueError(f"data_type is one of {_HALF_TYPES}, not {data_type!r}")
     if _is_torch(values):
+        _check_data_type(data_type, in_numpy=False)
         import torch
 
         return values.to(getattr(torch, data_type))
-    if data_type == "bfloat16" and bfloat16 is None:
-        raise ModuleNotFoundError("bfloat16 in numpy needs ml_dtypes: pip install ml_dtypes")
+    _check_data_type(data_type, in_numpy=True)
     dtype = bfloat16 if data_type == "bfloat16" else np.dtype(data_type)
     if isinstance(values, np.ndarray) or not hasattr(values, "astype"):
         return np.asarray(values, dtype=dtype)
     return values.astype(dtype)  # a JAX array, on its device
 
 
-def cast_fields(dataset: Dataset, data_type: str | None) -> Callable[[Any], Any]:
+def cast_fields(dataset: Dataset, data_type: str | None, output: Any = "numpy") -> Callable[[Any], Any]:
     """What puts the fields of `dataset` read from files (not columns) of a batch in `data_type`.
 
     A batch that is not a dict, as a DataLoader's transform may make it, is left as it is.
 
+    Args:
+        dataset: Whose fields.
+        data_type: The type, or None to leave each field as it is.
+        output: What the batches are handed out as, as `DataLoader` names it: only numpy's (or a
+            callable's) bfloat16 needs ml_dtypes.
+
     Raises:
         ValueError: If `data_type` is not None, float16, bfloat16 or float32.
+        ModuleNotFoundError: For bfloat16 held by numpy without ml_dtypes, naming the extra that installs it.
     """
     if data_type is None:
         return lambda batch: batch
-    as_data_type(np.zeros(0, np.float32), data_type)
+    _check_data_type(data_type, in_numpy=output not in ("torch", "jax"))
     read = [name for name, source in dataset.fields.items() if not isinstance(source, ArraySource)]
 
     def cast(batch: Any) -> Any:
@@ -144,11 +176,15 @@ class Transform(ABC):
     a batch (a dict of fields), it returns the batch with its field "image"
     transformed. Transforms are equal when of one class and parameters, which
     is what a `PreparedSource` is keyed by.
+
+    A step that draws random numbers takes a keyword argument rng in its
+    `apply`: the numpy Generator it is called with, or, called without one,
+    a generator of fresh entropy.
     """
 
-    def __call__(self, batch: Any) -> Any:
+    def __call__(self, batch: Any, rng: np.random.Generator | None = None) -> Any:
         """Transform `batch`: an array of images, or a dict whose field "image" holds them."""
-        return _on_batch(batch, "image", lambda images: self.apply(_float32(images)))
+        return _on_batch(batch, "image", lambda images: _apply(self, _float32(images), rng))
 
     @abstractmethod
     def apply(self, images: Any) -> Any:
@@ -222,6 +258,19 @@ class FourierCrop(Transform):
         cropped = (half.real + 1j * (half.imag * conjugate)) * phase
         back = fft.fft2(fft.ifftshift(cropped.real - cropped.imag, **axes))
         return fft.fftshift(back.real - back.imag, **axes) / (m * k)
+
+
+def _apply(step: Transform, images: Any, rng: np.random.Generator | None) -> Any:
+    """`step.apply` of float32 `images`, given `rng` (or a generator of fresh entropy) if it takes one."""
+    if not _draws(type(step)):
+        return step.apply(images)
+    return step.apply(images, rng=rng if rng is not None else np.random.default_rng())
+
+
+@functools.cache
+def _draws(kind: type[Transform]) -> bool:
+    """Whether the steps of a class draw random numbers: their `apply` takes rng."""
+    return takes_rng(kind.apply)
 
 
 @functools.lru_cache(maxsize=16)
@@ -329,8 +378,7 @@ class Compose:
     def __init__(self, *steps: Transform, data_type: str = "float32", field: str = "image"):
         if not steps or not all(isinstance(step, Transform) for step in steps):
             raise ValueError(f"Compose takes one or more transforms, not {steps!r}")
-        if data_type not in _HALF_TYPES:
-            raise ValueError(f"data_type is one of {_HALF_TYPES}, not {data_type!r}")
+        _check_data_type(data_type, in_numpy=False)
         self._steps, self._data_type, self._field = steps, data_type, field
 
     @property
@@ -348,16 +396,16 @@ class Compose:
         """Each step, and the type of the result."""
         return (*self._steps, self._data_type)
 
-    def apply(self, images: Any) -> Any:
-        """The images through every step, in the type of the result."""
+    def apply(self, images: Any, rng: np.random.Generator | None = None) -> Any:
+        """The images through every step, in the type of the result; `rng` goes to the steps that draw."""
         images = _float32(images)
         for step in self._steps:
-            images = step.apply(images)
+            images = _apply(step, images, rng)
         return as_data_type(images, self._data_type)
 
-    def __call__(self, batch: Any) -> Any:
+    def __call__(self, batch: Any, rng: np.random.Generator | None = None) -> Any:
         """Transform `batch`: an array of images, or a dict whose field `field` holds them."""
-        return _on_batch(batch, self._field, self.apply)
+        return _on_batch(batch, self._field, lambda images: self.apply(images, rng=rng))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Compose) and (other.parameters, other._field) == (
