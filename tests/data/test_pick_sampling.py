@@ -180,3 +180,16 @@ def test_picks_split_then_gain_background_in_their_own_tomograms(tmp_path: Path)
     values = {name: number for number, name in enumerate(EXTENTS)}
     expected = [values[name] for name in with_background.tomograms.tolist()]
     assert batch["image"][:, BOX[0] // 2, BOX[1] // 2, BOX[2] // 2].tolist() == expected
+
+
+def test_picks_refuse_centres_not_a_row_of_three_and_subset_as_a_dataset_does() -> None:
+    files, extents = {"a": "a.mrc"}, {"a": EXTENTS["a"]}
+    with pytest.raises(ValueError, match=r"a \(z, y, x\) row for each pick, not an array of shape \(3, 2\)"):
+        vio.data.TomogramPicks(["a"] * 2, np.ones((3, 2), int), BOX, [0, 0], ["x"], files, extents)
+    picks = vio.data.TomogramPicks(
+        ["a"] * 3, [[1, 2, 3], [4, 5, 6], [7, 8, 9]], BOX, [0, 1, 0], "xy", files, extents
+    )
+    assert picks.subset([True, False, True]).centres.tolist() == [[1, 2, 3], [7, 8, 9]]
+    assert picks.subset([-1]).labels.tolist() == [0]
+    with pytest.raises(IndexError):
+        picks.subset([3])

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._types import integer_array
-from ._dataset import Dataset
+from ._dataset import Dataset, resolve_rows
 from ._patches import PatchSource
 from ._picks_sampling import background_centres, class_weights, split_by_tomogram
 
@@ -65,7 +65,14 @@ class TomogramPicks:
         fill: Any = 0,
     ):
         self._tomograms = np.asarray(tomograms, dtype=object).reshape(-1)
-        self._centres = integer_array(np.asarray(centres).reshape(-1, 3), "voxel centres are integers")
+        voxels = np.asarray(centres)
+        if voxels.size == 0:
+            voxels = voxels.reshape(0, 3)
+        if voxels.ndim != 2 or voxels.shape[1] != 3:
+            raise ValueError(
+                f"centres are a (z, y, x) row for each pick, not an array of shape {voxels.shape}"
+            )
+        self._centres = integer_array(voxels, "voxel centres are integers (round them first)")
         self._labels = integer_array(np.asarray(labels).reshape(-1), "labels are integers")
         self._shape = tuple(int(extent) for extent in shape)
         self._classes = list(classes)
@@ -166,9 +173,9 @@ class TomogramPicks:
         return class_weights(self._labels, len(self._classes))
 
     def subset(self, rows: Any) -> TomogramPicks:
-        """The picks of `rows` (integers or a mask), in that order, with every tomogram and class kept."""
-        rows = np.arange(len(self))[np.asarray(rows)] if np.asarray(rows).dtype == bool else rows
-        rows = integer_array(np.asarray(rows, dtype=np.int64).reshape(-1), "rows are integers")
+        """The picks of `rows` (integers, a slice or a mask, as a dataset takes them), in that order,
+        with every tomogram and class kept."""
+        rows = resolve_rows(rows, len(self))
         table = None if self._table is None else self._table.iloc[rows].reset_index(drop=True)
         return self._with(
             self._tomograms[rows], self._centres[rows], self._labels[rows], self._classes, table
