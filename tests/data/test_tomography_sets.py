@@ -207,3 +207,22 @@ def test_a_tomogram_named_twice_or_a_coordinate_that_is_no_number_is_an_error(tm
     _, particles, tomograms = write_set(tmp_path, 1, VOXELS, OFFSETS, table=twice)
     with pytest.raises(ValueError, match="tomograms.star: tomogram 'TS_00' is named twice"):
         vio.data.tomogram_picks(particles, tomograms, BOX)
+
+
+def test_the_files_of_a_table_that_names_none_are_given_by_tomogram(tmp_path: Path) -> None:
+    arrays, particles, tomograms = write_set(tmp_path, 4, VOXELS, OFFSETS, True)
+    table = vio.data.read_star(tomograms)["global"].drop(columns=["rlnTomoReconstructedTomogram"])
+    vio.data.write_star({"global": table}, tomograms)
+    with pytest.raises(ValueError, match="no column rlnTomoReconstructedTomogram"):
+        vio.data.tomogram_picks(particles, tomograms, BOX)
+    moved = tmp_path / "reconstruction"
+    moved.mkdir()
+    (tmp_path / "tomo0.mrc").rename(moved / "TS_00_10.00Apx.mrc")
+    files = {"TS_00": moved / "TS_00_10.00Apx.mrc", "TS_01": tmp_path / "tomo1.mrc"}
+    picks = vio.data.tomogram_picks(particles, tomograms, BOX, files=files)
+    boxes = picks.dataset()[:]["image"]
+    nearest = np.floor(VOXELS + OFFSETS + 0.5).astype(int)
+    for row, centre in enumerate(nearest):
+        np.testing.assert_array_equal(boxes[row], expected_box(arrays[row % 2], centre))
+    with pytest.raises(ValueError, match="files names no file for tomogram 'TS_01'"):
+        vio.data.tomogram_picks(particles, tomograms, BOX, files={"TS_00": files["TS_00"]})

@@ -17,7 +17,7 @@ the particle lies at the coordinate minus the origin.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,6 +49,7 @@ def tomogram_picks(
     *,
     classes: Sequence[Any] | None = None,
     file_column: str = "rlnTomoReconstructedTomogram",
+    files: Mapping[str, str | os.PathLike[str]] | None = None,
     binning: float | None = None,
     root: str | os.PathLike[str] | None = None,
     check_header: bool = True,
@@ -83,6 +84,8 @@ def tomogram_picks(
             column, sorted.
         file_column: The column of the tomograms table naming each tomogram's file, such as
             rlnTomoReconstructedTomogramHalf1 for a half.
+        files: The file of each tomogram by its name, instead of `file_column`: for a table that
+            names none, as WarpTools' tomograms table does.
         binning: The binning of every tomogram, where the table has no rlnTomoTomogramBinning.
         root: The folder the tomograms' paths are relative to (RELION's project folder). Defaults
             to the folder of the tomograms table, then the two above it.
@@ -105,9 +108,11 @@ def tomogram_picks(
     """
     box = (shape,) * 3 if np.ndim(shape) == 0 else tuple(shape)
     table = star_table(particles, read_star(particles), ["rlnTomoName"], prefer="particles")
-    set_table = star_table(tomograms, read_star(tomograms), ["rlnTomoName", file_column], prefer="global")
+    needed = ["rlnTomoName"] if files is not None else ["rlnTomoName", file_column]
+    set_table = star_table(tomograms, read_star(tomograms), needed, prefer="global")
     names = table["rlnTomoName"].astype(str).to_numpy()
-    geometry = _Tomograms(tomograms, set_table, file_column, binning, root, check_header)
+    located = _Files(tomograms, file_column, files, root)
+    geometry = _Tomograms(tomograms, set_table, located, binning, check_header)
     positions = np.full((len(table), 3), np.nan)
     for name in sorted(set(names.tolist())):
         rows = np.flatnonzero(names == name)
@@ -149,9 +154,8 @@ class _Tomograms:
         self,
         path: str | os.PathLike[str],
         table: pd.DataFrame,
-        file_column: str,
+        files: _Files,
         binning: float | None,
-        root: str | os.PathLike[str] | None,
         check_header: bool,
     ):
         self._path = path
@@ -159,8 +163,7 @@ class _Tomograms:
         if names.duplicated().any():
             raise ValueError(f"{path}: tomogram {names[names.duplicated()].iloc[0]!r} is named twice")
         self._rows = dict(zip(names, table.to_dict("records")))
-        self._resolve = PathResolver(path, root)
-        self._file_column, self._binning, self._check = file_column, binning, check_header
+        self._locate, self._binning, self._check = files, binning, check_header
         self.files: dict[str, str] = {}
         self.extents: dict[str, tuple[int, ...]] = {}
         self.voxel_sizes: dict[str, float | None] = {}
@@ -220,7 +223,7 @@ class _Tomograms:
             raise ValueError(
                 f"{self._path}: no rlnTomoTomogramBinning for tomogram {name!r}; give the binning"
             )
-        key = self._resolve(row[self._file_column])
+        key = self._locate(name, row)
         metadata = query_metadata(key)
         if metadata.descriptor.is_stack or len(metadata.descriptor.core_extents) != 3:
             raise ValueError(f"{key}: tomogram {name!r} is not one volume: {metadata.descriptor}")
@@ -245,6 +248,29 @@ class _Tomograms:
         self.voxel_sizes[name] = voxel_size
         self._geometry[name] = (binning, pixel_size, size)
         return self._geometry[name]
+
+
+class _Files:
+    """Where the file of each tomogram is: given by name, or in a column of the tomograms table."""
+
+    def __init__(
+        self,
+        table: str | os.PathLike[str],
+        column: str,
+        given: Mapping[str, str | os.PathLike[str]] | None,
+        root: str | os.PathLike[str] | None,
+    ):
+        self._table, self._column = table, column
+        self._given = None if given is None else {str(name): os.fspath(path) for name, path in given.items()}
+        self._resolve = PathResolver(table, root)
+
+    def __call__(self, name: str, row: dict[str, Any]) -> str:
+        """The file of tomogram `name`, of the row `row` of the tomograms table."""
+        if self._given is None:
+            return self._resolve(row[self._column])
+        if name not in self._given:
+            raise ValueError(f"files names no file for tomogram {name!r} of {self._table}")
+        return self._given[name]
 
 
 def _number(row: dict[str, Any], column: str, default: float | None) -> float | None:
