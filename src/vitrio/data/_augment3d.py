@@ -146,10 +146,10 @@ class RandomFlip(Augmentation):
 
     def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         flips = generator.random((len(volumes), len(self._axes))) < self._probability
-        out = volumes.copy()
-        for axis, flipped in zip(self._axes, flips.T):
-            spatial = volumes.ndim - 3 + axis
-            out = np.where(_rows(out, flipped), np.flip(out, spatial), out)
+        out = np.empty_like(volumes)
+        for row, flipped in enumerate(flips):
+            axes = [volumes.ndim - 4 + axis for axis, flip in zip(self._axes, flipped) if flip]
+            out[row] = np.flip(volumes[row], axes) if axes else volumes[row]
         return out
 
 
@@ -203,17 +203,19 @@ class RandomBeamRotation(Augmentation):
 def rotate_about_z(volumes: np.ndarray, angles: np.ndarray) -> np.ndarray:
     """Each row of `volumes` (rows, ..., y, x) turned by its angle in radians about (y // 2, x // 2)."""
     rows, height, width = len(volumes), volumes.shape[-2], volumes.shape[-1]
-    flat = volumes.reshape(rows, -1, height, width)
-    y, x = np.mgrid[:height, :width].astype(np.float64)
+    # (rows, y, x, the rest): the values a voxel of (y, x) is interpolated from lie together
+    planes = np.ascontiguousarray(np.moveaxis(volumes.reshape(rows, -1, height, width), 1, -1))
+    y, x = np.mgrid[:height, :width].astype(np.float32)
     y, x = y - height // 2, x - width // 2
-    cos, sin = np.cos(angles)[:, None, None], np.sin(angles)[:, None, None]
+    cos = np.cos(angles).astype(np.float32)[:, None, None]
+    sin = np.sin(angles).astype(np.float32)[:, None, None]
     # where each output voxel comes from: the inverse turn of its place (counterclockwise as rot90 turns)
     source_y = cos * y + sin * x + height // 2
     source_x = cos * x - sin * y + width // 2
     y0, x0 = np.floor(source_y), np.floor(source_x)
-    wy, wx = (source_y - y0)[:, None], (source_x - x0)[:, None]
-    out = np.zeros_like(flat)
+    wy, wx = (source_y - y0)[..., None], (source_x - x0)[..., None]
     index = np.arange(rows)[:, None, None]
+    out = np.zeros_like(planes)
     for dy, dx, weight in (
         (0, 0, (1 - wy) * (1 - wx)),
         (0, 1, (1 - wy) * wx),
@@ -222,8 +224,8 @@ def rotate_about_z(volumes: np.ndarray, angles: np.ndarray) -> np.ndarray:
     ):
         yy = np.clip(y0 + dy, 0, height - 1).astype(np.intp)
         xx = np.clip(x0 + dx, 0, width - 1).astype(np.intp)
-        out += weight * np.moveaxis(flat[index, :, yy, xx], -1, 1)
-    return out.reshape(volumes.shape)
+        out += weight * planes[index, yy, xx]
+    return np.moveaxis(out, -1, 1).reshape(volumes.shape)
 
 
 class RandomIntensity(Augmentation):
