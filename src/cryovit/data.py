@@ -24,9 +24,17 @@ Files and labels (as the CryoViT pipeline stores and reads them):
   Data Portal's ``s3://`` stores) are read as MRC files are: crops fetch only the chunks they touch.
 """
 
-from .collate import LABEL_PADDING, collate_tomograms, input_volume
-from .dataset import TomogramDataset
-from .results import model_result, write_predictions
+try:
+    from .collate import LABEL_PADDING, collate_tomograms, input_volume
+    from .dataset import TomogramDataset
+    from .results import model_result, write_predictions
+except ModuleNotFoundError as error:
+    if error.name not in ("torch", "tensordict", "h5py"):
+        raise
+    raise ModuleNotFoundError(
+        f"cryovit.data needs {error.name}, which is not installed: pip install 'vitrio[cryovit]'",
+        name=error.name,
+    ) from None
 
 __all__ = [
     "LABEL_PADDING",

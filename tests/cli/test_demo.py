@@ -20,6 +20,7 @@ def test_the_demo_extracts_trains_and_draws(vitrio, tmp_path: Path):
     assert len(accuracies) == 2 and all((a * 8 / 100).is_integer() for a in accuracies)  # of 8 held out
     assert losses[1] < losses[0]
     assert (out / "particles.png").stat().st_size > 1000 and (out / "training.png").stat().st_size > 1000
+    assert f"from {out / 'shown.star'}: the held-out particles shown" in result.out  # what it leaves, said
     particles = starfile.read(out / "particles.star", always_dict=True)["particles"]
     coordinates = starfile.read(out / "coordinates.star", always_dict=True)["particles"]
     assert len(particles) == len(coordinates) == 2 * 20  # 80% of a grid of 5 x 5 places

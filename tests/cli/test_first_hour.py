@@ -145,3 +145,32 @@ def test_a_url_that_cannot_be_reached_is_one_line_naming_it(vitrio):
     for command in (["info", url], ["convert", url, "out.mrc"]):
         result = vitrio(*command)
         assert_fails(result, url)
+
+
+def test_cryovit_data_without_its_extra_names_the_extra():
+    program = "import sys; sys.modules['torch'] = None\nimport cryovit.data\n"  # as without vitrio[cryovit]
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 1
+    assert ran.stderr.splitlines()[-1] == (
+        "ModuleNotFoundError: cryovit.data needs torch, which is not installed: pip install 'vitrio[cryovit]'"
+    )
+
+
+def test_bench_draws_no_chart_unasked_and_needs_no_clone(vitrio, tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    result = vitrio("bench", "--tiny", "--data", tmp_path / "data")
+    assert result.status == 0, result.err
+    assert list(tmp_path.rglob("*.png")) == []
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    help = " ".join(capsys.readouterr().out.split())
+    assert "clone of the repository" not in help and "--plot PNG" in help
+
+
+def test_montage_says_where_it_cuts_and_names_its_label_columns(vitrio, tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    vio.write_stack(np.zeros((70, 8, 8), np.float32), "stack.mrcs")
+    result = vitrio("montage", "stack.mrcs", "--tile", 8, "-o", "m.png")
+    assert result.status == 0, result.err
+    assert "64 tiles (the first 64 of 70: -n 70 shows all)" in result.out
+    assert "of 70" not in vitrio("montage", "stack.mrcs", "-n", 70, "--tile", 8, "-o", "all.png").out

@@ -215,7 +215,7 @@ def test_star_particles_labelled_with_a_column(vitrio: Run) -> None:
     assert vitrio("montage", "-o", "m.png", *args).status == 0
     pixels, labels = picture("m.png")
     rows = [0, 3, 6, 9]
-    assert labels == [str(table["rlnClassNumber"][r]) for r in rows]
+    assert labels == [f"rlnClassNumber: {table['rlnClassNumber'][r]}" for r in rows]
     for slot, row in enumerate(rows):
         np.testing.assert_array_equal(cell(pixels, slot, 2, 16, (16, 16)), tile_values(images[row], (1, 99)))
     assert vitrio("montage", "-o", "n.png", "--star", "particles.star", "-n", "2", "--tile", "16").status == 0

@@ -34,7 +34,8 @@ DESCRIPTION = (
     "Run the workloads of benchmarks/ (W1: one stack, W2: many small stacks, W3: patches "
     "of micrographs) through vitrio's batch reads and vitrio.data's DataLoader, against PyTorch's "
     "DataLoader with worker processes reading through mrcfile and against mrcfile's memory map, in "
-    "one run. Needs a clone of the repository (benchmarks/ beside src/), torch and mrcfile."
+    "one run, and print a table; --plot saves a bar chart of it. Needs torch and mrcfile (pip install "
+    "'vitrio[bench]'), and matplotlib for --plot; the benchmarks/ scripts of a clone run more workloads."
 )
 
 
@@ -49,9 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a folder of yours where the synthetic files are kept between runs "
         "(default: a fresh private one, removed at the end)",
     )
-    parser.add_argument(
-        "--plot", type=Path, default=Path("vitrio-bench.png"), help="the bar chart to save (a PNG)"
-    )
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="save a bar chart of the table here")
 
 
 @dataclass(frozen=True)
@@ -101,9 +100,11 @@ def run(args: argparse.Namespace) -> None:
     fresh private folder removed at the end.
     """
     # what it measures against and draws with: missing, the command stops before any work
-    import matplotlib  # noqa: F401
     import mrcfile  # noqa: F401
     import torch  # noqa: F401
+
+    if args.plot is not None:
+        import matplotlib  # noqa: F401
 
     preset = PRESETS["tiny" if args.tiny else "quick" if args.quick else "full"]
     with common.data_folder(args.data) as folder:
@@ -113,8 +114,8 @@ def run(args: argparse.Namespace) -> None:
         _measure(work, preset, args.plot)
 
 
-def _measure(work: common.Workloads, preset: Preset, plot: Path) -> None:
-    """Measure the workloads of `work`, print the table and save the chart to `plot`."""
+def _measure(work: common.Workloads, preset: Preset, plot: Path | None) -> None:
+    """Measure the workloads of `work`, print the table and save the chart to `plot`, if given."""
     print("vitrio: 2 threads; (a) torch DataLoader, 2 workers, mrcfile; (b) mrcfile memory map + numpy")
     print(f"{'workload':<22}{'vitrio img/s':>14}{'(a) torch':>12}{'x (a)':>8}{'(b) mmap':>12}{'x (b)':>8}")
     rng = np.random.default_rng(0)
@@ -166,5 +167,7 @@ def _measure(work: common.Workloads, preset: Preset, plot: Path) -> None:
     source = PatchSource([paths[m] for m in picks[:, 0]], picks[:, 1:], (side, side))
     result = data.measure("W3", Dataset({"image": source}), baseline, 64, preset.repeats, preset.batches)
     add(f"W3 patches {side}, data", result["ours"], result["theirs"], None)
-    _plot(rows, plot)
-    print(f"rows marked data: vitrio.data's DataLoader against (a); saved the chart to {plot}")
+    print("rows marked data: vitrio.data's DataLoader against (a)")
+    if plot is not None:
+        _plot(rows, plot)
+        print(f"saved the chart to {plot}")

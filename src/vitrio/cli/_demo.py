@@ -280,12 +280,10 @@ def _montage(
     with torch.no_grad():
         guesses = model(_standardize(torch.from_numpy(dataset[rows]["image"]))).argmax(1).numpy()
     shown = particles.iloc[rows][["rlnImageName"]].reset_index(drop=True)
-    shown["vitrioTrue"] = [
-        f"true: {KINDS[k]}{', at edge' if e else ''}" for k, e in zip(labels[rows], edge[rows])
-    ]
-    shown["vitrioPredicted"] = [f"predicted: {KINDS[g]}" for g in guesses]
+    shown["true"] = [f"{KINDS[k]}{', at edge' if e else ''}" for k, e in zip(labels[rows], edge[rows])]
+    shown["predicted"] = [KINDS[g] for g in guesses]
     write_star({"particles": shown}, out / "shown.star")
-    arguments = ["montage", "--star", str(out / "shown.star"), "--label", "vitrioTrue,vitrioPredicted"]
+    arguments = ["montage", "--star", str(out / "shown.star"), "--label", "true,predicted"]
     arguments += ["--root", str(out), "--columns", str(columns), "--tile", "128", "-n", str(len(rows))]
     draw_montage(build_parser().parse_args([*arguments, "--force", "-o", str(out / "particles.png")]))
 
@@ -366,7 +364,10 @@ def run(args: argparse.Namespace) -> None:
         )
         _montage(particles, dataset, labels, model, held_out, args.size, out)
     _curve(losses, accuracies, out / "training.png")
-    print(f"4. saved {out / 'particles.png'} and {out / 'training.png'}")
+    print(
+        f"4. saved {out / 'particles.png'} (drawn by vitrio montage from {out / 'shown.star'}: the held-out "
+        f"particles shown, with their true and predicted kinds) and {out / 'training.png'}"
+    )
     print(
         f"held-out accuracy {accuracies[-1]:.1%} after {args.epochs} epochs (chance {1 / len(KINDS):.0%}); "
         f"done in {time.perf_counter() - begin:.0f} s"

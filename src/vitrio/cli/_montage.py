@@ -26,11 +26,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 import vitrio as vio
+from vitrio.bench.montage import label_font, labelled
 from vitrio.formats import new_file, open_reader
 
 from ._common import (
@@ -43,9 +44,6 @@ from ._common import (
     folders_for,
     positive,
 )
-
-if TYPE_CHECKING:
-    from PIL import ImageFont
 
 __all__ = [
     "DESCRIPTION",
@@ -66,7 +64,6 @@ LINE_HEIGHT = 12  # pixels of a line of a label
 LABEL_MARGIN = 4  # pixels of the label's strip beside its lines
 GAP = 4  # pixels between cells
 BACKGROUND = 24  # the grey of the canvas around the tiles
-_FONT_PIXELS = 10
 _CHUNK_BYTES = 256 << 20  # the most one read of 2-D images holds at once
 _OPEN_FILES = 256  # the most files kept open while the images are read
 
@@ -253,9 +250,9 @@ def _text(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _star_tiles(args: argparse.Namespace) -> list[Tile]:
-    """The tiles of the particles a STAR file names, labelled with `--label`'s columns (one a line) or
-    `n@file`."""
+def _star_tiles(args: argparse.Namespace) -> tuple[list[Tile], int]:
+    """The tiles of the first `--count` particles a STAR file names, labelled with `--label`'s columns
+    (a line `COLUMN: value` each) or `n@file`, and how many particles it names."""
     particles = vio.data.read_particles(args.star, storage_options=args.storage_options)
     if particles.empty:
         raise CliError(f"{args.star}: lists no particles")
@@ -264,20 +261,24 @@ def _star_tiles(args: argparse.Namespace) -> list[Tile]:
             raise CliError(
                 f"{args.star}: no column {column}; it has {', '.join(map(str, particles.columns))}"
             )
-    rows = _selected(len(particles), args, str(args.star))[: args.count]
-    chosen = particles.iloc[rows]
+    rows = _selected(len(particles), args, str(args.star))
+    chosen = particles.iloc[rows[: args.count]]
     locations = vio.data.particle_locations(
         chosen, args.star, root=args.root, storage_options=args.storage_options
     )
     if args.label is None:
         labels = [f"{loc.index_in_stack + 1}@{Path(loc.key).name}" for loc in locations]
     else:
-        labels = ["\n".join(map(_text, values)) for values in zip(*(chosen[c] for c in args.label))]
-    return [Tile(label, loc.key, loc.index_in_stack) for label, loc in zip(labels, locations)]
+        labels = [
+            "\n".join(f"{column}: {_text(value)}" for column, value in zip(args.label, values))
+            for values in zip(*(chosen[c] for c in args.label))
+        ]
+    return [Tile(label, loc.key, loc.index_in_stack) for label, loc in zip(labels, locations)], len(rows)
 
 
-def plan(args: argparse.Namespace) -> list[Tile]:
-    """The tiles `args` ask for, at most `args.count`, from the headers of the files.
+def plan(args: argparse.Namespace) -> tuple[list[Tile], int]:
+    """The tiles `args` ask for, at most `args.count`, from the headers of the files, and how many
+    images they ask for before that cut.
 
     Raises:
         CliError: If nothing is named, a STAR file lists no particles or the files hold no image, an
@@ -286,12 +287,14 @@ def plan(args: argparse.Namespace) -> list[Tile]:
     """
     if not args.files and args.star is None:
         raise CliError("name image files, or a STAR file of particles with --star")
-    tiles = _star_tiles(args) if args.star is not None else []
+    tiles, total = _star_tiles(args) if args.star is not None else ([], 0)
     for path in args.files:
-        tiles += _file_tiles(path, args)
+        found = _file_tiles(path, args)
+        tiles += found
+        total += len(found)
     if not tiles:
         raise CliError(f"{', '.join(map(str, args.files))}: hold no image to show")
-    return tiles[: args.count]
+    return tiles[: args.count], total
 
 
 def fit_image(image: np.ndarray, tile: int) -> tuple[np.ndarray, float]:
@@ -397,18 +400,6 @@ def _scale_bar(canvas: np.ndarray, top: int, left: int, t: Tile) -> str:
     return _length_text(length)
 
 
-def _fit_text(text: str, width: int, font: ImageFont.FreeTypeFont) -> str:
-    """Each line of `text`, its start cut off (marked by an ellipsis) where wider than `width` pixels."""
-    lines = []
-    for line in text.split("\n"):
-        cut = line
-        while len(cut) > 1 and font.getlength(cut) > width:
-            line = line[1:]
-            cut = "…" + line
-        lines.append(cut)
-    return "\n".join(lines)
-
-
 def origin(slot: int, columns: int, size: int, lines: int) -> tuple[int, int]:
     """The top left pixel of tile `slot` of a grid of `columns`, of cells of `size` and labels of `lines`."""
     row, column = divmod(slot, columns)
@@ -457,52 +448,24 @@ def render(
     return canvas, labels, size
 
 
-def _label_font() -> ImageFont.FreeTypeFont:
-    """The font of the labels: the DejaVu Sans that comes with matplotlib, drawn by Pillow (matplotlib's
-    own dependency: the cli extra installs both)."""
-    import matplotlib
-    from PIL import ImageFont
-
-    return ImageFont.truetype(
-        str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"), _FONT_PIXELS
-    )
-
-
 def _save(
-    canvas: np.ndarray,
-    labels: list[tuple[float, float, str]],
-    size: int,
-    font: ImageFont.FreeTypeFont,
-    path: Path,
+    canvas: np.ndarray, labels: list[tuple[float, float, str]], size: int, font: Any, path: Path
 ) -> None:
-    """Write the canvas and its labels, in `font`, as a greyscale PNG at `path`, pixel for pixel.
-
-    A line of a label wider than its cell of `size` is cut short on the picture; the PNG's
-    Description lists the labels whole, one a line.
-    """
-    from PIL import Image, ImageDraw
-    from PIL.PngImagePlugin import PngInfo
-
-    image = Image.fromarray(canvas)
-    draw = ImageDraw.Draw(image)
-    for x, y, text in labels:
-        lines = _fit_text(text, size + GAP, font)
-        draw.multiline_text((x, y), lines, fill=255, font=font, anchor="mm", align="center", spacing=2)
-    info = PngInfo()
-    info.add_text("Software", f"vitrio {vio.__version__}")
-    info.add_text("Description", "\n".join(t.replace("\n", " ") for _, _, t in labels))
+    """Write the canvas and its labels (`vitrio.bench.montage.labelled`) as a PNG at `path`."""
+    image, info = labelled(canvas, labels, size + GAP, font)
     with folders_for(path), new_file(path) as partial, partial.file() as file:
         image.save(file, format="PNG", pnginfo=info)
 
 
 def run(args: argparse.Namespace) -> None:
     """Plan the tiles, read them, and write the PNG; nothing is written if a file cannot be read."""
-    font = _label_font()  # without matplotlib or Pillow, the command stops before any work
+    font = label_font()  # without matplotlib or Pillow, the command stops before any work
     check_output(args.output, args.force)
     if args.output.suffix.lower() != ".png":
         raise CliError(f"{args.output}: the picture is a PNG; name it .png")
-    tiles = plan(args)
+    tiles, total = plan(args)
     read_tiles(tiles, args.tile, args.threads, args.storage_options)
     canvas, labels, size = render(tiles, args.clip, args.columns)
     _save(canvas, labels, size, font, args.output)
-    print(f"{args.output}: {len(tiles)} tiles, {canvas.shape[1]} x {canvas.shape[0]} pixels")
+    cut = f" (the first {len(tiles)} of {total}: -n {total} shows all)" if total > len(tiles) else ""
+    print(f"{args.output}: {len(tiles)} tiles{cut}, {canvas.shape[1]} x {canvas.shape[0]} pixels")
