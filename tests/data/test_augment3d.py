@@ -135,7 +135,7 @@ def test_a_data_loader_gives_each_batch_its_own_generator_and_an_epoch_again_the
 def test_augmentations_refuse_what_is_not_a_batch_of_volumes() -> None:
     with pytest.raises(ValueError, match=r"\(rows, \.\.\., z, y, x\)"):
         vio.data.RandomFlip()(np.zeros((4, 4, 4), np.float32))
-    with pytest.raises(TypeError, match="numpy arrays, not list"):
+    with pytest.raises(TypeError, match="numpy arrays and tensors in host memory, not list"):
         vio.data.RandomFlip()([np.zeros((4, 4, 4))])
     with pytest.raises(KeyError, match="no field 'image'"):
         vio.data.RandomFlip()({"volume": volumes()})
@@ -147,3 +147,14 @@ def test_apply_draws_from_the_generator_it_is_given_as_a_step_of_a_composition()
     given = flip.apply(batch, rng=np.random.default_rng(8))
     np.testing.assert_array_equal(given, flip(batch, rng=np.random.default_rng(8)))
     np.testing.assert_array_equal(flip.apply(batch), vio.data.RandomFlip(seed=0).apply(batch))
+
+
+def test_a_tensor_in_host_memory_is_augmented_as_its_numpy_array() -> None:
+    import torch
+    batch = volumes()
+    augment = vio.data.RandomAugment(vio.data.RandomRot90(), vio.data.RandomGaussianNoise())
+    tensor = augment(torch.from_numpy(batch), rng=np.random.default_rng(4))
+    assert isinstance(tensor, torch.Tensor)
+    np.testing.assert_array_equal(tensor.numpy(), augment(batch, rng=np.random.default_rng(4)))
+    loader = vio.data.DataLoader(vio.data.Dataset({"image": batch}), 3, output="torch", transform=augment)
+    assert all(isinstance(b["image"], torch.Tensor) and b["image"].shape == (3, 5, 7, 7) for b in loader)

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ._transforms import Transform
+from ._transforms import Transform, _is_torch
 
 __all__ = [
     "Augmentation",
@@ -61,7 +61,8 @@ class Augmentation(Transform):
 
     Called with a batch (an array, or a dict whose field `field` holds one),
     and optionally `rng=`, a numpy Generator to draw from, it returns the
-    batch with the volumes transformed, as float32. A numpy array only: run it on the numpy batch,
+    batch with the volumes transformed, as float32: numpy arrays, and
+    PyTorch tensors in host memory (through numpy), so a batch is augmented
     before it goes to a GPU.
 
     Args:
@@ -88,17 +89,24 @@ class Augmentation(Transform):
         """The transform of `images`, drawn from `rng` if given, else from the augmentation's stream."""
         return self.augment(images, self._stream if rng is None else rng)
 
-    def augment(self, volumes: Any, generator: np.random.Generator) -> np.ndarray:
+    def augment(self, volumes: Any, generator: np.random.Generator) -> Any:
         """The transform of `volumes`, (rows, ..., z, y, x), its draws made from `generator`.
 
+        A PyTorch tensor in host memory is transformed through numpy, and handed back as a tensor.
+
         Raises:
-            TypeError: If `volumes` is not a numpy array.
+            TypeError: If `volumes` is neither a numpy array nor such a tensor.
             ValueError: If it has fewer than four axes.
         """
+        if _is_torch(volumes) and volumes.device.type == "cpu":
+            import torch
+
+            return torch.from_numpy(self.augment(volumes.numpy(), generator))
         if not isinstance(volumes, np.ndarray):
             raise TypeError(
-                f"{type(self).__name__} augments numpy arrays, not {type(volumes).__name__}: apply it "
-                "to the numpy batch, before it is handed to PyTorch or JAX"
+                f"{type(self).__name__} augments numpy arrays and tensors in host memory, not "
+                f"{type(volumes).__name__} on {getattr(volumes, 'device', 'its device')}: augment the "
+                "batch before it is copied to a GPU"
             )
         if volumes.ndim < 4:
             raise ValueError(f"a batch of volumes is (rows, ..., z, y, x), not of shape {volumes.shape}")
