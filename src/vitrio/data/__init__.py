@@ -42,7 +42,6 @@ Needs numpy. PyTorch and JAX are imported only to hand batches to them.
 
 from ._augment3d import (
     Augmentation,
-    RandomAugment,
     RandomBeamRotation,
     RandomFlip,
     RandomGaussianNoise,
@@ -87,7 +86,6 @@ __all__ = [
     "PathResolver",
     "PendingBatch",
     "PreparedSource",
-    "RandomAugment",
     "RandomBeamRotation",
     "RandomFlip",
     "RandomGaussianNoise",

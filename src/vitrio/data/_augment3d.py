@@ -9,9 +9,10 @@ transformed alike. What each row gets is drawn from a numpy Generator:
 transform a generator of each batch's own (seeded by the loader's seed,
 the epoch and the batch's place in it), so that an epoch's augmentations
 are the same however its batches are spread over threads, and again
-after a resume. A call without one draws from the augmentation's own
-stream, made of its `seed`. The draws of a batch are made at once, before
-any of its rows is transformed.
+after a resume; `Compose` chains them, handing each the generator it
+is given. A call without one draws from the augmentation's own stream,
+made of its `seed`. The draws of a batch are made at once, before any of
+its rows is transformed.
 
 Each says whether it keeps the missing wedge where it was. A tilt series
 tilted about y measures, in Fourier space, the planes through the ky axis
@@ -38,7 +39,6 @@ from ._transforms import Transform, _is_torch
 
 __all__ = [
     "Augmentation",
-    "RandomAugment",
     "RandomBeamRotation",
     "RandomFlip",
     "RandomGaussianNoise",
@@ -345,37 +345,3 @@ class RandomLowPass(Augmentation):
         spectrum *= mask.reshape((len(rows),) + (1,) * (volumes.ndim - 4) + radius.shape)
         out[rows] = np.fft.irfftn(spectrum, s=volumes.shape[-3:], axes=axes).astype(np.float32)
         return out
-
-
-class RandomAugment(Augmentation):
-    """Augmentations applied one after the other, all drawn from the one generator of a batch.
-
-    Args:
-        *steps: The augmentations, in order.
-        seed: What starts the stream of draws of calls without `rng`.
-        field: The field of a batch (a dict) they transform.
-
-    Raises:
-        ValueError: If there is no step, or one is not an `Augmentation`.
-    """
-
-    def __init__(self, *steps: Augmentation, seed: int | None = None, field: str = "image"):
-        super().__init__(seed=seed, field=field)
-        if not steps or not all(isinstance(step, Augmentation) for step in steps):
-            raise ValueError(f"RandomAugment takes one or more augmentations, not {steps!r}")
-        self._steps = steps
-
-    @property
-    def steps(self) -> tuple[Augmentation, ...]:
-        """The augmentations, in order."""
-        return self._steps
-
-    @property
-    def parameters(self) -> tuple:
-        """Each step, and the field."""
-        return (*self._steps, *super().parameters)
-
-    def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
-        for step in self._steps:
-            volumes = step.augment(volumes, generator)
-        return volumes
