@@ -137,8 +137,11 @@ def test_rows_of_several_locations_stack_their_images(stacks, loader):
 def test_image_source_locations_and_subset(stacks, loader):
     source = ImageSource(stacks.locations)
     locations = source.locations
-    assert isinstance(locations, np.ndarray) and locations.shape == (21,)
-    assert list(locations) == stacks.locations
+    assert locations.shape == (21,) and len(locations) == 21
+    assert list(locations) == stacks.locations and locations == stacks.locations
+    held = np.asarray(locations)
+    assert held.dtype == object and held.shape == (21,) and held.tolist() == stacks.locations
+    assert locations[-1] == stacks.locations[-1] and list(locations[2:5]) == stacks.locations[2:5]
     part = source.subset(np.array([20, 3, 3]))
     assert len(part) == 3 and list(part.locations) == [stacks.locations[i] for i in (20, 3, 3)]
     np.testing.assert_array_equal(read(part, [2, 0], loader), stacks.images[[3, 20]])

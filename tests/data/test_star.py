@@ -94,6 +94,14 @@ def test_read_star_errors_name_the_file(tmp_path: Path):
         read_star(tmp_path)
 
 
+@pytest.mark.parametrize("text", ["a list of stacks\nstack0.mrcs\n", "", "# only a comment\n"])
+def test_read_star_of_a_file_that_is_not_star_says_so_naming_it(tmp_path: Path, text: str):
+    path = tmp_path / "stacks.txt"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"^{path}: not a STAR file: it has no data_ block$"):
+        read_star(path)
+
+
 def test_star_table_takes_the_preferred_block_else_the_first_with_the_columns(tmp_path: Path):
     path = tmp_path / "x.star"
     other = MICROGRAPHS.assign(rlnCoordinateX=1.0)

@@ -105,4 +105,5 @@ def test_every_drawn_star_file_reads_as_starfile_reads_it(tmp_path_factory, text
     path.write_bytes(text)
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(vitrio.data._star_text, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(vitrio.data._star_text, "PLAIN_PART_BYTES", chunk)
         assert_read_as_starfile(path)

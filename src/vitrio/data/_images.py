@@ -2,22 +2,26 @@
 
 The locations are planned once, when the source is made, into the distinct
 keys and two integer arrays, the key and the index in its stack of every
-location. Reading a batch is then fancy indexing of those arrays, handed to
-the core's planned batch read: no Python object per row on the way.
+location; `LocationColumns` (what `particle_locations` gives) are those
+already. Reading a batch is then fancy indexing of those arrays, handed to
+the core's planned batch read, and `locations` and `subset` are views of
+them: no Python object per row on the way.
 """
 
 from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from .._concurrency import Completion
+from .._errors import PastTheEndError
 from .._functions import reader_provider
 from .._loading import ImageLoader, plan_locations, read_indexed_async
+from .._locations import LocationColumns
 from .._providers import ImageReaderProvider
 from .._types import ImageDescriptor, ImageLocation, past_the_end, section_view
 from ._source import FileSource, Pendings, describe_failure
@@ -29,8 +33,16 @@ def _is_location(item: Any) -> bool:
     return isinstance(item, (ImageLocation, str, os.PathLike))
 
 
-def _location_rows(locations: Iterable[Any]) -> tuple[list[Any], int, bool]:
+def _location_rows(locations: Iterable[Any]) -> tuple[Any, int, bool]:
     """The locations flattened row by row, how many a row has, and whether rows are rows of locations."""
+    if isinstance(locations, LocationColumns):
+        if not len(locations):
+            raise ValueError("an ImageSource needs at least one location")
+        if locations.ndim == 1:
+            return locations, 1, False
+        if locations.shape[1] == 0:
+            raise ValueError("a row of locations of an ImageSource is empty")
+        return locations.ravel(), locations.shape[1], True
     items = list(locations)
     if not items:
         raise ValueError("an ImageSource needs at least one location")
@@ -93,7 +105,11 @@ class ImageSource(FileSource):
     ):
         flat, width, multiple = _location_rows(locations)
         keys, key_ids, indices = plan_locations(flat)
-        image_shape, (first, *_) = plan_files(readers or reader_provider(), keys, key_ids, indices, check)
+        past_end = past_the_end
+        if isinstance(flat, LocationColumns) and flat.origin is not None:
+            past_end = _past_the_end_of_rows(flat, keys, key_ids, indices, width)
+        readers = readers or reader_provider()
+        image_shape, (first, *_) = plan_files(readers, keys, key_ids, indices, check, past_end)
         self._keys = keys
         self._key_ids = key_ids.reshape(-1, width)
         self._indices = indices.reshape(-1, width)
@@ -105,17 +121,16 @@ class ImageSource(FileSource):
         return len(self._key_ids)
 
     @property
-    def locations(self) -> np.ndarray:
+    def locations(self) -> LocationColumns:
         """The location of each row, as an array of ImageLocation objects.
 
-        Its shape is (rows,), or (rows, locations of a row) when rows have several.
+        Its shape is (rows,), or (rows, locations of a row) when rows have
+        several. It holds the columns of the source, and makes an
+        ImageLocation only when one is asked for (`LocationColumns`);
+        `numpy.asarray` of it is an array of objects.
         """
-        flat = np.empty(self._key_ids.size, dtype=object)
-        for i, (key_id, index) in enumerate(
-            zip(self._key_ids.ravel().tolist(), self._indices.ravel().tolist())
-        ):
-            flat[i] = ImageLocation(self._keys[key_id], index)
-        return flat.reshape(self._key_ids.shape) if self._multiple else flat
+        locations = LocationColumns(self._keys, self._key_ids, self._indices)
+        return locations if self._multiple else locations.ravel()
 
     def read_async(self, loader: ImageLoader, rows: np.ndarray, out: np.ndarray) -> Pendings:
         """Start reading the values of some rows, as Source.read_async."""
@@ -159,19 +174,42 @@ class ImageSource(FileSource):
         return f"ImageSource({len(self)} rows, {files} files, shape={self._shape}, dtype={self._dtype})"
 
 
+def _past_the_end_of_rows(
+    located: LocationColumns, keys: list[str], key_ids: np.ndarray, indices: np.ndarray, width: int
+) -> Callable[[str, int, int, bool], PastTheEndError]:
+    """The error of an index past the end of its stack that names the first row asking for it, in the
+    numbering of the metadata the locations were read from (RELION's from one)."""
+
+    def past_end(key: str, index: int, count: int, sections: bool = False) -> PastTheEndError:
+        number = keys.index(key)
+        row = int(np.flatnonzero((key_ids == number) & (indices == index))[0]) // width
+        held = f"volume of {count} sections" if sections else f"stack of {count} images"
+        first = located.counts_from
+        error = PastTheEndError(
+            f"{located.origin}: row {row} (counting from 0) names image {index + first} of {key} "
+            f"(counting from {first}), past the end of its {held}"
+        )
+        error.key = key
+        return error
+
+    return past_end
+
+
 def plan_files(
     readers: ImageReaderProvider,
     keys: list[str],
     key_ids: np.ndarray,
     indices: np.ndarray,
     check: bool = True,
+    past_end: Callable[[str, int, int, bool], Exception] = past_the_end,
 ) -> tuple[tuple[int, ...], list[ImageDescriptor]]:
     """The shape of the image a location names, and what each file holds as its locations name it.
 
     The locations are planned (`plan_locations`). An index into a single
     volume names one of its sections. Every file is asked for its shape, and
     every stack whether it holds the largest index asked of it; with `check`
-    false, only the first file is asked, for its shape.
+    false, only the first file is asked, for its shape. `past_end(key, index,
+    count, sections)` makes the error of an index past the end.
 
     Raises:
         ValueError: If two files hold images of different shapes, or a
@@ -195,6 +233,6 @@ def plan_files(
             what = "holds" if whole else "holds images of"
             raise ValueError(f"{key}: {what} shape {found}, while {keys[0]} {what} shape {shape}")
         if check and index >= indexed.image_count:
-            raise past_the_end(key, index, indexed.image_count, sections=indexed is not descriptor)
+            raise past_end(key, index, indexed.image_count, indexed is not descriptor)
         served.append(indexed)
     return shape, served

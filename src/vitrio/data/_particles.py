@@ -3,7 +3,9 @@
 `read_particles` reads either kind of file into a table; `particle_locations`
 turns its image columns (RELION's rlnImageName, cryoSPARC's blob/path and
 blob/idx) into the locations an ImageSource reads, their paths resolved the
-way the metadata means them (`PathResolver`). A table at a URL is fetched
+way the metadata means them (`PathResolver`), each distinct path once; the
+locations stay columns (`LocationColumns`: the files once, an array of their
+numbers and one of the indices), never an object a row. A table at a URL is fetched
 into a private temporary folder (no larger than a local one may be) and read
 there; its relative paths resolve against its URL.
 """
@@ -19,12 +21,13 @@ import numpy as np
 
 from .. import _native
 from .._errors import redact
-from .._remote import is_url, local_copy
-from .._types import ImageLocation
+from .._locations import LocationColumns
+from .._storage import Storage
+from .._types import ImageLocation, integer_array
 from ._cs import MAX_CS_BYTES, read_cs
 from ._paths import PathResolver
 from ._star import MAX_STAR_BYTES, read_star_particles
-from ._tables import as_columns, make_locations
+from ._tables import as_columns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,18 +56,13 @@ def read_particles(
         ValueError: If the file is not of its kind, or holds no particles.
         ModuleNotFoundError: If pandas or starfile is not installed (`pip install 'vitrio[star]'`).
     """
-    if is_url(os.fspath(path)):
-        return _read_remote(os.fspath(path), storage_options)
-    if os.fspath(path).lower().endswith(".cs"):
-        return read_cs(path)
-    return read_star_particles(path)
-
-
-def _read_remote(url: str, storage_options: Mapping[str, Any] | None) -> pd.DataFrame:
-    """The particles of the table at `url`, fetched into a private folder and read there."""
-    limit = MAX_CS_BYTES if url.lower().endswith(".cs") else MAX_STAR_BYTES
-    with local_copy(url, storage_options, limit) as local:
-        return read_particles(local)
+    key = os.fspath(path)
+    storage = Storage.of(storage_options)
+    if not storage.is_remote(key):
+        return read_cs(path) if key.lower().endswith(".cs") else read_star_particles(path)
+    limit = MAX_CS_BYTES if key.lower().endswith(".cs") else MAX_STAR_BYTES
+    with storage.local_copy(key, limit) as local:  # fetched into a private folder, read there
+        return read_cs(local) if key.lower().endswith(".cs") else read_star_particles(local)
 
 
 def particle_locations(
@@ -72,7 +70,7 @@ def particle_locations(
     metadata: str | os.PathLike[str],
     root: str | os.PathLike[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
-) -> list[ImageLocation]:
+) -> LocationColumns:
     """Where the image of each particle is, its path resolved the way the metadata means it.
 
     RELION's rlnImageName reads "index@path", the index counting from one;
@@ -92,48 +90,57 @@ def particle_locations(
             paths are then looked for beside it, at URLs (one request per distinct path).
 
     Returns:
-        The locations, a row each.
+        The locations, a row each: a sequence of `ImageLocation` held as
+        columns (each distinct file once, an array of the numbers of the
+        files and one of the indices), which `ImageSource` reads as they
+        are. An index past the end of its stack is reported naming
+        `metadata`, the row, and the image as the metadata counts it.
 
     Raises:
         ValueError: If the table has neither rlnImageName nor blob/path and
-            blob/idx, or an rlnImageName is not a location.
+            blob/idx, an rlnImageName is not a location, or a blob/idx is negative.
         FileNotFoundError: If a file is nowhere to be found, naming the paths tried.
     """
     pandas = sys.modules.get("pandas")
     columns = table if pandas is not None and isinstance(table, pandas.DataFrame) else as_columns(table)
     resolve = PathResolver(metadata, root, storage_options)
+    origin = redact(os.fspath(metadata))
     if "rlnImageName" in columns:
-        return _relion_locations(columns["rlnImageName"], resolve)
+        indices, codes, written = _relion_names(columns["rlnImageName"])
+        keys, codes = _resolved(written, codes, resolve)
+        return LocationColumns(keys, codes, indices, origin=origin, counts_from=1)
     if "blob/path" in columns and "blob/idx" in columns:
-        return make_locations(_resolved(columns["blob/path"], resolve), columns["blob/idx"])
-    raise ValueError(
-        f"{redact(str(metadata))}: the particles have neither rlnImageName nor blob/path and blob/idx"
-    )
+        indices = integer_array(columns["blob/idx"], f"{origin}: blob/idx holds integers").reshape(-1)
+        if indices.size and indices.min() < 0:
+            raise ValueError(f"{origin}: blob/idx holds a negative index, {indices.min()}")
+        codes, written = _distinct(columns["blob/path"])
+        if len(codes) != len(indices):
+            raise ValueError(f"{origin}: {len(indices)} values of blob/idx for {len(codes)} of blob/path")
+        keys, codes = _resolved(written, codes, resolve)
+        return LocationColumns(keys, codes, indices, origin=origin, counts_from=0)
+    raise ValueError(f"{origin}: the particles have neither rlnImageName nor blob/path and blob/idx")
 
 
-def _relion_locations(names: Any, resolve: PathResolver) -> list[ImageLocation]:
-    """The locations of rlnImageName's "index@path": split by the C extension where every name is one
-    of digits, `@` and a path without spaces, each distinct path resolved once, the locations made
-    in bulk; else name by name, as `ImageLocation.from_string` parses them."""
+def _relion_names(names: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Of each "index@path" of rlnImageName (or "path", a whole file), its index counting from zero
+    (-1 for a whole file) and the number of its path among the distinct paths; and those paths, in
+    the order they first appear. Split by the C extension where every name is one of digits, `@` and a
+    path without spaces, else name by name, as `ImageLocation.from_string` parses them."""
     split = _split(names)
     if split is not None:
-        indices, codes, paths = split
-        found = [resolve(path) for path in paths]
-        # as ImageLocation(found[code], index) makes them: a str key, an index of 0 or more
-        return _native.new_locations(
-            ImageLocation, ImageLocation._key, ImageLocation._index, found, codes, indices
-        )
-    locations = []
+        return split
+    paths: dict[str, int] = {}
+    codes, indices = [], []
     for text in np.asarray(names).tolist():
         written = ImageLocation.from_string(text)
-        locations.append(ImageLocation(resolve(written.key), written.index_in_stack))
-    return locations
+        codes.append(paths.setdefault(written.key, len(paths)))
+        indices.append(written.index_in_stack)
+    return np.asarray(indices, dtype=np.int64), np.asarray(codes, dtype=np.int64), list(paths)
 
 
 def _split(names: Any) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
-    """Of each "index@path" of `names`, its index counting from zero and the number of its path among
-    the distinct paths; and those paths. None if a name is not one `vitrio._native.split_image_names`
-    takes, or pyarrow is not installed."""
+    """As `_relion_names`, by `vitrio._native.split_image_names`, an Arrow chunk of names at a time (no
+    copy of them); None if a name is not one it takes, or pyarrow is not installed."""
     try:
         import pyarrow as pa
     except ModuleNotFoundError:
@@ -141,24 +148,48 @@ def _split(names: Any) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
     try:
         texts = pa.array(names)
         texts = pa.chunked_array([texts]) if isinstance(texts, pa.Array) else texts
-        texts = texts.cast(pa.large_string()).combine_chunks()
+        texts = texts.cast(pa.large_string())
     except (pa.ArrowException, TypeError, ValueError):
         return None
     if texts.null_count:
         return None
-    _, offsets, data = texts.buffers()
-    offsets = np.frombuffer(offsets, np.int64)[texts.offset : texts.offset + len(texts) + 1]
     indices, codes = np.empty(len(texts), np.int64), np.empty(len(texts), np.int64)
-    paths = _native.split_image_names(offsets, data or b"", indices, codes)
-    return None if paths is None else (indices, codes, paths)
+    numbers: dict[str, int] = {}
+    start = 0
+    for chunk in texts.chunks:
+        if not len(chunk):
+            continue
+        _, offsets, data = chunk.buffers()
+        offsets = np.frombuffer(offsets, np.int64)[chunk.offset : chunk.offset + len(chunk) + 1]
+        stop = start + len(chunk)
+        paths = _native.split_image_names(offsets, data or b"", indices[start:stop], codes[start:stop])
+        if paths is None:
+            return None
+        renumbered = np.asarray([numbers.setdefault(path, len(numbers)) for path in paths], np.int64)
+        if (renumbered != np.arange(len(paths))).any():  # a path of an earlier chunk
+            codes[start:stop] = renumbered[codes[start:stop]]
+        start = stop
+    return indices, codes, list(numbers)
 
 
-def _resolved(paths: Any, resolve: PathResolver) -> list[str]:
-    """Each of `paths` resolved, each distinct one once."""
+def _distinct(paths: Any) -> tuple[np.ndarray, list[Any]]:
+    """The number of each of `paths` among the distinct ones, and those, in the order they first appear
+    (in sorted order where pandas is not installed)."""
     try:
         import pandas as pd
     except ModuleNotFoundError:
-        return [resolve(path) for path in np.asarray(paths).tolist()]
-    codes, distinct = pd.factorize(np.asarray(paths) if not isinstance(paths, pd.Series) else paths)
-    found = np.array([resolve(path) for path in distinct.tolist()] or [""], dtype=object)
-    return found[codes].tolist()
+        distinct, codes = np.unique(np.asarray(paths).reshape(-1), return_inverse=True)
+        return codes.astype(np.int64), distinct.tolist()
+    codes, distinct = pd.factorize(paths if isinstance(paths, pd.Series) else np.asarray(paths).reshape(-1))
+    return codes.astype(np.int64, copy=False), list(distinct.tolist())
+
+
+def _resolved(written: list[Any], codes: np.ndarray, resolve: PathResolver) -> tuple[list[str], np.ndarray]:
+    """The files the distinct paths `written` mean, each once, and the number of each row's file among
+    them, given `codes`, the number of each row's path in `written`: two paths may mean one file."""
+    found = [resolve(path) for path in written]
+    keys = list(dict.fromkeys(found))
+    if len(keys) == len(found):
+        return keys, codes
+    numbers = {key: number for number, key in enumerate(keys)}
+    return keys, np.asarray([numbers[key] for key in found], dtype=np.int64)[codes]

@@ -46,8 +46,9 @@ def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
         FileNotFoundError: If there is no file at `path`.
         IsADirectoryError: If `path` is a directory.
         OSError: If it is not a regular file (a FIFO, a device: never waited on).
-        ValueError: If the file cannot be parsed as a STAR file (a row of a loop with more or fewer
-            values than it has columns, naming the line), or is larger than `MAX_STAR_BYTES`.
+        ValueError: If the file is not a STAR file (it has no data_ block), cannot be parsed as one (a
+            row of a loop with more or fewer values than it has columns, naming the line), or is larger
+            than `MAX_STAR_BYTES`.
         ModuleNotFoundError: If pandas is not installed (`pip install 'vitrio[star]'`).
     """
     try:
@@ -57,6 +58,8 @@ def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
 
     with open_named(path, "a STAR file") as file:
         blocks = parse_star(path, file, MAX_STAR_BYTES)
+    if not blocks:
+        raise ValueError(f"{path}: not a STAR file: it has no data_ block")
     return {
         name: block if isinstance(block, pd.DataFrame) else pd.DataFrame([block])
         for name, block in blocks.items()

@@ -5,7 +5,10 @@ loops (block names, column names, single values) are taken one by one. The
 rows of a loop, nearly all of the file, are read by the C extension where
 they are plain (`vitrio._native.star_scan`: printable ASCII, no quotes, each
 column all integers, all numbers or all text), numbers straight into arrays
-and text into Arrow strings, as pandas would make them. Other rows go to
+and text into Arrow strings, as pandas would make them: a part of
+`PLAIN_PART_BYTES` at a time, read into memory let go of once its rows are
+in the table, so that the rows cost the table and not the table and the
+file (a map's pages read stay in the process's memory until it is unmapped). Other rows go to
 pandas' C parser a chunk of lines at a time, values split at spaces and
 tabs, a `'` read as `"` (so `'a b'` is one value), a `#` starting a comment
 (after spaces too), `nan` and `<NA>` NaN, a column numbers only where every
@@ -42,6 +45,12 @@ MAX_LOOP_COLUMNS = 65536
 PLAIN_ROWS = True
 """Whether plain rows are read by the C extension (False: by pandas, as all others; for tests)."""
 
+PLAIN_PART_BYTES = 64 << 20
+"""How much of a loop's plain rows the C extension is given at once (whole lines, more if one is longer)."""
+
+_TAIL = 1 << 16
+"""How much of the end of a part is searched for its last line end (a part of a longer line is read again)."""
+
 
 _LINE_END = re.compile(b"\n")
 
@@ -50,9 +59,14 @@ class _Lines:
     """The text of a file, taken a line or a chunk of whole lines at a time, counting its lines; a UTF-8
     byte order mark at its start is skipped, as Python's text files (starfile's) skip it."""
 
-    def __init__(self, text: Buffer):
+    def __init__(self, text: Buffer, file: BinaryIO, path: str | os.PathLike[str]):
         self.text = text
         """The text: bytes, or a map of the file."""
+        self.file = file
+        """The file open, whose bytes `text` holds from its start."""
+        self.path = path
+        """The file's path, to name in errors."""
+        self._part = np.empty(0, np.uint8)
         self._view = memoryview(text)
         self.position = len(codecs.BOM_UTF8) if self._view[: len(codecs.BOM_UTF8)] == codecs.BOM_UTF8 else 0
         """Where the next line starts."""
@@ -62,6 +76,9 @@ class _Lines:
     def _line_end(self, start: int) -> int:
         found = _LINE_END.search(self.text, start)  # type: ignore[call-overload]
         return len(self._view) if found is None else found.start()
+
+    def __len__(self) -> int:
+        return len(self._view)
 
     def peek(self) -> bytes | None:
         """The next line, without its line end, stripped; None at the end of the file."""
@@ -85,6 +102,30 @@ class _Lines:
         text = bytes(self._view[self.position : end])
         self.take(end, text.count(b"\n"))
         return text
+
+    def part(self, start: int) -> memoryview:
+        """The whole lines of the file from `start`, about `PLAIN_PART_BYTES` of them, read from the file
+        into memory of their own, the same for each part (a part stays valid until the next is read);
+        empty at the end of the text.
+
+        Raises:
+            ValueError: If the file is shorter than the text.
+        """
+        want, size = PLAIN_PART_BYTES, len(self)
+        while True:
+            want = min(want, size - start)
+            if len(self._part) < want:
+                self._part = np.empty(want, np.uint8)
+            read = memoryview(self._part)[:want]
+            if os.preadv(self.file.fileno(), [read], start) < want:
+                raise ValueError(f"{self.path}: the file was cut short while it was read")
+            if start + want == size:
+                return read
+            searched = max(want - _TAIL, 0)
+            last = bytes(read[searched:]).rfind(b"\n")
+            if last >= 0:
+                return read[: searched + last + 1]
+            want *= 2  # a line longer than what is searched
 
     def give_back(self, text: bytes) -> None:
         """Put back the end of the last chunk, `text`, to be taken again."""
@@ -120,7 +161,7 @@ def parse_star(
             is larger than `limit` or cut short while it is read.
     """
     text = _mapped(path, file, limit)
-    lines = _Lines(text)
+    lines = _Lines(text, file, path)
     blocks: dict[str, Any] = {}
     line = lines.peek()
     while line is not None:
@@ -198,8 +239,9 @@ def _loop(path: str | os.PathLike[str], lines: _Lines, name: str) -> pd.DataFram
 
 
 def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
-    """The rows of a loop read by `vitrio._native.star_scan` and `star_fill`, as pandas reads them; None
-    if they are not plain, or pandas does not hold text in Arrow strings (pyarrow missing)."""
+    """The rows of a loop read by `vitrio._native.star_scan` and `star_fill`, as pandas reads them, a part
+    of the file at a time; None if they are not plain, or pandas does not hold text in Arrow strings
+    (pyarrow missing)."""
     import pandas as pd
 
     strings = pd.Series(["text"]).dtype
@@ -207,28 +249,58 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
         return None
     import pyarrow as pa
 
-    found = _native.star_scan(lines.text, lines.position, len(names))
-    if found is None:
+    parts: list[tuple[bytes, list[Any]]] = []
+    position, line_ends = lines.position, 0
+    while position < len(lines):
+        text = lines.part(position)
+        found = _native.star_scan(text, 0, len(names))
+        if found is None:
+            if parts and _NO_ROWS.match(text):  # the loop ended where this part starts
+                break
+            return None
+        end, _, ends, kinds, sizes, half = found
+        outs = [
+            (np.empty(found[1] + 1, np.int64), np.empty(size, np.uint8))
+            if kind == ord("t")
+            else np.empty(found[1], np.int64 if kind == ord("i") else np.float64)
+            for kind, size in zip(kinds, sizes)
+        ]
+        try:
+            _native.star_fill(text, 0, end, kinds, tuple(outs), half)
+        except ValueError:  # a value of a column of numbers is not one (1.2.3), or of more than 127 bytes
+            return None
+        parts.append((kinds, outs))
+        position, line_ends = position + end, line_ends + ends
+        if end < len(text):  # a block starts
+            break
+    if not parts:
         return None
-    end, rows, line_ends, kinds, sizes, half = found
-    outs = tuple(
-        (np.empty(rows + 1, np.int64), np.empty(size, np.uint8))
-        if kind == ord("t")
-        else np.empty(rows, np.int64 if kind == ord("i") else np.float64)
-        for kind, size in zip(kinds, sizes)
-    )
-    try:
-        _native.star_fill(lines.text, lines.position, end, kinds, outs, half)
-    except ValueError:  # a value of a column of numbers is not one (1.2.3), or of more than 127 bytes
-        return None
-    lines.take(end, line_ends)
     columns: dict[str, Any] = {}
-    for column, out in zip(names, outs):
-        if isinstance(out, tuple):
-            text = pa.LargeStringArray.from_buffers(rows, pa.py_buffer(out[0]), pa.py_buffer(out[1]))
-            out = pd.arrays.ArrowStringArray(pa.chunked_array([text]), dtype=strings)
-        columns[column] = out
+    for number, column in enumerate(names):
+        kinds = {part_kinds[number] for part_kinds, _ in parts}
+        values = [outs[number] for _, outs in parts]
+        if kinds == {ord("t")}:
+            texts = [
+                pa.LargeStringArray.from_buffers(len(o) - 1, pa.py_buffer(o), pa.py_buffer(d))
+                for o, d in values
+            ]
+            columns[column] = pd.arrays.ArrowStringArray(pa.chunked_array(texts), dtype=strings)
+        elif ord("t") in kinds:  # numbers in one part, text in another: as pandas reads the whole column
+            return None
+        else:  # integers in one part and other numbers in another are all numbers
+            columns[column] = (
+                values[0]
+                if len(values) == 1
+                else np.concatenate(values, dtype=values[0].dtype if len(kinds) == 1 else np.float64)
+            )
+        for _, outs in parts:
+            outs[number] = None
+    lines.take(position, line_ends)
     return pd.DataFrame(columns, copy=False)
+
+
+_NO_ROWS = re.compile(rb"(?:[ \t\r\v\f]*(?:#[^\n]*)?\n)*[ \t\r\v\f]*(?:data_|\Z)")
+"""Text of no row of a loop before the line that starts a block, or its end: blank lines and comments."""
 
 
 def _parsed_rows(path: str | os.PathLike[str], lines: _Lines, name: str, names: list[str]) -> pd.DataFrame:
