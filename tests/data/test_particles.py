@@ -17,6 +17,7 @@ import starfile
 import vitrio as vio
 from vitrio.data import (
     PathResolver,
+    as_columns,
     particle_locations,
     read_cs,
     read_particles,
@@ -187,7 +188,7 @@ def test_cryosparc_particles_with_project_paths_and_bytes(tmp_path: Path):
     assert particles["blob/path"][0] == ">Extract/job007/Movies/b.mrcs"
     assert particles["uid"].dtype == np.uint64 and particles["uid"][0] == 2**63
     assert particles["blob/psize_A"].tolist() == pytest.approx([1.06] * 3)
-    assert particles["blob/shape"][0].tolist() == [16, 16]
+    assert as_columns(particles)["blob/shape"].tolist() == [[16, 16]] * 3
     assert particles["ctf/df1_A"].tolist() == pytest.approx([9000, 12000, 15000])
     located = particle_locations(particles, cs)
     images = _read(located)

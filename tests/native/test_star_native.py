@@ -1,7 +1,7 @@
 """The C extension's STAR reading against the general parser: the rows of loops (star_scan, star_fill)
-give the tables pandas gives or are left to it, RELION's image names split (split_image_names) as
-`ImageLocation.from_string` parses them, and locations made in bulk (new_locations) equal to those
-made one by one; each function refuses what does not fit instead of reading or writing past it."""
+give the tables pandas gives or are left to it, and RELION's image names split (split_image_names) as
+`ImageLocation.from_string` parses them; each function refuses what does not fit instead of reading or
+writing past it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import vitrio.data._star_text as star_text
 from vitrio import ImageLocation, _native
+from vitrio._locations import LocationColumns
 from vitrio.data import _particles
 
 _DIGITS = st.text("0123456789", min_size=1, max_size=22)
@@ -256,9 +257,7 @@ def test_image_names_split_as_one_by_one(names: list[str]):
         return
     assert expected is not None
     indices, codes, paths = split
-    made = _native.new_locations(
-        ImageLocation, ImageLocation._key, ImageLocation._index, paths, codes, indices
-    )
+    made = list(LocationColumns(paths, codes, indices))
     assert made == expected
     assert [(m.key, m.index_in_stack) for m in made] == [(e.key, e.index_in_stack) for e in expected]
     assert len(set(paths)) == len(paths)
@@ -274,39 +273,10 @@ def test_plain_image_names_are_split_by_the_extension():
     )
 
 
-def test_split_image_names_and_new_locations_refuse_what_does_not_fit():
+def test_split_image_names_refuses_what_does_not_fit():
     data = b"1@a2@b"
     out = np.empty(2, np.int64), np.empty(2, np.int64)
     for offsets in ([0, 3, 7], [0, 4, 3], [-1, 3, 6], [0, 3]):
         with pytest.raises(ValueError):
             _native.split_image_names(np.array(offsets, np.int64), data, *out)
     assert _native.split_image_names(np.array([0, 3, 6], np.int64), data, *out) == ["a", "b"]
-    ids, indices = np.array([0, 1], np.int64), np.array([0, 5], np.int64)
-    slots = (ImageLocation, ImageLocation._key, ImageLocation._index)
-    assert _native.new_locations(*slots, ["a", "b"], ids, indices) == [
-        ImageLocation("a", 0),
-        ImageLocation("b", 5),
-    ]
-    for keys, key_ids, at in (
-        (["a"], ids, indices),
-        (["a", 2], ids, indices),
-        (["a", "b"], ids, np.array([0, -2], np.int64)),
-        (["a", "b"], ids, indices[:1]),
-    ):
-        with pytest.raises(ValueError):
-            _native.new_locations(*slots, keys, key_ids, at)
-
-    class Other:
-        __slots__ = ("x",)
-
-    with pytest.raises(TypeError):
-        _native.new_locations(ImageLocation, Other.x, ImageLocation._index, ["a", "b"], ids, indices)
-
-    class Made:
-        __slots__ = ("_key", "_index")
-
-        def __new__(cls):
-            raise AssertionError
-
-    with pytest.raises(ValueError):
-        _native.new_locations(Made, Made._key, Made._index, ["a", "b"], ids, indices)

@@ -31,7 +31,9 @@ def as_columns(table: Any) -> dict[str, np.ndarray]:
 
     Returns:
         The columns by name, in the order of the table. Each holds a row of
-        the table at each index of its first axis.
+        the table at each index of its first axis: a column of fixed-size
+        lists (a field of several values a row, as `read_cs` reads them) is
+        an array of an axis more, without a copy where it is one buffer.
 
     Raises:
         TypeError: If table is none of the above.
@@ -39,7 +41,7 @@ def as_columns(table: Any) -> dict[str, np.ndarray]:
     """
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(table, pandas.DataFrame):
-        columns = {str(name): column.to_numpy() for name, column in table.items()}
+        columns = {str(name): _column_array(column) for name, column in table.items()}
     elif isinstance(table, Mapping):
         columns = {str(name): np.asarray(column) for name, column in table.items()}
     elif isinstance(table, np.ndarray) and table.dtype.names is not None:
@@ -56,6 +58,27 @@ def as_columns(table: Any) -> dict[str, np.ndarray]:
     if len(set(lengths.values())) > 1:
         raise ValueError(f"the columns are not all as long: {lengths}")
     return columns
+
+
+def _column_array(column: Any) -> np.ndarray:
+    """A column of a DataFrame as an array: fixed-size lists (of Arrow) as an axis more each."""
+    import pandas as pd
+
+    dtype = column.dtype
+    if not isinstance(dtype, pd.ArrowDtype):
+        return column.to_numpy()
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_fixed_size_list(dtype.pyarrow_dtype) or column.hasnans:
+        return column.to_numpy()
+    values, extents = pa.array(column.array), []
+    while pa.types.is_fixed_size_list(values.type):
+        extents.append(values.type.list_size)
+        values = pc.list_flatten(values)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return values.to_numpy(zero_copy_only=False).reshape(len(column), *extents)
 
 
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")

@@ -1,5 +1,5 @@
-/* RELION's image names, and locations made in bulk, for vitrio/data/_particles.py, which owns their
- * use; they have no constants of the interface.
+/* RELION's image names split, for vitrio/data/_particles.py, which owns their use; they have no
+ * constants of the interface.
  *
  *   split_image_names(offsets, data, indices, codes) -> None | list[str]
  *     Splits the names "index@path" of an Arrow string array (int64 `offsets`, rows + 1 of them, into
@@ -7,11 +7,7 @@
  *     number of its path among the distinct paths, written into `codes` (int64); returns the distinct
  *     paths, in the order they first appear. None if a name is not of 1 to 18 digits, `@` and a path
  *     of printable ASCII, or an index is 0: the general parser says what is wrong.
- *
- *   new_locations(cls, key_slot, index_slot, keys, key_ids, indices) -> list
- *     Objects of `cls` (a class whose instances object.__new__ makes), one per row, made without
- *     calling __init__: `key_slot` (a slot's descriptor) set to keys[key_ids[i]] (str), `index_slot`
- *     to indices[i] (int64, -1 or more): how ImageLocation keeps its key and index.
+
  */
 #include "native.h"
 
@@ -118,46 +114,5 @@ PyObject *vitrio_split_image_names(PyObject *self, PyObject *args) {
     free(codes.firsts), free(codes.table);
 done:
     vitrio_release_views((Py_buffer *const[]){&offsets, &data, &indices, &out, NULL});
-    return result;
-}
-
-PyObject *vitrio_new_locations(PyObject *self, PyObject *args) {
-    PyObject *cls, *key_slot, *index_slot, *keys, *result = NULL;
-    Py_buffer ids = {0}, indices = {0};
-    if (!PyArg_ParseTuple(args, "O!OOO!y*y*:new_locations", &PyType_Type, &cls, &key_slot, &index_slot,
-                          &PyList_Type, &keys, &ids, &indices))
-        return NULL;
-    PyTypeObject *type = (PyTypeObject *)cls;
-    descrsetfunc set_key = PyType_GetSlot(Py_TYPE(key_slot), Py_tp_descr_set);
-    descrsetfunc set_index = PyType_GetSlot(Py_TYPE(index_slot), Py_tp_descr_set);
-    allocfunc alloc = PyType_GetSlot(type, Py_tp_alloc);
-    Py_ssize_t rows = ids.len / 8, count = PyList_Size(keys);
-    const int64_t *id = (const int64_t *)ids.buf, *index = (const int64_t *)indices.buf;
-    int ok = set_key != NULL && set_index != NULL && alloc != NULL &&
-             PyType_GetSlot(type, Py_tp_new) == PyType_GetSlot(&PyBaseObject_Type, Py_tp_new) &&
-             ids.len % 8 == 0 && indices.len == ids.len;
-    for (Py_ssize_t row = 0; ok && row < rows; row++) ok = id[row] >= 0 && id[row] < count && index[row] >= -1;
-    for (Py_ssize_t key = 0; ok && key < count; key++) ok = PyUnicode_Check(PyList_GetItem(keys, key));
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "cls is made by object.__new__, the slots are descriptors, keys are "
-                                          "str, key_ids number them, as many as indices (-1 or more), int64");
-        goto done;
-    }
-    if ((result = PyList_New(rows)) == NULL) goto done;
-    int collecting = PyGC_Disable(); /* else each few hundred objects made walk those made before */
-    for (Py_ssize_t row = 0; row < rows; row++) {
-        PyObject *made = alloc(type, 0), *number = PyLong_FromLongLong(index[row]);
-        int failed = made == NULL || number == NULL || set_key(key_slot, made, PyList_GetItem(keys, id[row])) < 0 ||
-                     set_index(index_slot, made, number) < 0;
-        Py_XDECREF(number);
-        if (failed || PyList_SetItem(result, row, made) < 0) {
-            if (failed) Py_XDECREF(made);
-            Py_CLEAR(result);
-            break;
-        }
-    }
-    if (collecting) PyGC_Enable();
-done:
-    vitrio_release_views((Py_buffer *const[]){&ids, &indices, NULL});
     return result;
 }

@@ -8,8 +8,8 @@
  * - conversions of values and crops of patches (convert, crop, simd): convert.c;
  * - batch reads of raw images (read_runs, advise): runs.c;
  * - the plain rows of the loops of STAR files (star_scan, star_fill): star.c;
- * - RELION's image names split (split_image_names) and locations made in bulk (new_locations):
- *   image_names.c.
+ * - RELION's image names split (split_image_names): image_names.c;
+ * - LZ4 blocks decoded (lz4_decode): lz4.c.
  *
  * The numbers of the interface (kinds, statuses, the fields of rows) are the module's constants,
  * named as in the comments of those files (native.h defines them); vitrio/_native.pyi types the
@@ -36,7 +36,7 @@ static PyMethodDef methods[] = {
     {"star_scan", vitrio_star_scan, METH_VARARGS, "Find the end, rows and kinds of columns of the plain rows of a STAR loop."},
     {"star_fill", vitrio_star_fill, METH_VARARGS, "Write the values of the plain rows of a STAR loop into arrays."},
     {"split_image_names", vitrio_split_image_names, METH_VARARGS, "Split RELION's index@path names into indices and paths."},
-    {"new_locations", vitrio_new_locations, METH_VARARGS, "Make locations of keys and indices without calling __init__."},
+    {"lz4_decode", vitrio_lz4_decode, METH_VARARGS, "Decode an LZ4 block into a buffer it fills."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -68,7 +68,9 @@ PyObject *vitrio_star_fill(PyObject *self, PyObject *args);
 
 /* image_names.c */
 PyObject *vitrio_split_image_names(PyObject *self, PyObject *args);
-PyObject *vitrio_new_locations(PyObject *self, PyObject *args);
+
+/* lz4.c */
+PyObject *vitrio_lz4_decode(PyObject *self, PyObject *args);
 
 /* module.c */
 void vitrio_release_views(Py_buffer *const *views);
