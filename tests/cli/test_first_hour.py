@@ -140,11 +140,26 @@ def test_a_key_at_a_url_without_its_extra_names_the_extra():
     assert "s3://bucket/tomogram.mrc" in line and "pip install 'vitrio[remote]'" in line, line
 
 
-def test_a_url_that_cannot_be_reached_is_one_line_naming_it(vitrio):
-    url = "http://127.0.0.1:9/tomogram.mrc"  # the discard port: nothing listens
-    for command in (["info", url], ["convert", url, "out.mrc"]):
+def test_a_url_that_cannot_be_reached_is_one_line_naming_it(vitrio, tmp_path: Path):
+    url = "http://127.0.0.1:9/data"  # the discard port: nothing listens
+    for command in (
+        ["info", f"{url}/tomogram.mrc"],
+        ["convert", f"{url}/tomogram.mrc", tmp_path / "out.mrc"],
+        ["montage", f"{url}/tomogram.mrc", "-o", tmp_path / "m.png"],
+        ["montage", "--star", f"{url}/particles.star", "-o", tmp_path / "m.png"],
+        ["extract", "--micrographs", f"{url}/m.star", "--coordinates", f"{url}/c.star", "--box-size", 8,
+         "-o", tmp_path / "p.star"],
+        ["fractionate", f"{url}/movie.eer", "--fractions", 2, "-o", tmp_path / "f.mrc"],
+    ):  # fmt: skip
         result = vitrio(*command)
-        assert_fails(result, url)
+        assert_fails(result, url, "cannot connect")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_names_every_format(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "OME-Zarr" in capsys.readouterr().out
 
 
 def test_cryovit_data_without_its_extra_names_the_extra():

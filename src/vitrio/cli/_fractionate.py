@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from ._common import (
     check_output,
     data_type,
     describe_briefly,
+    file_or_url,
     folders_for,
     positive,
     positive_number,
@@ -41,11 +43,13 @@ def grouping_path(output: Path) -> Path:
     return output.with_suffix(".fractions.txt")
 
 
-def write_grouping(movie: Path, output: Path, fractionation: vio.DetectorEventFractionation) -> None:
-    """Write the frames and dose of each fraction of `movie`, cut by dose, at `grouping_path(output)`."""
+def write_grouping(movie: Path | str, output: Path, fractionation: vio.DetectorEventFractionation) -> None:
+    """Write the frames and dose of each fraction of `movie` (a path or URL), cut by dose, at
+    `grouping_path(output)`."""
     frames = vio.query_descriptor(movie).extents[0]
     dose = fractionation.frame_dose(frames)
-    lines = [f"# {movie.name}: {frames} frames of {dose:.6g} e/Å²", "fraction\tfirst_frame\tframes\tdose"]
+    name = PurePosixPath(urlsplit(str(movie)).path).name
+    lines = [f"# {name}: {frames} frames of {dose:.6g} e/Å²", "fraction\tfirst_frame\tframes\tdose"]
     for fraction in range(fractionation.count_for(frames)):
         first = fractionation.get_fraction_begin(fraction, frames)
         count = fractionation.get_fraction_begin(fraction + 1, frames) - first
@@ -56,7 +60,7 @@ def write_grouping(movie: Path, output: Path, fractionation: vio.DetectorEventFr
 
 
 def fractionate(
-    movie: Path,
+    movie: Path | str,
     output: Path,
     fractions: int | vio.DetectorEventFractionation,
     binning: int = 1,
@@ -65,7 +69,7 @@ def fractionate(
     data_type: np.dtype | None = None,
     force: bool = False,
 ) -> vio.ImageDescriptor:
-    """Render the EER movie at `movie` into `fractions` images and write them to `output`.
+    """Render the EER movie at `movie` (a path or URL) into `fractions` images and write them to `output`.
 
     Cut by dose, the grouping of frames is written beside it (`write_grouping`).
 
@@ -106,7 +110,7 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `vitrio fractionate`."""
-    parser.add_argument("input", type=Path, nargs="+", metavar="MOVIE", help="the EER files")
+    parser.add_argument("input", type=file_or_url, nargs="+", metavar="MOVIE", help="the EER files (or URLs)")
     count = parser.add_mutually_exclusive_group(required=True)
     count.add_argument("--fractions", type=positive, help="how many images to make")
     count.add_argument(
@@ -158,7 +162,7 @@ def run(args: argparse.Namespace) -> None:
             gain = None if args.gain is None else Path(os.path.abspath(args.gain))
             jobs = [
                 (
-                    Path(os.path.abspath(movie)),
+                    movie if isinstance(movie, str) else Path(os.path.abspath(movie)),
                     Path(os.path.abspath(output)),
                     *options[:3],
                     gain,
