@@ -11,7 +11,7 @@ from typing import Any
 import h5py
 
 import vitrio as vio
-from vitrio.formats import FormatError, open_readonly
+from vitrio.formats import ByteSource, FormatError, open_readonly
 
 _H5PY_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, SystemError)
 """What h5py raises for a malformed file: libhdf5's errors, as whichever of these it maps them to, and
@@ -29,14 +29,14 @@ def malformed(key: str) -> Iterator[None]:
         raise FormatError(f"{key}: malformed HDF5 file: {error}") from error
 
 
-def open_file(key: str, fd: int) -> h5py.File:
-    """The HDF5 file open at ``fd``, read through that descriptor and never opened again by its path.
+def open_file(key: str, source: ByteSource) -> h5py.File:
+    """The HDF5 file whose bytes ``source`` reads, read through it and never opened again by its path.
 
     Raises:
         FormatError: If it is not a readable HDF5 file.
     """
     try:
-        return h5py.File(open(fd, "rb", closefd=False), "r")  # noqa: SIM115 - the reader owns the descriptor
+        return h5py.File(source.open_blocks(), "r")
     except _H5PY_ERRORS as error:
         raise FormatError(f"{key}: not a readable HDF5 file: {error}") from error
 

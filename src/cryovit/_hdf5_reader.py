@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import h5py
 import numpy as np
 
 import vitrio as vio
-from vitrio.formats import ImageReader
+from vitrio.formats import ByteSource, ImageReader
 
 from ._hdf5_chunks import CompressedChunks, is_compressed
 from ._hdf5_file import malformed
@@ -22,10 +21,15 @@ class Hdf5DatasetReader(ImageReader):
     """
 
     def __init__(
-        self, key: str, fd: int, file: h5py.File, dataset: h5py.Dataset, descriptor: vio.ImageDescriptor
+        self,
+        key: str,
+        source: ByteSource,
+        file: h5py.File,
+        dataset: h5py.Dataset,
+        descriptor: vio.ImageDescriptor,
     ):
         super().__init__(key, descriptor)
-        self._fd = fd  # owned as the format contract says; h5py reads through a handle of its own
+        self._source = source  # owned as the format contract says; h5py reads through a file object over it
         self._file = file
         self._dataset = dataset
         self._whole = tuple(slice(None) for _ in descriptor.core_extents)
@@ -60,6 +64,4 @@ class Hdf5DatasetReader(ImageReader):
         if self._compressed is not None:
             self._compressed.clear()
         self._file.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._source.close()

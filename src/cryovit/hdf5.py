@@ -40,7 +40,7 @@ import h5py
 import numpy as np
 
 import vitrio as vio
-from vitrio.formats import FormatError, ImageReader, RawArrayReader, new_file
+from vitrio.formats import ByteSource, FormatError, ImageReader, RawArrayReader, new_file
 
 from ._hdf5_chunks import CHUNK_CACHE, DECODE_FACTOR, DECODE_FLOOR, MAX_RATIO
 from ._hdf5_file import image_descriptor, link_kind, malformed, open_file, regular_file, stored_dataset
@@ -79,21 +79,21 @@ class Hdf5Format(vio.Format):
         return head.startswith(_MAGIC) or extension in cls.read_extensions
 
     @classmethod
-    def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
-        file = open_file(key, fd)
+    def open(cls, key: str, source: ByteSource, head: bytes) -> ImageReader:
+        file = open_file(key, source)
         try:
             with malformed(key):
                 dataset = stored_dataset(key, file, cls.dataset)
                 descriptor = image_descriptor(key, cls.dataset, dataset)
                 offset = dataset.id.get_offset() if dataset.chunks is None else None
                 if offset is None:
-                    return Hdf5DatasetReader(key, fd, file, dataset, descriptor)
+                    return Hdf5DatasetReader(key, source, file, dataset, descriptor)
                 file_dtype = dataset.dtype
         except BaseException:
             file.close()
             raise
         file.close()
-        return RawArrayReader(key, fd, descriptor, file_dtype, offset)
+        return RawArrayReader(key, source, descriptor, file_dtype, offset)
 
 
 @functools.cache

@@ -60,7 +60,10 @@ __all__ = [
     "open_binary",
     "pread",
     "read_many",
+    "client_options",
     "http_options",
+    "is_http",
+    "missing_backend",
 ]
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
@@ -123,7 +126,7 @@ class RemoteFile:
         try:
             import fsspec
         except ImportError:
-            raise _missing_backend(url) from None
+            raise missing_backend(url) from None
 
         self.url = self.key = url
         limits = configuration if configuration is not None else _config.configuration()
@@ -134,23 +137,14 @@ class RemoteFile:
             limits.remote_timeout,
         )
         self.connect_timeout = limits.remote_connect_timeout
-        options = dict(storage_options or {})
-        self.http = url.lower().startswith(("http://", "https://"))
-        s3 = url.lower().startswith(("s3://", "s3a://"))
-        if self.http:
-            options = http_options(options, self.timeout, self.connect_timeout)
-        elif s3:  # botocore keeps 10 connections, waits a minute and asks again unless told
-            config = dict(options.get("config_kwargs", {}))
-            config.setdefault("max_pool_connections", limits.remote_connections)
-            config.setdefault("connect_timeout", self.connect_timeout)
-            config.setdefault("read_timeout", self.timeout)
-            config.setdefault("retries", {"total_max_attempts": 1})
-            options["config_kwargs"] = config
+        self.http = is_http(url)
         try:
-            self.fs, self.path = fsspec.core.url_to_fs(url, **options)
+            self.fs, self.path = fsspec.core.url_to_fs(
+                url, **client_options(url, storage_options or {}, limits)
+            )
         except ImportError:
-            raise _missing_backend(url) from None
-        if s3:
+            raise missing_backend(url) from None
+        if _is_s3(url):
             self.fs.retries = 1  # s3fs asks again 5 times unless told; `attempts` count them here
         try:
             info = self._retried(self._info, "")
@@ -331,6 +325,33 @@ class _Redirected(PermissionError):
 _IDENTITY = {"Accept-Encoding": "identity"}
 
 
+def is_http(url: str) -> bool:
+    """Whether the URL `url` is read over HTTP (`http://`, `https://`), by fsspec's HTTP filesystem."""
+    return url.lower().startswith(("http://", "https://"))
+
+
+def _is_s3(url: str) -> bool:
+    return url.lower().startswith(("s3://", "s3a://"))
+
+
+def client_options(url: str, options: Mapping[str, Any], configuration: Configuration) -> dict[str, Any]:
+    """fsspec's `options` for `url` as vitrio reaches it, bounded by `configuration`: over HTTP as
+    `http_options` makes them; over S3, botocore's pool of connections, its time limits to connect and
+    to read, and one attempt (vitrio's attempts are the only ones), unless `options`' `config_kwargs` say."""
+    if is_http(url):
+        return http_options(options, configuration.remote_timeout, configuration.remote_connect_timeout)
+    if not _is_s3(url):
+        return dict(options)
+    config = dict(
+        options.get("config_kwargs", {})
+    )  # botocore keeps 10 connections, waits a minute, asks again
+    config.setdefault("max_pool_connections", configuration.remote_connections)
+    config.setdefault("connect_timeout", configuration.remote_connect_timeout)
+    config.setdefault("read_timeout", configuration.remote_timeout)
+    config.setdefault("retries", {"total_max_attempts": 1})
+    return {**options, "config_kwargs": config}
+
+
 def http_options(options: Mapping[str, Any], timeout: float, connect_timeout: float) -> dict[str, Any]:
     """The `storage_options` of fsspec's HTTP filesystem as vitrio uses them: bodies asked and kept
     uncompressed; a request's connecting bounded by `connect_timeout` seconds, and each wait for its
@@ -438,11 +459,13 @@ def _named(error: BaseException, url: str, where: str, attempts: int) -> OSError
     return named
 
 
-def _missing_backend(url: str) -> ImportError:
-    """The error of a key whose scheme needs a module not installed: the extra that brings it."""
-    scheme = url.split("://", 1)[0].lower()
+def missing_backend(url: str) -> ImportError:
+    """The error of a URL whose scheme needs a module not installed (fsspec, s3fs, aiohttp, gcsfs): the
+    extra that brings it, and gcsfs, which no extra brings, for Google Cloud Storage."""
+    scheme = url.partition("://")[0].lower()
+    also = " gcsfs" if scheme in ("gs", "gcs") else ""
     return ImportError(
-        f"install vitrio[remote] (pip install 'vitrio[remote]') to read {scheme}:// keys: {redact(url)}"
+        f"{redact(url)}: install vitrio[remote] to read {scheme}:// keys (pip install 'vitrio[remote]'{also})"
     )
 
 

@@ -33,7 +33,7 @@ from ._errors import no_such_file
 from ._fs import open_readonly
 from ._remote import RemoteFile, is_url, local_copy, read_many
 
-__all__ = ["ByteSource", "LocalFile", "Storage", "is_url"]
+__all__ = ["ByteSource", "LocalFile", "Storage", "is_url", "local_path"]
 
 
 class ByteSource(Protocol):
@@ -234,6 +234,12 @@ class Storage:
         mask, masked = state["options"]
         self._options = types.MappingProxyType(pickle.loads(_xor(masked, mask)))
         self._configuration = state["configuration"]
+
+
+def local_path(key: str) -> str:
+    """The path a key that is not a URL names: a `file://` URL's path, else the key itself."""
+    scheme, mark, path = key.partition("://")
+    return path if mark and scheme.lower() == "file" else key
 
 
 def _xor(data: bytes, mask: bytes) -> bytes:

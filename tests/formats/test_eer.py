@@ -92,7 +92,7 @@ def movie(tmp_path_factory) -> Movie:
 
 
 def read_all(path, formats, dtype=None) -> np.ndarray:
-    with open_reader(path, formats) as reader:
+    with open_reader(path, formats=formats) as reader:
         dtype = dtype or reader.descriptor.data_type.value
         images = np.zeros(reader.descriptor.extents, dtype=dtype)
         reader.read_run(0, list(images) if reader.descriptor.is_stack else [images])
@@ -149,7 +149,7 @@ def test_recognizes_tiff_named_eer_or_with_eer_compression(movie, tmp_path):
 )
 def test_frames_equal_imagecodecs_frames(tmp_path, compression, code, rows_per_strip):
     movie = make_movie(tmp_path, compression, code, rows_per_strip, frames=6)
-    with open_reader(movie.path, EER) as reader:
+    with open_reader(movie.path, formats=EER) as reader:
         assert reader.descriptor.extents == (6, *SHAPE)
         assert reader.descriptor.core_rank == 2
         assert reader.descriptor.data_type.value == "uint8"
@@ -165,7 +165,7 @@ def test_an_integrated_image_before_the_frames_is_skipped(movie, tmp_path):
 
 def test_reads_into_strided_and_other_typed_outs(movie):
     expected = movie.frames()
-    with open_reader(movie.path, [EerFormat.configured(4)]) as reader:
+    with open_reader(movie.path, formats=[EerFormat.configured(4)]) as reader:
         sums = [expected[a:b].sum(axis=0) for a, b in cuts(FRAMES, 4)]
         wide = np.zeros((4, SHAPE[0], SHAPE[1] * 2), np.int64)
         reader.read_run(0, [image[:, ::2] for image in wide])
@@ -184,7 +184,7 @@ def test_reads_into_strided_and_other_typed_outs(movie):
 def test_fractions_are_sums_of_frames(movie, fractions):
     expected = movie.frames()
     configured = EerFormat.configured(fractions)
-    with open_reader(movie.path, [configured]) as reader:  # one fraction is a single image
+    with open_reader(movie.path, formats=[configured]) as reader:  # one fraction is a single image
         assert reader.descriptor.extents == ((fractions,) if fractions > 1 else ()) + SHAPE
         assert reader.descriptor.data_type.value == "uint16"
     images = read_all(movie.path, [configured]).reshape(fractions, *SHAPE)
@@ -218,7 +218,7 @@ def test_superres_of_a_multi_strip_file(tmp_path):
 
 def test_counts_widen_when_a_fraction_could_overflow_uint16(tmp_path):
     movie = make_movie(tmp_path, frames=17, shape=(64, 64), density=0.5)
-    with open_reader(movie.path, [EerFormat.configured(1, binning=64)]) as reader:
+    with open_reader(movie.path, formats=[EerFormat.configured(1, binning=64)]) as reader:
         assert reader.descriptor.data_type.value == "uint32"
         image = np.zeros((1, 1), np.uint32)
         reader.read_run(0, [image])
@@ -227,7 +227,7 @@ def test_counts_widen_when_a_fraction_could_overflow_uint16(tmp_path):
 
 def test_fractions_render_in_parallel(movie):
     expected = [movie.frames()[a:b].sum(axis=0) for a, b in cuts(FRAMES, 10)]
-    with open_reader(movie.path, [EerFormat.configured(10, superres=2)]) as reader:
+    with open_reader(movie.path, formats=[EerFormat.configured(10, superres=2)]) as reader:
         outs = np.zeros((10, SHAPE[0] * 2, SHAPE[1] * 2), np.uint16)
         with ThreadPoolExecutor(4) as pool:
             for _ in range(5):
@@ -254,13 +254,13 @@ def test_configured_checks_its_arguments(arguments, error):
 
 def test_configuration_must_fit_the_file(movie, tmp_path):
     with pytest.raises(ValueError, match=f"{movie.path}.*21 fractions of 20 frames"):
-        open_reader(movie.path, [EerFormat.configured(21)])
+        open_reader(movie.path, formats=[EerFormat.configured(21)])
     with pytest.raises(ValueError, match="binning 512"):
-        open_reader(movie.path, [EerFormat.configured(2, binning=512)])
+        open_reader(movie.path, formats=[EerFormat.configured(2, binning=512)])
     with pytest.raises(ValueError, match="super-resolution 8"):
-        open_reader(movie.path, [EerFormat.configured(2, superres=8)])
+        open_reader(movie.path, formats=[EerFormat.configured(2, superres=8)])
     with pytest.raises(ValueError, match="gain reference of 100 x 100"):
-        open_reader(movie.path, [EerFormat.configured(2, gain=np.ones((100, 100)))])
+        open_reader(movie.path, formats=[EerFormat.configured(2, gain=np.ones((100, 100)))])
 
 
 # --- gain ---------------------------------------------------------------------------------------------
@@ -270,7 +270,7 @@ def test_gain_at_detector_size_multiplies_counts(movie, tmp_path):
     gain = np.random.default_rng(1).uniform(0.5, 2, SHAPE).astype(np.float32)
     sums = np.stack([movie.frames()[a:b].sum(axis=0) for a, b in cuts(FRAMES, 4)])
     configured = EerFormat.configured(4, gain=gain)
-    with open_reader(movie.path, [configured]) as reader:
+    with open_reader(movie.path, formats=[configured]) as reader:
         assert reader.descriptor.data_type.value == "float32"
     images = read_all(movie.path, [configured])
     np.testing.assert_allclose(images, sums * gain, rtol=1e-6)
@@ -446,7 +446,7 @@ def test_unknown_compression(movie, tmp_path):
     path = write_eer(tmp_path / "bad.eer", movie.strips[:5])
     patch_compression(path, [2], 12345)
     with pytest.raises(FormatError, match=f"{path}: frame 2: compression 12345"):
-        open_reader(path, EER)
+        open_reader(path, formats=EER)
     with pytest.raises(FormatError, match=f"{path}: frame 2: compression 12345"):
         read_events(path)
 
@@ -459,7 +459,7 @@ def test_strip_offset_past_the_file(movie, tmp_path):
         handle.seek(offset)
         handle.write(struct.pack("<Q", 1 << 40))
     with pytest.raises(FormatError, match=f"{path}: frame 3: .*past the end of the file"):
-        open_reader(path, EER)
+        open_reader(path, formats=EER)
 
 
 def test_truncated_file(movie, tmp_path):
@@ -468,17 +468,17 @@ def test_truncated_file(movie, tmp_path):
         last = tif.pages[4].dataoffsets[0]
     os.truncate(path, last + 10)
     with pytest.raises(FormatError, match=f"{path}: frame 4: .*truncated"):
-        open_reader(path, EER)
+        open_reader(path, formats=EER)
     os.truncate(path, 100)
     with pytest.raises(FormatError, match=str(path)):
-        open_reader(path, EER)
+        open_reader(path, formats=EER)
 
 
 def test_file_truncated_while_open(movie, tmp_path):
     path = write_eer(tmp_path / "shrinking.eer", movie.strips[:5])
     with tifffile.TiffFile(path) as tif:
         last = tif.pages[4].dataoffsets[0]
-    with open_reader(path, [EerFormat.configured(5)]) as reader:
+    with open_reader(path, formats=[EerFormat.configured(5)]) as reader:
         reader.check_unchanged()
         os.truncate(path, last + 10)
         with pytest.raises(OSError, match="shrank"):
@@ -491,14 +491,14 @@ def test_size_that_the_strip_cannot_code(tmp_path):
     stream = encode_stream(np.array([1]), np.zeros(1), np.zeros(1), 50, (7, 2, 2))
     path = write_eer(tmp_path / "huge.eer", [[stream]], shape=(60000, 60000))
     with pytest.raises(FormatError, match="cannot code"):
-        open_reader(path, EER)
+        open_reader(path, formats=EER)
 
 
 def test_not_a_tiff_file(tmp_path):
     path = tmp_path / "junk.eer"
     path.write_bytes(b"II*\0" + bytes(range(256)) * 4)
     with pytest.raises(FormatError, match=str(path)):
-        open_reader(path, EER)
+        open_reader(path, formats=EER)
 
 
 @settings(max_examples=300, deadline=None)

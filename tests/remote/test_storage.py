@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
+import sys
+import time
+import traceback
 
 import pytest
 
@@ -90,3 +94,90 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
     os.mkfifo(path)
     with pytest.raises(OSError, match="not a regular file"):
         Storage().open(str(path))
+
+
+def _closed_port() -> int:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        return free.getsockname()[1]
+
+
+@pytest.fixture
+def unanswered_port():
+    """A port whose socket listens, its queue of connections full, and never accepts: a connection to it
+    is never made."""
+    with socket.socket() as silent, socket.socket() as queued, socket.socket() as waiting:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(0)
+        port = silent.getsockname()[1]
+        queued.connect(("127.0.0.1", port))
+        waiting.setblocking(False)
+        waiting.connect_ex(("127.0.0.1", port))
+        yield port
+
+
+def _keys(port: int) -> list[tuple[str, dict]]:
+    endpoint = f"http://127.0.0.1:{port}"
+    return [
+        (f"{endpoint}/stack.mrcs", {}),
+        ("s3://bucket/stack.mrcs", {"anon": True, "endpoint_url": endpoint}),
+    ]
+
+
+QUICK = configuration().replace(remote_connect_timeout=0.5, remote_timeout=60.0, remote_attempts=2)
+"""Quick to give up connecting; a read's limit far past the time any test here allows."""
+
+
+def _within_limits(limits) -> float:
+    """Far more seconds than an open that cannot connect may take under `limits`: each attempt (a
+    request for the size, and one for the bytes, each connecting) and the pauses between them, ten times."""
+    attempt = 2 * limits.remote_connect_timeout
+    pauses = sum(limits.remote_backoff * 2**n for n in range(limits.remote_attempts))
+    return 10 * (limits.remote_attempts * attempt + pauses) + 10
+
+
+def _unreachable(key: str, options: dict) -> OSError:
+    started = time.monotonic()
+    with pytest.raises(OSError) as raised:
+        vio.formats.open_reader(key, Storage(options, QUICK))
+    assert time.monotonic() - started < _within_limits(QUICK) < QUICK.remote_timeout
+    return raised.value
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["https", "s3"])
+def test_nothing_listening_at_a_url_is_one_short_error_naming_it_and_the_cause(which):
+    key, options = _keys(_closed_port())[which]
+    error = _unreachable(key, options)
+    assert str(error).startswith(f"[Errno 5] cannot connect to {key}: ")
+    assert "Error" in str(error)  # the cause's class names it
+    assert error.__cause__ is None and error.__suppress_context__
+    assert len(traceback.format_exception(error)) < 12
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["https", "s3"])
+def test_a_server_that_never_lets_a_connection_be_made_fails_within_the_connect_limit(which, unanswered_port):
+    key, options = _keys(unanswered_port)[which]
+    error = _unreachable(key, options)
+    assert str(error).startswith(f"[Errno 5] cannot connect to {key}: ")
+    assert str(error).endswith(f"after {QUICK.remote_attempts} attempts")
+    assert error.__cause__ is None and error.__suppress_context__
+
+
+@pytest.mark.parametrize(
+    ("module", "key", "install"),
+    [
+        ("s3fs", "s3://bucket/stack.mrcs", "pip install 'vitrio[remote]')"),
+        ("fsspec", "https://example.org/stack.mrcs", "pip install 'vitrio[remote]')"),
+        ("gcsfs", "gs://bucket/stack.mrcs", "pip install 'vitrio[remote]' gcsfs)"),
+    ],
+)
+def test_a_url_whose_backend_is_not_installed_names_the_extra_to_install(monkeypatch, module, key, install):
+    monkeypatch.setitem(sys.modules, module, None)  # importing it fails
+    imported = sys.modules["fsspec.registry"]._registry  # the filesystems fsspec imported, imported again
+    monkeypatch.delitem(imported, key.partition(":")[0], raising=False)
+    with pytest.raises(ImportError) as raised:
+        vio.formats.open_reader(key, {"anon": True})
+    message = str(raised.value)
+    assert message.startswith(f"{key}: install vitrio[remote] to read {key.partition(':')[0]}:// keys")
+    assert message.endswith(install)
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__

@@ -2,7 +2,8 @@
 
 A format is a `Format` subclass registered with `register_format`; see
 `_contract` for what a reader and a writer do and `_registry` for how a
-file finds its format. Importing this package registers the built-in
+file finds its format. A format reads a file's bytes through the
+`ByteSource` it is given, local or at a URL alike. Importing this package registers the built-in
 formats of `_BUILT_IN`, in the order they are tried: OME-Zarr
 (`OmeZarrFormat`, of `vitrio.formats.zarr`) where the `zarr` extra is
 installed, its stores claimed by key before any file is opened; EER before
@@ -20,6 +21,7 @@ itself the first time no registered format claims a file, and from
 """
 
 from .._fs import PartialFile, new_file, open_readonly, open_subfolder, writing_in
+from .._storage import ByteSource
 from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
 from ._raw import RawArrayReader
 from ._raw_writer import RawArrayWriter, Statistics
@@ -57,6 +59,7 @@ for _format in reversed(_BUILT_IN):  # each registered format is tried before th
 del _format
 
 __all__ = [
+    "ByteSource",
     "Format",
     "FormatError",
     "FormatWarning",

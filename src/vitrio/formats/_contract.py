@@ -25,12 +25,13 @@ from __future__ import annotations
 import threading
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from .._errors import FormatError, redact
+from .._storage import ByteSource, Storage
 from .._types import ImageDescriptor, past_the_end, section_view
 
 __all__ = ["Format", "FormatError", "FormatWarning", "HeaderStatistics", "ImageReader", "ImageWriter"]
@@ -80,9 +81,9 @@ class Format(ABC):
             `ImageFileReadFormatSelector.get_shared()`.
         stores_voxel_size: Whether `create` takes `voxel_size=` and stores
             it; a format that does not is never handed one.
-        reads_urls: Whether `open` takes a `vitrio._remote.RemoteFile` for
-            `fd` (a file at a URL, read with `pread` and `file_size` of
-            `vitrio._remote`); a format that does not is not tried on URLs.
+        reads_urls: Whether `open` reads a source with no descriptor (a
+            file at a URL: `source.fileno()` is None); a format that does
+            not is not tried on URLs.
     """
 
     name: ClassVar[str]
@@ -110,19 +111,21 @@ class Format(ABC):
         return False
 
     @classmethod
-    def open_key(cls, key: str, storage_options: Mapping[str, Any] | None = None) -> ImageReader:
-        """Open a reader of what `key` names, for a key `claims_key` claims; a URL with the
-        `storage_options` the provider was given, where the format has none of its own."""
+    def open_key(cls, key: str, storage: Storage) -> ImageReader:
+        """Open a reader of what `key` names, for a key `claims_key` claims; a URL through `storage`
+        (its `options`, what fsspec takes to reach it), where the format has no options of its own."""
         raise NotImplementedError(f"{key}: the {cls.name} format opens files, not keys")
 
     @classmethod
     @abstractmethod
-    def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
-        """Open a reader of the file at `key`, already open as `fd`, which the reader then owns."""
+    def open(cls, key: str, source: ByteSource, head: bytes) -> ImageReader:
+        """Open a reader of the file at `key`, whose bytes `source` reads (it starts with `head`);
+        the reader then owns `source`. Where the format needs a descriptor (a map, a parser of local
+        files) it asks `source.fileno()`, which is None at a URL."""
 
     @classmethod
-    def open_events(cls, key: str, fd: int, head: bytes) -> Any:
-        """Open a `DetectorEventTimelineReader` of the file at `key`, open as `fd`, which it then owns.
+    def open_events(cls, key: str, source: ByteSource, head: bytes) -> Any:
+        """Open a `DetectorEventTimelineReader` of the file at `key`, read from `source`, which it then owns.
 
         Raises:
             FormatError: If the format holds no detector events.

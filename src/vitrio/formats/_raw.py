@@ -37,6 +37,7 @@ import numpy as np
 from .._arrays import gather
 from .._concurrency import ThreadPoolExecutor, run_tasks
 from .._native import KIND_BYTES, advise_map, convert, crop, map_file
+from .._storage import ByteSource
 from .._types import ImageDescriptor
 from ._contract import FormatError, HeaderStatistics, ImageReader
 from ._raw_layout import RawLayout
@@ -74,7 +75,7 @@ class RawArrayReader(ImageReader):
 
     Args:
         key: The file's key.
-        fd: The open file, which the reader owns.
+        source: The local file (a `ByteSource` with a descriptor, which is mapped), which the reader owns.
         descriptor: What the file holds, as it is read.
         file_dtype: The type and byte order of the values in the file.
         offset: Where image 0 starts.
@@ -91,7 +92,7 @@ class RawArrayReader(ImageReader):
     def __init__(
         self,
         key: str,
-        fd: int,
+        source: ByteSource,
         descriptor: ImageDescriptor,
         file_dtype: np.dtype,
         offset: int,
@@ -103,7 +104,8 @@ class RawArrayReader(ImageReader):
         super().__init__(key, descriptor)
         self.voxel_size = voxel_size
         self.header_statistics = header_statistics
-        self._fd = fd
+        self._source = source
+        fd = source.fileno()
         self._dtype = np.dtype(file_dtype)
         self._offset = int(offset)
         self._axes = axes if axes is not None and tuple(axes) != tuple(range(len(axes))) else None
@@ -294,7 +296,7 @@ class RawArrayReader(ImageReader):
 
     def check_unchanged(self) -> None:
         """Raise `OSError` if the file is shorter than its images need, or a page of it could not be read."""
-        size = os.fstat(self._fd).st_size
+        size = os.fstat(self._source.fileno()).st_size
         if size < self._end:
             self.stale = True
             raise OSError(f"{self.key}: the file was truncated to {size} bytes while open")
@@ -312,9 +314,7 @@ class RawArrayReader(ImageReader):
     def close(self) -> None:
         self._images = None
         self._map = None  # unmapped when the last view of it goes
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._source.close()
 
 
 def _convert_in_parts(

@@ -1,8 +1,10 @@
 """The registry of formats, and opening a file with the format that claims it.
 
-`open_reader(key, formats)` opens a file with the first format that claims
-it: by its key alone for a format that opens stores (`Format.claims_key`),
-then by its contents where the format can tell, by its extension otherwise.
+`open_reader(key, storage, formats)` opens a file with the first format that
+claims it: by its key alone for a format that opens stores
+(`Format.claims_key`), then by its contents where the format can tell, by its
+extension otherwise; its bytes are read through the `ByteSource` the storage
+opens.
 `create_writer(key, descriptor, formats)` picks the format by extension.
 """
 
@@ -19,9 +21,8 @@ from typing import Any
 import numpy as np
 
 from .._errors import redact, redact_error
-from .._fs import open_readonly
-from .._remote import RemoteFile, is_url
-from .._types import ImageDescriptor, as_key, as_voxel_size, no_such_file
+from .._storage import ByteSource, Storage
+from .._types import ImageDescriptor, as_key, as_voxel_size
 from ._contract import Format, FormatError, ImageReader, ImageWriter
 
 __all__ = [
@@ -169,95 +170,92 @@ def _extension(key: str) -> str:
     return os.path.splitext(key)[1].lower()
 
 
-def _claiming(
-    key: str, candidates: tuple[type[Format], ...], storage_options: Mapping[str, Any] | None = None
-) -> ImageReader | None:
+def _claiming(key: str, candidates: tuple[type[Format], ...], storage: Storage) -> ImageReader | None:
     """A reader of the store at `key` from the first of `candidates` that claims it by key alone."""
     for candidate in candidates:
         if candidate.claims_key(key):
-            reader = candidate.open_key(key, storage_options)
+            reader = candidate.open_key(key, storage)
             reader.format_name = candidate.name
             return reader
     return None
 
 
 def _recognizing(
-    key: str, fd: int | RemoteFile, head: bytes, candidates: tuple[type[Format], ...]
+    key: str, source: ByteSource, head: bytes, candidates: tuple[type[Format], ...]
 ) -> ImageReader | None:
-    """A reader of the open file `fd` from the first of `candidates` that recognizes its `head`."""
+    """A reader of `source` from the first of `candidates` that recognizes its `head`."""
     extension = _extension(key)
     for candidate in candidates:
         if candidate.recognizes(head, extension):
-            reader = candidate.open(key, fd, head)
+            reader = candidate.open(key, source, head)
             reader.format_name = candidate.name
             return reader
     return None
 
 
 def open_reader(
-    key, formats: Iterable[type[Format]] | None = None, storage_options: Mapping[str, Any] | None = None
+    key,
+    storage: Storage | Mapping[str, Any] | None = None,
+    formats: Iterable[type[Format]] | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ImageReader:
     """Open the file at `key` with the first of `formats` that claims it.
 
     Without `formats`, every registered format is tried, and where none claims the file the
     plug-ins are loaded (`load_plugin_formats`) and tried. The reader's `format_name` is that
-    format's `name`. A key that is a URL (`s3://`, `https://`, ...) is read through fsspec with
-    `storage_options`, by the formats that read URLs (`Format.reads_urls`).
+    format's `name`. The file is read through `storage` (a `Storage`, or fsspec's storage options
+    for one): a key that is a URL (`s3://`, `https://`, ...) by the formats that read URLs
+    (`Format.reads_urls`). As earlier versions took them, `formats` may come second
+    (`open_reader(key, formats)`) and the options as `storage_options=`.
 
     Raises:
         ImageFileNotFoundError: If there is no file at `key` (a `FileNotFoundError` and a `RuntimeError`).
         FormatError: If no format claims the file, or the one that does finds it malformed.
+        TypeError: If both `storage` and `storage_options` are given.
     """
     key = as_key(key)
+    if storage is not None and not isinstance(storage, (Storage, Mapping)):
+        storage, formats = formats, storage  # open_reader(key, formats[, storage_options])
+    if storage_options is not None:
+        if storage is not None:
+            raise TypeError(f"{redact(key)}: give storage or storage_options, not both")
+        storage = storage_options
+    storage = Storage.of(storage)
     candidates = resolve_formats(formats)
-    reader = _claiming(key, candidates, storage_options)
+    reader = _claiming(key, candidates, storage)
     if reader is not None:
         return reader
-    if is_url(key):
-        return _open_url(key, candidates, formats is None, storage_options)
+    remote = storage.is_remote(key)
     try:
-        fd = open_readonly(key)
-    except FileNotFoundError as error:
-        plugins = _plugins_added(candidates) if formats is None else ()
-        if plugins and (reader := _claiming(key, plugins)) is not None:
+        source = storage.open(key)
+    except FileNotFoundError:
+        plugins = _plugins_added(candidates) if formats is None and not remote else ()
+        if plugins and (reader := _claiming(key, plugins, storage)) is not None:
             return reader
-        raise no_such_file(key, error.errno) from None
-    except IsADirectoryError:
-        raise IsADirectoryError(f"{key}: is a directory, not an image file") from None
+        raise
     try:
-        head = os.pread(fd, _HEAD_BYTES, 0)
-        reader = _recognizing(key, fd, head, candidates)
-        if reader is None and formats is None:
+        head = source.pread(_HEAD_BYTES, 0)
+        if remote:
+            candidates += _plugins_added(candidates) if formats is None else ()
+            candidates = tuple(c for c in candidates if c.reads_urls)
+        reader = _recognizing(key, source, head, candidates)
+        if reader is None and formats is None and not remote:
             plugins = _plugins_added(candidates)
             candidates += plugins
-            reader = _recognizing(key, fd, head, plugins)
+            reader = _recognizing(key, source, head, plugins)
         if reader is not None:
             return reader
         names = ", ".join(c.name for c in candidates)
+        if remote:
+            raise FormatError(f"{redact(key)}: not a file of any format read from URLs ({names})")
         missing = "".join(f"; {needs}" for needs in _plugins_missing if formats is None)
         raise FormatError(f"{key}: not a file of any known format ({names}){missing}")
-    except BaseException:
-        os.close(fd)
+    except BaseException as error:
+        source.close()
+        if remote:
+            redact_error(error)
         raise
-
-
-def _open_url(
-    key: str, candidates: tuple[type[Format], ...], plugins: bool, storage_options: Mapping[str, Any] | None
-) -> ImageReader:
-    """Open the file at the URL `key` with the first of `candidates` (the plug-ins' too) that reads URLs."""
-    file = RemoteFile(key, storage_options)
-    head = file.pread(_HEAD_BYTES, 0)
-    candidates += _plugins_added(candidates) if plugins else ()
-    readable = tuple(c for c in candidates if c.reads_urls)
-    try:
-        reader = _recognizing(key, file, head, readable)
-    except Exception as error:
-        redact_error(error)
-        raise
-    if reader is not None:
-        return reader
-    names = ", ".join(c.name for c in readable)
-    raise FormatError(f"{redact(key)}: not a file of any format read from URLs ({names})")
 
 
 def create_writer(

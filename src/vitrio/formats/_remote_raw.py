@@ -1,9 +1,9 @@
 """Reading raw files (images stored uncompressed at an offset) at URLs, by byte ranges.
 
 The remote twin of `RawArrayReader`: the header parsed by the same format
-code (`pread`, `file_size` read a `RemoteFile` as they read a descriptor),
-then images fetched as byte ranges, those of one call all at once
-(`RemoteFile.read_ranges` merges and fetches them concurrently), and
+code (a format reads any `ByteSource` alike), then images fetched as byte
+ranges, those of one call all at once (`RemoteFile.read_ranges` merges and
+fetches them concurrently), and
 converted from the fetched bytes. A patch fetches the rows it crosses, never
 the whole image; a single volume's sections are images of their own here, so
 that sections of a particle stack whose header says volume are fetched
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import redact
-from .._remote import RemoteFile
+from .._storage import ByteSource
 from .._types import ImageDescriptor, section_view
 from ._contract import FormatError, ImageReader
 from ._raw import Decoder, RawArrayReader
@@ -29,11 +29,11 @@ __all__ = ["RemoteRawReader", "raw_reader"]
 
 
 class RemoteRawReader(ImageReader):
-    """Images stored uncompressed at `offset` of a `RemoteFile`, each `core` values of `file_dtype`.
+    """Images stored uncompressed at `offset` of a file at a URL, each `core` values of `file_dtype`.
 
     Args:
         key, descriptor, file_dtype, offset, axes, decoder: As `RawArrayReader` takes them.
-        file: The file.
+        file: The file's bytes (a `ByteSource` with no descriptor: a `RemoteFile`).
         said: What the header says, as `RawArrayReader` takes it (`voxel_size`, `header_statistics`).
 
     Raises:
@@ -43,7 +43,7 @@ class RemoteRawReader(ImageReader):
     def __init__(
         self,
         key: str,
-        file: RemoteFile,
+        file: ByteSource,
         descriptor: ImageDescriptor,
         file_dtype: np.dtype,
         offset: int,
@@ -171,9 +171,10 @@ def _bounds(region: tuple[slice, ...], extents: tuple[int, ...]) -> tuple[tuple[
 
 
 def raw_reader(
-    cls: type[RawArrayReader], key: str, source: int | RemoteFile, *args: Any, **kwargs: Any
+    cls: type[RawArrayReader], key: str, source: ByteSource, *args: Any, **kwargs: Any
 ) -> Any:
-    """A `cls` (a `RawArrayReader`) of the open file `source`, or a `RemoteRawReader` of a `RemoteFile`."""
-    if isinstance(source, RemoteFile):
+    """A `cls` (a `RawArrayReader`) of the local file `source`, or a `RemoteRawReader` of a file with no
+    descriptor (at a URL)."""
+    if source.fileno() is None:
         return RemoteRawReader(key, source, *args, **kwargs)
     return cls(key, source, *args, **kwargs)

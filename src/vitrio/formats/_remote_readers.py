@@ -1,7 +1,7 @@
 """The readers of files at URLs a provider has opened: each opened once, kept with its header.
 
 A reader of a file at a URL holds no descriptor, only what its header said
-and the `RemoteFile` it fetches ranges of; so a provider keeps it, as it
+and the byte source it fetches ranges of; so a provider keeps it, as it
 keeps the layouts of local raw files, and later batches fetch images alone.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._errors import redact_error
-from .._remote import RemoteFile
+from .._storage import Storage
 from ._contract import Format, ImageReader
 from ._registry import open_reader
 
@@ -22,10 +22,10 @@ __all__ = ["RemoteReaders"]
 
 
 class RemoteReaders:
-    """The readers of the last `kept` files at URLs opened, with `storage_options`; safe from many threads."""
+    """The readers of the last `kept` files at URLs opened from `storage`; safe from many threads."""
 
-    def __init__(self, storage_options: Mapping[str, Any] | None, kept: int = 1 << 12):
-        self._options = dict(storage_options or {})
+    def __init__(self, storage: Storage | Mapping[str, Any] | None, kept: int = 1 << 12):
+        self._storage = Storage.of(storage)
         self._kept = kept
         self._readers: OrderedDict[str, ImageReader] = OrderedDict()
         self._opening: dict[str, threading.Lock] = {}
@@ -46,7 +46,7 @@ class RemoteReaders:
                     self._opening.pop(key, None)
                     return reader
             try:
-                reader = open_reader(key, formats, self._options)
+                reader = open_reader(key, self._storage, formats)
             except Exception as error:  # a format names the file by its key, the URL as given
                 redact_error(error)
                 raise
@@ -73,7 +73,8 @@ class RemoteReaders:
     def stamp(self, key: str) -> tuple[int, int] | None:
         """(size, a CRC-32 of the version) of the file at `key` as the server says now; None if it cannot."""
         try:
-            file = RemoteFile(key, self._options)
+            with self._storage.open(key) as file:
+                version = file.stamp()
         except OSError:
             return None
-        return file.size, -1 if file.version is None else zlib.crc32(file.version.encode())
+        return file.size, -1 if version is None else zlib.crc32(str(version).encode())

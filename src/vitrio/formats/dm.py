@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._remote import file_size, pread
+from .._storage import ByteSource
 from .._types import ANGSTROMS_PER_UNIT, ImageDescriptor, NumericalType, numpy_dtype
 from ._contract import Format, FormatError
 from ._raw import RawArrayReader
@@ -107,7 +107,7 @@ class _TagTree:
 
     Args:
         key: The file's key, for messages.
-        fd: The open file.
+        source: The file's bytes.
 
     Attributes:
         little_endian: Whether the tag data and the images are little endian.
@@ -120,10 +120,10 @@ class _TagTree:
         FormatError: If the header or the tag tree is malformed or truncated.
     """
 
-    def __init__(self, key: str, fd: int):
+    def __init__(self, key: str, source: ByteSource):
         self._key = key
-        self._fd = fd
-        self._size = file_size(fd)
+        self._source = source
+        self._size = source.size
         self._window = b""
         self._window_start = 0
         self._tags = 0
@@ -154,7 +154,7 @@ class _TagTree:
             )
         start = pos - self._window_start
         if start < 0 or end > self._window_start + len(self._window):
-            self._window = pread(self._fd, max(count, _WINDOW), pos)
+            self._window = self._source.pread(max(count, _WINDOW), pos)
             self._window_start, start = pos, 0
             if len(self._window) < count:
                 raise FormatError(f"{self._key}: the file is truncated at byte {pos + len(self._window)}")
@@ -417,7 +417,7 @@ class DigitalMicrographFormat(Format):
         return order in (0, 1) and head[root] in (0, 1) and head[root + 1] in (0, 1) and count > 0
 
     @classmethod
-    def open(cls, key: str, fd: int, head: bytes) -> DigitalMicrographReader:
+    def open(cls, key: str, source: ByteSource, head: bytes) -> DigitalMicrographReader:
         """Parse the tag tree of the file and open a reader of its first image.
 
         Raises:
@@ -425,7 +425,7 @@ class DigitalMicrographFormat(Format):
                 no image besides its thumbnail, or the image is of a kind not
                 read (RGB, packed complex, 1-D).
         """
-        tree = _TagTree(key, fd)
+        tree = _TagTree(key, source)
         thumbnails = {tree.entries[i] for i in tree.thumbnails if 0 <= i < len(tree.entries)}
         label = next((e for e in tree.entries if e not in thumbnails), None)
         if not tree.entries:
@@ -474,7 +474,7 @@ class DigitalMicrographFormat(Format):
         voxel = tuple(s * ANGSTROMS_PER_UNIT[u] for s, u in zip(sizes[-2:], units[-2:])) if lengths else None
         held = ImageDescriptor(reversed(dimensions), 2, numerical)
         reader = raw_reader(
-            DigitalMicrographReader, key, fd, held, file_dtype, offset, decoder=decoder, voxel_size=voxel
+            DigitalMicrographReader, key, source, held, file_dtype, offset, decoder=decoder, voxel_size=voxel
         )
         reader.voxel_size_source = "DM calibration" if lengths else None
         reader.pixel_size, reader.pixel_units, reader.image_path = sizes, units, where

@@ -41,7 +41,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .._remote import file_size
+from .._storage import ByteSource
 from .._types import ImageDescriptor, NumericalType
 from ._contract import Format, FormatError, HeaderStatistics, ImageReader, ImageWriter, warn_header
 from ._raw import RawArrayReader
@@ -265,7 +265,7 @@ class MrcFormat(Format):
         return _field_bytes(head, "map") == b"MAP " or extension in cls.read_extensions
 
     @classmethod
-    def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
+    def open(cls, key: str, source: ByteSource, head: bytes) -> ImageReader:
         header = _Header(key, head)
         if header.mode not in _MODES:
             raise FormatError(f"{key}: MRC mode {header.mode} is not supported")
@@ -277,7 +277,7 @@ class MrcFormat(Format):
         descriptor = ImageDescriptor(extents, core_rank, data_type)
         data_bytes = header.nx * header.ny * header.nz * stored.itemsize
         offset = HEADER_BYTES + header.nsymbt
-        size = file_size(fd)
+        size = source.size
         if header.nsymbt and offset + data_bytes > size and HEADER_BYTES + data_bytes == size:
             warn_header(
                 f"{key}: nsymbt says an extended header of {header.nsymbt} bytes, but the file has "
@@ -290,7 +290,7 @@ class MrcFormat(Format):
         reader = raw_reader(
             RawArrayReader,
             key,
-            fd,
+            source,
             descriptor,
             stored,
             offset,

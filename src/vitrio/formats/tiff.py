@@ -55,7 +55,7 @@ import numpy as np
 import tifffile
 
 from .._native import lzw_check
-from .._remote import RemoteFile, file_size, open_binary, pread
+from .._storage import ByteSource
 from .._types import ImageDescriptor, NumericalType, numpy_dtype
 from ._contract import Format, FormatError, ImageReader, ImageWriter
 from ._raw import RawArrayReader
@@ -188,7 +188,7 @@ class _TiffPagesReader(ImageReader):
         key: str,
         tiff: tifffile.TiffFile,
         descriptor: ImageDescriptor,
-        fd: int | RemoteFile,
+        source: ByteSource,
         max_expansion: int,
         voxel_size: tuple[float, ...] | None = None,
         pages: Sequence[tifffile.TiffPage] | None = None,
@@ -197,8 +197,8 @@ class _TiffPagesReader(ImageReader):
         self.voxel_size = voxel_size
         self._max_expansion = max_expansion
         self._tiff = tiff
-        self._fd = fd
-        self._size = file_size(fd)
+        self._source = source
+        self._size = source.size
         self._pages = tiff.series[0].pages if pages is None else pages
         pages, images = len(self._pages), max(self.image_count, 1)
         # A page holds whole images (tifffile writes a stack of 1-pixel-wide images as one page),
@@ -313,7 +313,7 @@ class _TiffPagesReader(ImageReader):
         if segment >= len(segments):
             raise FormatError(f"{self.key}: page {number} has {len(segments)} parts, not part {segment}")
         offset, count = segments[segment]
-        data = pread(self._fd, count, offset) if count else None
+        data = self._source.pread(count, offset) if count else None
         if data is not None and len(data) < count:
             raise FormatError(
                 f"{self.key}: page {number}: the file is truncated at byte {offset + len(data)}"
@@ -352,15 +352,13 @@ class _TiffPagesReader(ImageReader):
             if int(page.keyframe.compression) == _LZW:
                 for segment, (offset, count) in enumerate(zip(page.dataoffsets, page.databytecounts)):
                     _check_lzw(
-                        self.key, pread(self._fd, count, offset), page.keyframe, number, segment, offset
+                        self.key, self._source.pread(count, offset), page.keyframe, number, segment, offset
                     )
             return page.asarray()
 
     def close(self) -> None:
         self._tiff.close()
-        if isinstance(self._fd, int) and self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._source.close()
 
 
 class TiffFormat(Format):
@@ -384,8 +382,8 @@ class TiffFormat(Format):
         return head[:4] in _MAGIC or extension in cls.read_extensions
 
     @classmethod
-    def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
-        file = open_binary(fd)  # the reader owns it
+    def open(cls, key: str, source: ByteSource, head: bytes) -> ImageReader:
+        file = source.open_blocks()
         try:
             tiff = tifffile.TiffFile(file, name=os.path.basename(key))
             len(tiff.pages)  # indexes every page, which cuts a loop of pages before tifffile follows it
@@ -393,14 +391,14 @@ class TiffFormat(Format):
                 raise FormatError(f"{key}: TIFF holds no image")
             series = tiff.series[0]
             descriptor = _descriptor(key, series)
-            voxel_size, source = pixel_size(tiff, series.pages[0], descriptor.core_rank)
+            voxel_size, said_in = pixel_size(tiff, series.pages[0], descriptor.core_rank)
             offset = series.dataoffset
             pages = _appended_pages(tiff)
             if pages is not None:
                 descriptor = ImageDescriptor((len(pages), *descriptor.extents), 2, descriptor.data_type)
             raw = offset is not None and pages is None and series.dtype != np.dtype(bool)
             if not raw:
-                _check_page(key, series.pages[0], 0, file_size(fd), cls.max_expansion)
+                _check_page(key, series.pages[0], 0, source.size, cls.max_expansion)
         except (FormatError, MemoryError):
             file.close()
             raise
@@ -412,16 +410,16 @@ class TiffFormat(Format):
             tiff.close()
             file.close()
             reader: ImageReader = raw_reader(
-                RawArrayReader, key, fd, descriptor, stored, offset, voxel_size=voxel_size
+                RawArrayReader, key, source, descriptor, stored, offset, voxel_size=voxel_size
             )
         else:
             try:
-                reader = _TiffPagesReader(key, tiff, descriptor, fd, cls.max_expansion, voxel_size, pages)
+                reader = _TiffPagesReader(key, tiff, descriptor, source, cls.max_expansion, voxel_size, pages)
             except BaseException:
                 tiff.close()
                 file.close()
                 raise
-        reader.voxel_size_source = source
+        reader.voxel_size_source = said_in
         return reader
 
     stores_voxel_size = True

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ... import _native
-from ..._remote import RemoteFile
+from ..._storage import ByteSource
 from ..._types import integer_array
 from ._layout import Layout
 
@@ -224,7 +224,7 @@ class DetectorEventTimeline:
 
 
 def decode_frames(
-    layout: Layout, fd: int | RemoteFile, timeline: DetectorEventTimeline, begin: int, end: int
+    layout: Layout, source: ByteSource, timeline: DetectorEventTimeline, begin: int, end: int
 ) -> None:
     """Append the events of frames `begin..end` of an EER file to `timeline`, a group per frame with events.
 
@@ -244,7 +244,7 @@ def decode_frames(
             batch_end = np.searchsorted(layout.frame_bytes, layout.frame_bytes[frame] + _BATCH_BYTES, "right")
             stop = min(max(frame + 1, int(batch_end) - 1), end)
             data = np.empty(int(layout.frame_bytes[stop] - layout.frame_bytes[frame]), dtype=np.uint8)
-            strips = layout.read(fd, frame, stop, data)
+            strips = layout.read(source, frame, stop, data)
             strip_counts = np.empty(len(strips), dtype=np.int64)
             status = _native.events(
                 data,

@@ -12,7 +12,7 @@ import numpy as np
 import tifffile
 
 from ..._native import EER_FULL, EER_PAST_END, EER_TRUNCATED
-from ..._remote import RemoteFile, file_size, open_binary
+from ..._storage import ByteSource
 from ..._types import ANGSTROMS_PER_UNIT
 from .._contract import FormatError
 from ._sniff import EER_COMPRESSIONS
@@ -55,12 +55,12 @@ class Layout:
             they claim more data than the file holds (frames that share their data).
     """
 
-    def __init__(self, key: str, fd: int | RemoteFile):
+    def __init__(self, key: str, source: ByteSource):
         self.key = key
-        size = file_size(fd)
+        size = source.size
         try:
             with (
-                open_binary(fd) as handle,
+                source.open_blocks() as handle,
                 tifffile.TiffFile(handle, name=os.path.basename(key)) as tif,
             ):
                 len(tif.pages)  # indexes every page, which cuts a loop of pages before tifffile follows it
@@ -167,9 +167,9 @@ class Layout:
         coded = strips[:, 1] * 8 // (self.rlebits + self.hbits + self.vbits)
         return int(np.minimum(coded, strips[:, 3] * self.width).sum())
 
-    def read(self, fd: int | RemoteFile, begin: int, end: int, buffer: np.ndarray) -> np.ndarray:
-        """Read the strips of frames `begin..end` one after another into `buffer` (of a `RemoteFile`,
-        fetched at once, those that touch in one request).
+    def read(self, source: ByteSource, begin: int, end: int, buffer: np.ndarray) -> np.ndarray:
+        """Read the strips of frames `begin..end` one after another into `buffer` (of a file at a URL,
+        fetched at once, those that touch in one request; of a local file, read into it in place).
 
         Returns:
             Their rows of `strips`, with the first column made their offset in `buffer`.
@@ -181,8 +181,9 @@ class Layout:
         local = rows.copy()
         local[:, 0] = np.cumsum(rows[:, 1]) - rows[:, 1]
         view = memoryview(buffer)
-        if isinstance(fd, RemoteFile):
-            bodies = fd.read_ranges([(offset, offset + count) for offset, count, _, _ in rows.tolist()])
+        fd = source.fileno()
+        if fd is None:
+            bodies = source.read_ranges([(offset, offset + count) for offset, count, _, _ in rows.tolist()])
             for start, body in zip(local[:, 0].tolist(), bodies):
                 view[start : start + len(body)] = body
             return local

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ... import _native
-from ..._remote import RemoteFile, file_size
+from ..._storage import ByteSource
 from ..._types import ImageDescriptor
 from .._contract import Format, FormatError, ImageReader
 from ._gain import load_gain
@@ -56,7 +56,7 @@ class EerReader(ImageReader):
 
     Args:
         key: The file's key.
-        fd: The open file, which the reader owns.
+        source: The file's bytes, which the reader owns.
         layout: Where the frames lie.
         fractions: How many images to cut the frames into, or None for one per frame.
         binning: Pixels of the detector that make one pixel of the images on each axis (1, 2, 4, ...).
@@ -77,7 +77,7 @@ class EerReader(ImageReader):
     def __init__(
         self,
         key: str,
-        fd: int | RemoteFile,
+        source: ByteSource,
         layout: Layout,
         fractions: int | None,
         binning: int,
@@ -135,7 +135,7 @@ class EerReader(ImageReader):
         if layout.pixel_size is not None:
             self.voxel_size = tuple(size * binning / superres for size in layout.pixel_size)
             self.voxel_size_source = "EER acquisition metadata"
-        self._fd = fd
+        self._source: ByteSource | None = source
         self._layout = layout
         self._gain = gain
         self._dtype = dtype
@@ -153,12 +153,12 @@ class EerReader(ImageReader):
 
     def _render(self, index: int, out: np.ndarray) -> None:
         layout = self._layout
-        if isinstance(self._fd, int) and self._fd < 0:
+        if self._source is None:
             raise ValueError(f"{self.key}: the reader is closed")
         begin, end = int(self._bounds[index]), int(self._bounds[index + 1])
         data = _scratch_bytes("data", int(layout.frame_bytes[end] - layout.frame_bytes[begin]))
         try:
-            strips = layout.read(self._fd, begin, end, data)
+            strips = layout.read(self._source, begin, end, data)
         except FormatError:  # the file ends before a frame does: it was truncated while open
             self.stale = True
             raise
@@ -196,7 +196,10 @@ class EerReader(ImageReader):
 
     def check_unchanged(self) -> None:
         """Raise `OSError` if the file has become shorter than its frames need."""
-        size = file_size(self._fd)
+        if self._source is None:
+            raise ValueError(f"{self.key}: the reader is closed")
+        fd = self._source.fileno()  # a file at a URL is as it was when opened
+        size = self._source.size if fd is None else os.fstat(fd).st_size
         if size < self._layout.file_end:
             self.stale = True
             raise OSError(
@@ -205,9 +208,9 @@ class EerReader(ImageReader):
 
     def close(self) -> None:
         """Close the file."""
-        fd, self._fd = self._fd, -1
-        if isinstance(fd, int) and fd >= 0:
-            os.close(fd)
+        source, self._source = self._source, None
+        if source is not None:
+            source.close()
 
 
 class EerFormat(Format):
@@ -235,23 +238,23 @@ class EerFormat(Format):
         return extension in cls.read_extensions or first_compression(head) in EER_COMPRESSIONS
 
     @classmethod
-    def open(cls, key: str, fd: int | RemoteFile, head: bytes) -> EerReader:
-        """Open a reader of the EER file at `key`, open as `fd`, which the reader then owns.
+    def open(cls, key: str, source: ByteSource, head: bytes) -> EerReader:
+        """Open a reader of the EER file at `key`, read from `source`, which the reader then owns.
 
         Raises:
             FormatError: If the file is not a TIFF file of EER frames, or is truncated.
             ValueError: If the file does not fit the configuration (see `configured`).
         """
-        return EerReader(key, fd, Layout(key, fd), cls.fractions, cls.binning, cls.superres, cls.gain)
+        return EerReader(key, source, Layout(key, source), cls.fractions, cls.binning, cls.superres, cls.gain)
 
     @classmethod
-    def open_events(cls, key: str, fd: int | RemoteFile, head: bytes) -> EerTimelineReader:
-        """Open a reader of the events of the EER file at `key`, open as `fd`, which the reader then owns.
+    def open_events(cls, key: str, source: ByteSource, head: bytes) -> EerTimelineReader:
+        """Open a reader of the events of the EER file at `key`, read from `source`, which it then owns.
 
         Raises:
             FormatError: If the file is not a TIFF file of EER frames, or is truncated.
         """
-        return EerTimelineReader(key, fd)
+        return EerTimelineReader(key, source)
 
     @classmethod
     def configured(

@@ -6,8 +6,9 @@ extent), read through a `DetectorEventTimelineReader`, which a
 `DetectorEventTimelineReaderProvider` hands out by key. The bundled provider
 opens files with the event formats of a
 `DetectorEventTimelineFileReadFormatSelector` (EER), and files at URLs
-(`s3://`, `https://`) with the `storage_options` fsspec takes, their frames'
-strips fetched by byte ranges as an `EerReader`'s are.
+(`s3://`, `https://`) through a `Storage` (made of the `storage_options`
+fsspec takes), their frames' strips fetched by byte ranges as an
+`EerReader`'s are.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..._errors import redact
-from ..._fs import open_readonly
-from ..._remote import RemoteFile, is_url, pread
-from ..._types import as_key, no_such_file
+from ..._storage import ByteSource, Storage
+from ..._types import as_key
 from .._contract import Format, FormatError
 from .._registry import resolve_formats
 from .._selectors import DetectorEventTimelineFileReadFormatSelector
@@ -193,23 +193,23 @@ class EerTimelineReader(DetectorEventTimelineReader):
 
     Args:
         key: The file's key.
-        fd: The open file (or `RemoteFile`), which the reader owns.
+        source: The file's bytes, which the reader owns.
 
     Raises:
         FormatError: If the file is not a TIFF file of EER frames, or is truncated.
     """
 
-    def __init__(self, key: str, fd: int | RemoteFile):
+    def __init__(self, key: str, source: ByteSource):
         self.key = key
-        self._fd: int | RemoteFile = -1
-        self._layout = layout = Layout(key, fd)
+        self._source: ByteSource | None = None
+        self._layout = layout = Layout(key, source)
         self._descriptor = DetectorEventTimelineDescriptor(
             (layout.height << layout.vbits, layout.width << layout.hbits),
             (1 << layout.vbits, 1 << layout.hbits),
             layout.frame_count,
             0.0,
         )
-        self._fd = fd
+        self._source = source
 
     @property
     def descriptor(self) -> DetectorEventTimelineDescriptor:
@@ -223,14 +223,15 @@ class EerTimelineReader(DetectorEventTimelineReader):
             raise TypeError(f"the destination is a DetectorEventTimeline, not {type(destination).__name__}")
         with destination._in_use():  # another call on `destination` meanwhile raises BufferError
             self._check_read(time_begin, time_end, destination)
-            if self._fd == -1:
+            if self._source is None:
                 raise ValueError(f"{self.key}: the reader is closed")
-            decode_frames(self._layout, self._fd, destination, time_begin, time_end)
+            decode_frames(self._layout, self._source, destination, time_begin, time_end)
 
     def close(self) -> None:
         """Close the file."""
-        fd, self._fd = self._fd, -1
-        _close(fd)
+        source, self._source = self._source, None
+        if source is not None:
+            source.close()
 
     def __del__(self) -> None:
         self.close()
@@ -256,41 +257,26 @@ class DetectorEventTimelineReaderProvider(ABC):
         """
 
 
-def _open(key: str, storage_options: Mapping[str, Any] | None) -> int | RemoteFile:
-    """The file at `key`, a path (opened read-only) or a URL.
-
-    Raises:
-        ImageFileNotFoundError: If there is no file at `key`.
-    """
-    if is_url(key):
-        return RemoteFile(key, storage_options)
-    try:
-        return open_readonly(key)
-    except FileNotFoundError as error:
-        raise no_such_file(key, error.errno) from None
-
-
-def _close(fd: int | RemoteFile) -> None:
-    if isinstance(fd, int) and fd >= 0:
-        os.close(fd)
-
-
 class FileDetectorEventTimelineReaderProvider(DetectorEventTimelineReaderProvider):
     """Opens the file at the path (or URL) a key is, with the event format `formats` picks; keeps no reader.
 
     Args:
         formats: A `DetectorEventTimelineFileReadFormatSelector`, or a sequence of event formats.
-        storage_options: What fsspec takes to reach keys that are URLs (`{"anon": True}`, credentials).
+        storage_options: Where keys' bytes come from: a `Storage`, or what fsspec takes to reach keys
+            that are URLs (`{"anon": True}`, credentials).
 
     Raises:
-        TypeError: If `formats` is None or holds something that is not a `Format`.
+        TypeError: If `formats` is None or holds something that is not a `Format`, or `storage_options`
+            is not a mapping.
     """
 
-    def __init__(self, formats: Iterable[type[Format]], storage_options: Mapping[str, Any] | None = None):
+    def __init__(
+        self, formats: Iterable[type[Format]], storage_options: Storage | Mapping[str, Any] | None = None
+    ):
         if formats is None:
             raise TypeError("formats is a DetectorEventTimelineFileReadFormatSelector, not None")
         self._formats = formats
-        self._storage_options = storage_options
+        self._storage = Storage.of(storage_options)
 
     @property
     def formats(self) -> Iterable[type[Format]]:
@@ -299,19 +285,19 @@ class FileDetectorEventTimelineReaderProvider(DetectorEventTimelineReaderProvide
 
     def acquire(self, key: Any) -> DetectorEventTimelineReader:
         key = as_key(key)
-        remote = is_url(key)
+        remote = self._storage.is_remote(key)
         candidates = [f for f in resolve_formats(self._formats) if f.events and (f.reads_urls or not remote)]
-        fd = _open(key, self._storage_options)
+        source = self._storage.open(key)
         try:
-            head = pread(fd, _HEAD_BYTES, 0)
+            head = source.pread(_HEAD_BYTES, 0)
             extension = os.path.splitext(key)[1].lower()
             for candidate in candidates:
                 if candidate.recognizes(head, extension):
-                    return candidate.open_events(key, fd, head)
+                    return candidate.open_events(key, source, head)
             names = ", ".join(c.name for c in candidates) or "none"
             raise FormatError(f"{key}: not a file of any detector event format ({names})")
         except BaseException:
-            _close(fd)
+            source.close()
             raise
 
     def __repr__(self) -> str:
@@ -319,13 +305,15 @@ class FileDetectorEventTimelineReaderProvider(DetectorEventTimelineReaderProvide
 
 
 def detector_event_timeline_reader_provider(
-    formats: Iterable[type[Format]] | None = None, *, storage_options: Mapping[str, Any] | None = None
+    formats: Iterable[type[Format]] | None = None,
+    *,
+    storage_options: Storage | Mapping[str, Any] | None = None,
 ) -> DetectorEventTimelineReaderProvider:
     """The usual event provider: a `FileDetectorEventTimelineReaderProvider` over `formats`.
 
     Args:
         formats: A `DetectorEventTimelineFileReadFormatSelector`; None for the shared one.
-        storage_options: What fsspec takes to reach keys that are URLs.
+        storage_options: A `Storage`, or what fsspec takes to reach keys that are URLs.
     """
     return FileDetectorEventTimelineReaderProvider(
         DetectorEventTimelineFileReadFormatSelector.get_shared() if formats is None else formats,
@@ -339,7 +327,7 @@ def read_events(
     end: int | None = None,
     events: DetectorEventTimelineReaderProvider | DetectorEventTimeline | None = None,
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Storage | Mapping[str, Any] | None = None,
 ) -> DetectorEventTimeline:
     """The events of frames `begin..end` of the acquisition at `key`, a group per frame with events.
 
@@ -367,7 +355,7 @@ def read_events(
         BufferError: If `events` is a timeline with a live view.
     """
     if isinstance(events, DetectorEventTimeline):
-        return _append_events(as_key(key), begin, end, events, storage_options)
+        return _append_events(as_key(key), begin, end, events, Storage.of(storage_options))
     if events is not None and storage_options is not None:
         raise ValueError("give events or storage_options, not both: the provider reaches the files")
     provider = (
@@ -399,17 +387,14 @@ def _append_events(
     begin: int | None,
     end: int | None,
     timeline: DetectorEventTimeline,
-    storage_options: Mapping[str, Any] | None,
+    storage: Storage,
 ) -> DetectorEventTimeline:
     timeline._check_unshared()
-    fd = _open(key, storage_options)
-    try:
-        layout = Layout(key, fd)
+    with storage.open(key) as source:
+        layout = Layout(key, source)
         begin = 0 if begin is None else operator.index(begin)
         end = layout.frame_count if end is None else operator.index(end)
         if not 0 <= begin <= end <= layout.frame_count:
             raise IndexError(f"{key}: frames {begin} to {end} are not within its {layout.frame_count} frames")
-        decode_frames(layout, fd, timeline, begin, end)
-    finally:
-        _close(fd)
+        decode_frames(layout, source, timeline, begin, end)
     return timeline

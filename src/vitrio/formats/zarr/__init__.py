@@ -14,9 +14,11 @@ Reads fetch and decode only the chunks their boxes touch, on the calling
 (loader's) threads, and keep the decoded chunks in a bounded cache shared
 by the readers of a store, so a chunk several patches share is decoded
 once. Remote stores are taken as unchanging while read; local ones are
-checked for rewritten metadata on each open. `OmeZarrFormat.configured`
-sets the scale level, fsspec's `storage_options` (credentials,
-`anon=True`, `endpoint_url`), the cache's size and the writing options.
+checked for rewritten metadata on each open. A store at a URL is reached
+with the options of the `Storage` it is opened through (fsspec's
+`storage_options`: credentials, `anon=True`, `endpoint_url`), bounded in time
+by its configuration. `OmeZarrFormat.configured` sets the scale level, the
+cache's size and the writing options.
 
 The format registers where the extra is installed; its modules import
 zarr, numcodecs and fsspec when a store is first opened or written, so
@@ -33,12 +35,12 @@ more chunks than it returns values (see `_reader`).
 from __future__ import annotations
 
 import importlib.util
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from ..._storage import ByteSource, Storage
 from ..._types import ImageDescriptor
 from .._contract import Format, FormatError, ImageReader, ImageWriter
 from ._cache import ChunkCache
@@ -64,7 +66,8 @@ class OmeZarrFormat(Format):
 
     Class attributes:
         level: The scale level read when a key names none.
-        storage_options: What fsspec takes to open remote stores.
+        storage_options: What fsspec takes to open remote stores, used instead of the options of the
+            storage a store is opened through where given (as `configured` gives them).
         chunk_cache: The cache of decoded chunks the readers of this format share.
         levels, chunks, codec, voxel_size: How stores are written (see `OmeZarrWriter`).
     """
@@ -99,8 +102,9 @@ class OmeZarrFormat(Format):
 
         Args:
             level: The scale level read when a key names none (`scale=`); 0 by default.
-            storage_options: What fsspec takes to open remote stores: `anon=True`, `key`/`secret`,
-                `endpoint_url`, `client_kwargs`...
+            storage_options: What fsspec takes to open remote stores (`anon=True`, `key`/`secret`,
+                `endpoint_url`, `client_kwargs`...), instead of those of the storage a store is opened
+                through (the `storage_options` a loader or `read` is given, which are the usual way).
             cache_bytes: The size of a chunk cache of its own; None shares this format's.
             levels: How many scale levels to write (1 writes no pyramid); 3 by default.
             chunks: The chunk extent along each space axis when writing (64 for volumes, 256 for images).
@@ -141,12 +145,12 @@ class OmeZarrFormat(Format):
         return names_store(key)
 
     @classmethod
-    def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
-        os.close(fd)
-        return cls.open_key(key)
+    def open(cls, key: str, source: ByteSource, head: bytes) -> ImageReader:
+        source.close()
+        return cls.open_key(key, Storage())
 
     @classmethod
-    def open_key(cls, key: str, storage_options: Mapping[str, Any] | None = None) -> ImageReader:
+    def open_key(cls, key: str, storage: Storage) -> ImageReader:
         """A reader of the scale level `key` names (or `level`) of the image of the store `key` names.
 
         Raises:
@@ -159,14 +163,15 @@ class OmeZarrFormat(Format):
         except ValueError as error:
             raise FormatError(str(error)) from None
         number = cls.level if parsed.level is None else parsed.level
-        options = cls.storage_options or storage_options or {}
-        index = (parsed.store, parsed.remote, repr(sorted(options.items())), number)
+        if cls.storage_options:
+            storage = Storage(cls.storage_options, storage.configuration)
+        index = (parsed.store, parsed.remote, storage.digest(), number)
         with cls._metadata_lock:
             level = cls._metadata.get(index)
         if level is not None and parsed.remote:  # remote stores are taken as unchanging
             return OmeZarrReader(key, level, cls.chunk_cache)
         try:
-            store = open_store(parsed.store, parsed.remote, options)
+            store = open_store(parsed.store, parsed.remote, storage.options, storage.configuration)
         except NotADirectoryError as error:
             raise FormatError(str(error)) from None
         if level is None or level_stamp(store, level.path) != level.stamp:

@@ -4,7 +4,8 @@ A key is the path or URL of an OME-Zarr image group, optionally followed by
 `#N` (or `#scale=N`) for scale level `N`, the `N`-th entry of the group's
 `multiscales` datasets (0, the finest, by default): `tomo.zarr`,
 `tomo.zarr#2`, `s3://bucket/run/tomo.zarr#1`, `https://host/tomo.zarr`,
-`tomo.zarr/labels/membrane`. A URL is any `scheme://` other than `file://`.
+`tomo.zarr/labels/membrane`. A URL is what `vitrio._storage.is_url` says
+is one; a `file://` key names a local store.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import os
 import re
 from typing import NamedTuple
 
+from ..._storage import is_url, local_path
+
 __all__ = ["StoreKey", "parse_key", "names_store", "METADATA_FILES"]
 
 METADATA_FILES = ("zarr.json", ".zgroup", ".zattrs", ".zarray")
 """The files whose presence makes a directory a Zarr store (v3, then v2)."""
 
-_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _LEVEL = re.compile(r"^(?:scale=)?(\d+)$")
 
 
@@ -49,10 +51,9 @@ def parse_key(key: str) -> StoreKey:
         if match is None:
             raise ValueError(f"{key}: '#{tail}' names no scale level; write '#N' or '#scale=N'")
         store, level = head, int(match.group(1))
-    scheme = _URL.match(store)
-    if scheme and scheme.group(1).lower() == "file":
-        return StoreKey(store[len("file://") :], level, False)
-    return StoreKey(store.rstrip("/") if scheme else store, level, scheme is not None)
+    if is_url(store):
+        return StoreKey(store.rstrip("/"), level, True)
+    return StoreKey(local_path(store), level, False)
 
 
 def names_store(key: str) -> bool:
@@ -74,6 +75,6 @@ def _names_local(path: str) -> bool:
         return True
     if os.path.splitext(path.rstrip("/"))[1]:  # a file's name, as image files have: not looked at (no stat)
         return False
-    if _URL.match(path):  # a URL without an extension: a store (a file at a URL has its extension)
+    if is_url(path):  # a URL without an extension: a store (a file at a URL has its extension)
         return True
     return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, n)) for n in METADATA_FILES)

@@ -11,7 +11,7 @@ than its limit is refused. Over HTTP the bodies are asked and read
 uncompressed, as a stream cut at the limit, and checked against the
 length their headers announce (`_http`); each request is bounded in time,
 and headers given are never sent where a redirect leads to another host
-(`vitrio._remote.http_options`). Errors name a store at a URL as
+(`vitrio._remote.client_options`, which bounds an S3 store's connecting too). Errors name a store at a URL as
 `vitrio._errors.redact` gives it, without the secrets it may hold.
 """
 
@@ -21,12 +21,11 @@ import errno
 import os
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
-from ..._config import configuration
+from ..._config import Configuration
 from ..._errors import ImageFileNotFoundError, redact
 from ..._fs import open_beneath
-from ..._remote import http_options
+from ..._remote import client_options, is_http, missing_backend
 from ._http import fetch_bounded
 
 __all__ = ["Store", "LocalStore", "RemoteStore", "open_store"]
@@ -103,20 +102,20 @@ class LocalStore(Store):
 
 
 class RemoteStore(Store):
-    """A store at a URL fsspec opens, with its `storage_options`."""
+    """A store at a URL fsspec opens, with its `storage_options`, bounded in time by `configuration`."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any]):
-        import fsspec
-
+    def __init__(self, url: str, storage_options: Mapping[str, Any], configuration: Configuration):
+        try:
+            import fsspec
+        except ImportError:
+            raise missing_backend(url) from None
         self.name = redact(url)
-        self.http = urlsplit(url).scheme.lower() in ("http", "https")
-        limits = configuration()
-        self.options = (
-            http_options(storage_options, limits.remote_timeout, limits.remote_connect_timeout)
-            if self.http
-            else dict(storage_options)
-        )
-        self.fs, self.root = fsspec.core.url_to_fs(url, **self.options)
+        self.http = is_http(url)
+        self.options = client_options(url, storage_options, configuration)
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(url, **self.options)
+        except ImportError:
+            raise missing_backend(url) from None
         self.token = (url, repr(sorted(self.options.items())))
 
     def get_many(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
@@ -144,11 +143,13 @@ def _checked(path: str, value: Any, limit: int) -> ChunkBytes:
     return value
 
 
-def open_store(store: str, remote: bool, storage_options: Mapping[str, Any]) -> Store:
+def open_store(
+    store: str, remote: bool, storage_options: Mapping[str, Any], configuration: Configuration
+) -> Store:
     """The store at a path or URL.
 
     Raises:
         FileNotFoundError: If there is no local store at `store`.
         NotADirectoryError: If the local path is a file.
     """
-    return RemoteStore(store, storage_options) if remote else LocalStore(store)
+    return RemoteStore(store, storage_options, configuration) if remote else LocalStore(store)
