@@ -148,3 +148,11 @@ def test_a_prepared_source_read_on_one_thread_is_transformed_there_too(stacks):
     batches = DataLoader(dataset, 4, loader=vio.loader(workers=1), transform=lambda batch: batch)
     images = np.concatenate([batch["image"] for batch in batches])
     np.testing.assert_allclose(images, Normalize(3)(stacks.images), rtol=1e-5, atol=1e-6)
+
+
+def test_a_transform_that_draws_is_not_prepared_once(stacks):
+    images = ImageSource(stacks.locations)
+    for drawing in (Noise(), Compose(Normalize(3), Noise()), lambda images, rng: images):
+        with pytest.raises(ValueError, match="draws random numbers"):
+            PreparedSource(images, drawing)
+    PreparedSource(images, Compose(Normalize(3)))  # one that draws nothing is

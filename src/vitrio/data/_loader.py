@@ -51,7 +51,7 @@ from ._recycling import RecyclingAllocator
 from ._sampler import BatchSampler, check_state, state_count
 from ._shared import shared_loader
 from ._stats import EpochClock, LoaderStats, progress_bar
-from ._transforms import cast_fields, takes_rng
+from ._transforms import cast_fields, draws
 
 __all__ = ["DataLoader"]
 
@@ -280,7 +280,7 @@ class DataLoader:
         self._prefetch = int(prefetch)
         self._allocator = allocator
         self._transform = transform
-        self._takes_rng = takes_rng(transform)
+        self._draws = draws(transform)
         self._cast = cast_fields(dataset, data_type, named)
         self._hand_out: Callable[[dict[str, np.ndarray]], Any] | None = None
         self._seed_given = seed is not None
@@ -548,7 +548,7 @@ class DataLoader:
     def _finish(self, epoch: int, values: dict[str, np.ndarray], position: int) -> Any:
         """The batch handed out as output says, transformed and put in its data type."""
         handed = self._hand_out(values) if self._hand_out is not None else values
-        if self._takes_rng:
+        if self._draws:
             rng = np.random.default_rng([self._seed, self._shard, epoch, position])
             handed = self._transform(handed, rng=rng)
         elif self._transform is not None:

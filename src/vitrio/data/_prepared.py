@@ -26,7 +26,7 @@ from .._providers import ImageReaderProvider
 from .._types import as_key
 from ._prepared_scratch import PreparedScratch
 from ._source import Pendings, Source, as_completion
-from ._transforms import as_data_type, prepare_batch
+from ._transforms import as_data_type, draws, prepare_batch
 
 __all__ = ["PreparedSource"]
 
@@ -63,7 +63,7 @@ class PreparedSource(Source):
             `FourierCrop`, `Normalize`, `Invert`, their `Compose`, or any callable
             that returns an array of as many prepared images.
         data_type: The type the images are held and handed out in: 'float32',
-            'float16' or 'bfloat16' (needs ml_dtypes, which JAX installs).
+            'float16' or 'bfloat16' (needs ml_dtypes, which the torch extra installs).
         scratch: A file to hold the prepared images in, for this program and later ones,
             readable by this user alone; one that is a symbolic link, another user's or
             writable by others is never read, but rebuilt. Needs an `ImageSource`, and a
@@ -73,7 +73,9 @@ class PreparedSource(Source):
             loader's readers, and with `scratch` to `vitrio.reader_provider()`'s.
 
     Raises:
-        ValueError: If `data_type` is none of the three, or the transform
+        ValueError: If `data_type` is none of the three, the transform draws
+            random numbers (it takes rng: prepared once, every epoch would get
+            the same draws; a DataLoader's transform draws anew each batch), or
             returns other than one image per row; when read, if the loader's
             readers read the files otherwise than `readers`.
         TypeError: If `scratch` is given with another source or transform than it needs.
@@ -88,6 +90,11 @@ class PreparedSource(Source):
         scratch: Any = None,
         readers: ImageReaderProvider | None = None,
     ):
+        if draws(transform):
+            raise ValueError(
+                f"{transform!r} draws random numbers: prepared once, every epoch would get the same draws; "
+                "give it to the DataLoader as its transform"
+            )
         self._source, self._transform, self._data_type = source, transform, data_type
         probe = self._prepare(np.zeros((1, *source.shape), dtype=source.dtype))
         self._disk = None

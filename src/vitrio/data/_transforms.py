@@ -41,8 +41,8 @@ __all__ = [
     "Transform",
     "as_data_type",
     "cast_fields",
+    "draws",
     "prepare_batch",
-    "takes_rng",
 ]
 
 _HALF_TYPES = ("float16", "bfloat16", "float32")
@@ -419,3 +419,13 @@ class Compose:
     def __repr__(self) -> str:
         steps = ", ".join(map(repr, self._steps))
         return f"Compose({steps}, data_type={self._data_type!r}, field={self._field!r})"
+
+
+def draws(transform: Callable[..., Any] | None) -> bool:
+    """Whether `transform` draws random numbers: a `Transform` whose `apply` takes rng, a `Compose` of
+    one, or another callable that takes rng."""
+    if isinstance(transform, Compose):
+        return any(_draws(type(step)) for step in transform.steps)
+    if isinstance(transform, Transform):
+        return _draws(type(transform))
+    return takes_rng(transform)
