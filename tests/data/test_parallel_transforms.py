@@ -156,3 +156,15 @@ def test_a_transform_that_draws_is_not_prepared_once(stacks):
         with pytest.raises(ValueError, match="draws random numbers"):
             PreparedSource(images, drawing)
     PreparedSource(images, Compose(Normalize(3)))  # one that draws nothing is
+
+
+def test_a_state_saved_before_states_held_the_seed_still_resumes(stacks):
+    dataset = Dataset({"image": ImageSource(stacks.locations)})
+    interrupted = DataLoader(dataset, 4, shuffle=True, seed=5)
+    iterator = iter(interrupted)
+    next(iterator)
+    state = {key: value for key, value in interrupted.state_dict().items() if key not in ("seed", "epoch")}
+    rest = [batch["index"] for batch in iterator]
+    resumed = DataLoader(dataset, 4, shuffle=True, seed=5)
+    resumed.load_state_dict(state)
+    assert [batch["index"].tolist() for batch in resumed] == [rows.tolist() for rows in rest]
