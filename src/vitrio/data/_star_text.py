@@ -249,54 +249,105 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
         return None
     import pyarrow as pa
 
-    parts: list[tuple[bytes, list[Any]]] = []
+    columns = _PlainColumns(len(names))
     position, line_ends = lines.position, 0
     while position < len(lines):
         text = lines.part(position)
         found = _native.star_scan(text, 0, len(names))
         if found is None:
-            if parts and _NO_ROWS.match(text):  # the loop ended where this part starts
+            if columns.rows and _NO_ROWS.match(text):  # the loop ended where this part starts
                 break
             return None
-        end, _, ends, kinds, sizes, half = found
-        outs = [
-            (np.empty(found[1] + 1, np.int64), np.empty(size, np.uint8))
-            if kind == ord("t")
-            else np.empty(found[1], np.int64 if kind == ord("i") else np.float64)
-            for kind, size in zip(kinds, sizes)
-        ]
+        end, rows, ends, kinds, sizes, half = found
+        outs = columns.outs(kinds, sizes, rows, (len(lines) - position) / end)
+        if outs is None:
+            return None
         try:
-            _native.star_fill(text, 0, end, kinds, tuple(outs), half)
+            _native.star_fill(text, 0, end, kinds, outs, half)
         except ValueError:  # a value of a column of numbers is not one (1.2.3), or of more than 127 bytes
             return None
-        parts.append((kinds, outs))
+        columns.filled(outs)
         position, line_ends = position + end, line_ends + ends
         if end < len(text):  # a block starts
             break
-    if not parts:
+    if not columns.rows:
         return None
-    columns: dict[str, Any] = {}
-    for number, column in enumerate(names):
-        kinds = {part_kinds[number] for part_kinds, _ in parts}
-        values = [outs[number] for _, outs in parts]
-        if kinds == {ord("t")}:
+    lines.take(position, line_ends)
+    table = {}
+    for name, values in zip(names, columns.values):
+        if isinstance(values, list):
             texts = [
                 pa.LargeStringArray.from_buffers(len(o) - 1, pa.py_buffer(o), pa.py_buffer(d))
                 for o, d in values
             ]
-            columns[column] = pd.arrays.ArrowStringArray(pa.chunked_array(texts), dtype=strings)
-        elif ord("t") in kinds:  # numbers in one part, text in another: as pandas reads the whole column
+            table[name] = pd.arrays.ArrowStringArray(pa.chunked_array(texts), dtype=strings)
+        else:
+            table[name] = values[: columns.rows]
+    return pd.DataFrame(table, copy=False)
+
+
+class _PlainColumns:
+    """The columns of a loop's plain rows as they are read a part at a time: the numbers of a column in
+    one array, allocated for the rows the first part foretells (pages never written cost nothing) and
+    grown if more come, its integers made numbers if a later part has other numbers; the text of a
+    column a part of Arrow strings each."""
+
+    def __init__(self, count: int):
+        self.values: list[Any] = [None] * count
+        """Of each column, an int64 or float64 array, or a list of the (offsets, data) of each part."""
+        self.rows = 0
+        """How many rows were read."""
+        self._kinds = b""
+        self._parted: list[tuple[int, np.ndarray]] = []
+
+    def outs(
+        self, kinds: bytes, sizes: tuple[int, ...], rows: int, foretold: float
+    ) -> tuple[Any, ...] | None:
+        """Where `star_fill` writes the next part, of `rows` rows of `kinds`, its text of `sizes`; the
+        first part of the loop is `foretold` times smaller than what is left of the text. None if a
+        column is text in one part and numbers in another (pandas reads the whole column as text)."""
+        text = ord("t")
+        if not self._kinds:
+            self._kinds = kinds
+            capacity = int(rows * foretold * 1.05) + 1024
+            self.values = [[] if kind == text else np.empty(capacity, _DTYPES[kind]) for kind in kinds]
+        if any((kind == text) != (known == text) for kind, known in zip(kinds, self._kinds)):
             return None
-        else:  # integers in one part and other numbers in another are all numbers
-            columns[column] = (
-                values[0]
-                if len(values) == 1
-                else np.concatenate(values, dtype=values[0].dtype if len(kinds) == 1 else np.float64)
-            )
-        for _, outs in parts:
-            outs[number] = None
-    lines.take(position, line_ends)
-    return pd.DataFrame(columns, copy=False)
+        for number, values in enumerate(self.values):
+            if not isinstance(values, list) and len(values) < self.rows + rows:  # more rows than foretold
+                grown = np.empty(2 * (self.rows + rows), values.dtype)
+                grown[: self.rows] = values[: self.rows]
+                self.values[number] = grown
+        outs: list[Any] = []
+        self._parted = []
+        for number, (kind, size, values) in enumerate(zip(kinds, sizes, self.values)):
+            if kind == text:
+                outs.append((np.empty(rows + 1, np.int64), np.empty(size, np.uint8)))
+            elif values.dtype == _DTYPES[kind]:
+                outs.append(values[self.rows : self.rows + rows])
+            elif kind == ord("f"):  # integers so far, other numbers now: all are numbers
+                self.values[number] = values.astype(np.float64)
+                outs.append(self.values[number][self.rows : self.rows + rows])
+            else:  # integers among numbers: read apart, made numbers
+                outs.append(np.empty(rows, np.int64))
+                self._parted.append((number, outs[-1]))
+        return tuple(outs)
+
+    def filled(self, outs: tuple[Any, ...]) -> None:
+        """Take the part `star_fill` wrote into `outs`."""
+        rows = 0
+        for number, out in enumerate(outs):
+            if isinstance(out, tuple):
+                self.values[number].append(out)
+                rows = len(out[0]) - 1
+            else:
+                rows = len(out)
+        for number, out in self._parted:
+            self.values[number][self.rows : self.rows + rows] = out
+        self.rows += rows
+
+
+_DTYPES = {ord("i"): np.dtype(np.int64), ord("f"): np.dtype(np.float64)}
 
 
 _NO_ROWS = re.compile(rb"(?:[ \t\r\v\f]*(?:#[^\n]*)?\n)*[ \t\r\v\f]*(?:data_|\Z)")
