@@ -8,6 +8,7 @@ around centres. `vitrio.data` feeds datasets to PyTorch and JAX.
 from . import data, formats
 from ._array import Array, HalfComplexArray
 from ._concurrency import Completion, Executor, SynchronousExecutor, ThreadPoolExecutor
+from ._config import Configuration, configuration, configure
 from ._errors import VitrioError
 from ._event_images import DetectorEventImageReaderProvider
 from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
@@ -37,6 +38,7 @@ from ._providers import (
     detector_event_image_reader_provider,
 )
 from ._saving import ImageSaver, write_batch_async
+from ._storage import Storage
 from ._types import (
     DeclaredTwiceError,
     DestinationTypeError,
@@ -89,6 +91,7 @@ __all__ = [
     "Array",
     "CachingImageReaderProvider",
     "Completion",
+    "Configuration",
     "CountingDetectorEventRenderer",
     "DeclaredTwiceError",
     "DetectorEventBinning",
@@ -126,8 +129,11 @@ __all__ = [
     "ReadOnlyDestinationError",
     "VitrioError",
     "ScratchImageReaderProvider",
+    "Storage",
     "SynchronousExecutor",
     "ThreadPoolExecutor",
+    "configuration",
+    "configure",
     "data",
     "formats",
     "create_directory_image_scratch",

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["Completion", "Executor", "ThreadPoolExecutor", "SynchronousExecutor", "run_tasks"]
+__all__ = ["Completion", "Executor", "ThreadPoolExecutor", "SynchronousExecutor", "run_tasks", "shared_pool"]
 
 Task = Callable[[], None]
 
@@ -346,3 +346,17 @@ def _stop(tasks: queue.SimpleQueue, threads: list[threading.Thread], wait: bool 
         for thread in threads:
             if thread is not current:
                 thread.join()
+
+
+_shared: dict[tuple[str, int], ThreadPoolExecutor] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_pool(name: str, size: int) -> ThreadPoolExecutor:
+    """The pool of `size` threads the process shares for `name` (`vitrio._config.THREADS` lists them),
+    made at its first use; its threads start with its first task, anew in a child after `fork`."""
+    with _shared_lock:
+        pool = _shared.get((name, size))
+        if pool is None:
+            pool = _shared[name, size] = ThreadPoolExecutor(size)
+        return pool

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Configuration", "configuration", "configure"]
+__all__ = ["THREADS", "Configuration", "configuration", "configure", "open_files"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,32 @@ class Configuration:
         remote_backoff: The seconds waited before a request is made again; doubled at each attempt.
         remote_timeout: The seconds a request may wait for each piece of its answer.
         remote_connect_timeout: The seconds a request may take to connect.
+        remote_readers_kept: How many readers of files at URLs a provider keeps, with their headers.
+        open_files: The most files a loader made without `cache=` keeps open (and mapped), across
+            batches and epochs; never more than a quarter of the process's limit on open files.
+        layouts_kept: How many layouts of raw files a provider keeps, for the native batch path.
+        tasks_per_worker: How many tasks a batch read through readers splits into, per thread.
+        native_tasks_per_worker: How many tasks the native runs of a batch split into, per thread.
+        open_ahead: How many files the tasks of a loader that reads ahead hold open at most, their
+            images hinted, while they copy others' (a task holds its share, and at least 2).
+        header_hint_bytes: The bytes at the start of a file of unknown layout that the kernel is told
+            are read soon, where a loader reads ahead: its header.
+        opening_threads: The threads that open many files at once: the files at URLs of a task, the
+            micrographs of an extraction.
+        split_threads: The threads that copy parts of one large run of a raw file, the process over.
+        split_bytes: A run of a raw file of at least this many bytes is copied in parts, on the
+            split threads.
+        split_parts: The most parts such a run is copied in.
+        zarr_cache_bytes: The bytes of decoded OME-Zarr chunks kept, shared by a process's stores.
+        chunk_bytes: About how many bytes a chunk of a dask array of images holds, and a part of a
+            file `vitrio convert` reads and writes at once.
+        dask_open_files: How many files each task of a dask array keeps open.
+        dask_blocks_per_worker: How many blocks per worker `vitrio.dask.store` keeps in flight.
+        extract_batch_bytes: About how many bytes of particles an extraction crops in one batch.
+        extract_in_flight: How many batches an extraction reads (and writes) at once.
+        cluster_threads: The threads a task on a Dask cluster reads and writes with, unless told.
+        montage_read_bytes: The most bytes one read of 2-D images for `vitrio montage` holds.
+        montage_open_files: The most files `vitrio montage` keeps open while it reads.
     """
 
     remote_gap: int = 1 << 20
@@ -42,6 +69,26 @@ class Configuration:
     remote_backoff: float = 0.05
     remote_timeout: float = 20.0
     remote_connect_timeout: float = 5.0
+    remote_readers_kept: int = 1 << 12
+    open_files: int = 1024
+    layouts_kept: int = 1 << 16
+    tasks_per_worker: int = 4
+    native_tasks_per_worker: int = 2
+    open_ahead: int = 64
+    header_hint_bytes: int = 64 << 10
+    opening_threads: int = 32
+    split_threads: int = max(1, (os.cpu_count() or 1) - 1)
+    split_bytes: int = 64 << 20
+    split_parts: int = 8
+    zarr_cache_bytes: int = 256 << 20
+    chunk_bytes: int = 64 << 20
+    dask_open_files: int = 16
+    dask_blocks_per_worker: int = 2
+    extract_batch_bytes: int = 16 << 20
+    extract_in_flight: int = 2
+    cluster_threads: int = 2
+    montage_read_bytes: int = 256 << 20
+    montage_open_files: int = 256
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -127,3 +174,29 @@ def configure(**changes: Any) -> _Configured:
     with _lock:
         _current = changed
     return _Configured(before)
+
+
+def open_files(chosen: Configuration | None = None) -> int:
+    """How many files a loader made without `cache=` keeps open: `open_files` of `chosen` (the
+    configuration in force if None), at most a quarter of the soft limit on the process's open files
+    (`RLIMIT_NOFILE`), so that the files a program opens itself still open; at least 1."""
+    wanted = (chosen or configuration()).open_files
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY:
+        wanted = min(wanted, soft // 4)
+    return max(1, wanted)
+
+
+THREADS: dict[str, str] = {
+    "loader": "a loader's pool: `workers=` threads (the machine's cores by default), or the executor given;"
+    " `vitrio.data`'s shared loader has one per core",
+    "opening": "`opening_threads`, made at the first open of many files at once (files at URLs of a task,"
+    " micrographs' headers of an extraction), shared by the process",
+    "split": "`split_threads`, made at the first copy of a run of `split_bytes` or more, shared by the"
+    " process",
+    "extract": "`extract_particles`' pool: `threads=` (the machine's cores, `cluster_threads` on a cluster)",
+    "fsspec": "fsspec's event loop: one thread, started by the first read of a file at a URL",
+    "star": "the STAR reader's: one thread of the C extension reads the second half of a large loop,"
+    " while the caller's reads the first",
+}
+"""Every source of threads vitrio starts, and what sizes it (the loader's are the caller's choice)."""

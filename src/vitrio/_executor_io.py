@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._concurrency import Executor
+from ._config import Configuration
 from ._loading import ImageLoader
 from ._providers import ImageReaderProvider
 from ._saving import ImageSaver
@@ -25,15 +26,18 @@ class ExecutorImageLoader(ImageLoader):
     Args:
         readers: An `ImageReaderProvider` that turns keys into readers.
         executor: An `Executor` the reads run on.
+        configuration: How its batches are planned, as `ImageLoader` takes it.
 
     Raises:
         TypeError: If an argument is missing, None, or of the wrong type.
     """
 
-    def __init__(self, readers: ImageReaderProvider, executor: Executor):
+    def __init__(
+        self, readers: ImageReaderProvider, executor: Executor, *, configuration: Configuration | None = None
+    ):
         _check(readers, ImageReaderProvider, "readers")
         _check(executor, Executor, "executor")
-        super().__init__(executor, readers)
+        super().__init__(executor, readers, configuration=configuration)
 
     def __repr__(self) -> str:
         return f"ExecutorImageLoader({self.readers!r}, {self.executor!r})"

@@ -11,6 +11,7 @@ import numpy as np
 from ._array import HalfComplexArray, finish_half_complex, new_array
 from ._arrays import as_casting, as_destination, as_source, check_destination_type
 from ._concurrency import Executor, ThreadPoolExecutor
+from ._config import Configuration, open_files
 from ._errors import concerning
 from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
 from ._providers import (
@@ -18,6 +19,7 @@ from ._providers import (
     FileImageReaderProvider,
     ImageReaderProvider,
 )
+from ._storage import Storage
 from ._types import (
     ImageDescriptor,
     ImageLocation,
@@ -50,7 +52,8 @@ def reader_provider(
     formats: Iterable[type[Format]] | None = None,
     scratch: Any = None,
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | Storage | None = None,
+    configuration: Configuration | None = None,
 ) -> ImageReaderProvider:
     """A provider that opens the file at the path a key is.
 
@@ -61,17 +64,30 @@ def reader_provider(
         scratch: A scratch to serve images from before the files (see the
             scratch functions).
         storage_options: What fsspec takes to reach keys that are URLs (`s3://`, `https://`,
-            `gs://`): credentials, `{"anon": True}` for public buckets, `endpoint_url`.
+            `gs://`): credentials, `{"anon": True}` for public buckets, `endpoint_url`; or a
+            `vitrio.Storage` that holds them.
+        configuration: The limits its reads keep to (`vitrio.Configuration`); the configuration in
+            force (`vitrio.configuration()`) by default.
 
     Raises:
         ValueError: If `cache` is not positive.
     """
-    provider: ImageReaderProvider = FileImageReaderProvider(formats, storage_options)
+    provider: ImageReaderProvider = FileImageReaderProvider(formats, _storage(storage_options, configuration))
     if cache is not None:
         provider = CachingImageReaderProvider(provider, cache)
     if scratch is not None:
         provider = ScratchImageReaderProvider(provider, scratch)
     return provider
+
+
+def _storage(
+    storage_options: Mapping[str, Any] | Storage | None, configuration: Configuration | None
+) -> Storage:
+    """The storage of `storage_options` (made once, here), with `configuration` where one is given."""
+    storage = Storage.of(storage_options)
+    if configuration is not None and configuration != storage.configuration:
+        storage = Storage(storage.options, configuration)
+    return storage
 
 
 def writer_provider(formats: Iterable[type[Format]] | None = None) -> FileImageWriterProvider:
@@ -98,23 +114,34 @@ def loader(
     executor: Executor | None = None,
     scratch: Any = None,
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | Storage | None = None,
+    configuration: Configuration | None = None,
 ) -> ExecutorImageLoader:
     """An `ExecutorImageLoader`: a thread pool and a reader provider, for `read_batch_async` and friends.
 
     Args:
         workers: How many threads read. Defaults to the machine's cores.
-        cache: How many files to keep open. Defaults to opening a file for each use.
+        cache: How many files to keep open, their maps kept across batches and epochs; 0 opens a file
+            for each use. Defaults to `open_files` of the configuration, at most a quarter of the
+            process's limit on open files.
         formats: The formats to try, in order. Defaults to every registered one.
         executor: An executor to share with other loaders and savers, instead of a pool of its own.
         scratch: A scratch that serves images it holds instead of the files.
         storage_options: What fsspec takes to reach keys that are URLs, as `reader_provider` takes it.
+        configuration: The pools, sizes and time limits of its planning and its reads
+            (`vitrio.Configuration`); the configuration in force (`vitrio.configuration()`) by default.
 
     Raises:
-        ValueError: If `workers` or `cache` is not positive, or both `workers` and `executor` are given.
+        ValueError: If `workers` is not positive, `cache` is negative, or both `workers` and `executor`
+            are given.
     """
-    provider = reader_provider(cache, formats, scratch, storage_options=storage_options)
-    return ExecutorImageLoader(provider, _executor(workers, executor))
+    storage = _storage(storage_options, configuration)
+    if cache is None:
+        cache = open_files(storage.configuration)
+    elif int(cache) == 0:
+        cache = None
+    provider = reader_provider(cache, formats, scratch, storage_options=storage)
+    return ExecutorImageLoader(provider, _executor(workers, executor), configuration=storage.configuration)
 
 
 def saver(
@@ -137,7 +164,10 @@ def saver(
 
 
 def query_descriptor(
-    key: Any, readers: ImageReaderProvider | None = None, *, storage_options: Mapping[str, Any] | None = None
+    key: Any,
+    readers: ImageReaderProvider | None = None,
+    *,
+    storage_options: Mapping[str, Any] | Storage | None = None,
 ) -> ImageDescriptor:
     """What the file at `key` holds, from its header alone.
 
@@ -156,7 +186,7 @@ def query_metadata(
     location: Any,
     readers: ImageReaderProvider | None = None,
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | Storage | None = None,
 ) -> ImageMetadata:
     """What the header of the file at `location` says: what it holds, its voxel size, and its format.
 
@@ -193,7 +223,7 @@ def read(
     out: Any = None,
     casting: str | None = None,
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | Storage | None = None,
 ) -> Any:
     """Read a whole file, or one image or volume of a stack.
 
@@ -265,13 +295,15 @@ def read(
             readers.release(reader)
 
 
-def _readers(readers: ImageReaderProvider | None, storage_options: Mapping[str, Any] | None) -> Any:
-    """The provider given, or one that opens each file at its path (or URL, with `storage_options`)."""
+def _readers(readers: ImageReaderProvider | None, storage_options: Mapping[str, Any] | Storage | None) -> Any:
+    """The provider given, a read its batch (`begin_batch`), or one that opens each file at its path (or
+    URL, with the storage of `storage_options`)."""
     if readers is not None:
         if storage_options is not None:
             raise ValueError("give readers or storage_options, not both: the provider reaches the files")
+        readers.begin_batch()
         return readers
-    return FileImageReaderProvider(storage_options=storage_options)
+    return FileImageReaderProvider(storage=Storage.of(storage_options))
 
 
 def _written(array: Any, key: str) -> np.ndarray:

@@ -7,10 +7,15 @@ never closed. Every provider is safe to use from many threads at once.
 A provider that opens files also keeps the layout of each raw file it has
 opened (`layout(key)`), apart from its open readers and many more of them,
 so that a batch reads such a file with one native call, open to close,
-whether its reader is open or not. A layout found out of date (the file
-changed) is forgotten (`forget_layout`), and the file is read through its
-reader, which a caching provider may still hold open: it checks the file
-as it always does, and the file is parsed anew when it is opened next.
+whether its reader is open or not; of a file it opened that holds none, it
+says so (`NO_LAYOUT`), and None of a file it has not opened. A layout found
+out of date (the file changed) is forgotten (`forget_layout`), and the file
+is read through its reader, which a caching provider may still hold open: it
+checks the file as it always does, and the file is parsed anew when it is
+opened next.
+
+A provider that keeps files open checks, once a batch (`begin_batch`), that
+the file at a key is still the one it opened before it serves it again.
 
 A provider in front of another (`WrappingImageReaderProvider`: the caching
 one, a scratch's) passes on to it every optional method it does not change.
@@ -22,18 +27,16 @@ import contextlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any, Final
 
 from ._counters import add_count
 from ._errors import redact
-from ._fs import open_readonly
-from ._remote import is_url
+from ._storage import ByteSource, Storage, is_url
 from ._types import ImageDescriptor, as_key
 from .formats import (
     Format,
     ImageReader,
-    RawArrayReader,
     open_reader,
     registered_formats,
     resolve_formats,
@@ -44,12 +47,24 @@ from .formats._remote_readers import RemoteReaders
 from .formats.eer import EerFormat
 
 __all__ = [
+    "NO_LAYOUT",
     "ImageReaderProvider",
     "FileImageReaderProvider",
     "CachingImageReaderProvider",
     "WrappingImageReaderProvider",
     "detector_event_image_reader_provider",
 ]
+
+
+class _NoLayout:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_LAYOUT"
+
+
+NO_LAYOUT: Final[Any] = _NoLayout()
+"""What `ImageReaderProvider.layout` says of a file known to hold no layout: read through its reader."""
 
 
 class ImageReaderProvider:
@@ -63,8 +78,10 @@ class ImageReaderProvider:
         """Hand back a reader `acquire` gave."""
         raise NotImplementedError
 
-    def layout(self, key: str) -> RawLayout | None:
-        """The layout of the raw file at `key` as parsed when it was last opened; None if unknown."""
+    def layout(self, key: str) -> RawLayout | Any | None:
+        """The layout of the raw file at `key` as parsed when it was last opened; `NO_LAYOUT` where the
+        file is known to hold none (its images are read through its reader); None where it is unknown
+        (the file not opened yet): opening it tells."""
         return None
 
     def forget_layout(self, key: str) -> None:
@@ -81,6 +98,14 @@ class ImageReaderProvider:
     def stamp(self, key: str) -> tuple[int, int] | None:
         """(size, version) of the file at the URL `key` now, for a scratch to see a change; None if local."""
         return None
+
+    def read_many(self, requests: Sequence[tuple[ByteSource, Sequence[tuple[int, int]]]]) -> list[Any]:
+        """The (start, end) ranges of each (source, ranges) of `requests`, of readers whose
+        `fetches_ranges` is true, read at once (those at URLs fetched together)."""
+        return [source.read_ranges(ranges) for source, ranges in requests]
+
+    def begin_batch(self) -> None:
+        """A batch begins: a provider that keeps files open checks each once more before it serves it."""
 
     def configuration(self) -> str | None:
         """A stable description of what decides the images this provider hands out (its formats and
@@ -131,6 +156,12 @@ class WrappingImageReaderProvider(ImageReaderProvider):
     def stamp(self, key: str) -> tuple[int, int] | None:
         return self._backing.stamp(key)
 
+    def read_many(self, requests: Sequence[tuple[ByteSource, Sequence[tuple[int, int]]]]) -> list[Any]:
+        return self._backing.read_many(requests)
+
+    def begin_batch(self) -> None:
+        self._backing.begin_batch()
+
     def configuration(self) -> str | None:
         return self._backing.configuration()
 
@@ -138,25 +169,32 @@ class WrappingImageReaderProvider(ImageReaderProvider):
         return self._backing.query_descriptor(key)
 
 
-_LAYOUTS = 1 << 16
-
-
 class FileImageReaderProvider(ImageReaderProvider):
     """Opens the file at the path a key is, each time it is asked, and closes it when released.
 
-    It keeps the layouts of the last 65,536 raw files it opened, and readers of files at URLs (RemoteReaders).
+    It keeps the layouts of the last `layouts_kept` files it opened (of its storage's configuration),
+    and readers of files at URLs (RemoteReaders).
 
     Args:
         formats: The formats to try, in order. Defaults to every registered one when a file is
             opened, and the plug-ins' where none of those claims it (`load_plugin_formats`).
-        storage_options: What fsspec takes to reach files at URLs (`{"anon": True}`, credentials...).
+        storage: Where the bytes of keys come from: a `vitrio.Storage`, or the storage options fsspec
+            takes to reach files at URLs (`{"anon": True}`, credentials...), made into one.
     """
 
-    def __init__(self, formats: Iterable[type[Format]] | None = None, storage_options: Mapping | None = None):
+    def __init__(
+        self, formats: Iterable[type[Format]] | None = None, storage: Storage | Mapping | None = None
+    ):
         self._formats = None if formats is None else resolve_formats(formats)
-        self._layouts: dict[str, RawLayout] = {}
+        self._storage = Storage.of(storage)
+        self._layouts: dict[str, Any] = {}
         self._layouts_lock = threading.Lock()
-        self._remote = RemoteReaders(storage_options)
+        self._remote = RemoteReaders(self._storage)
+
+    @property
+    def storage(self) -> Storage:
+        """Where the bytes of keys come from."""
+        return self._storage
 
     @property
     def formats(self) -> tuple[type[Format], ...]:
@@ -164,24 +202,23 @@ class FileImageReaderProvider(ImageReaderProvider):
         return registered_formats() if self._formats is None else self._formats
 
     def acquire(self, key) -> ImageReader:
-        if is_url(key := as_key(key)):
+        if self._storage.is_remote(key := as_key(key)):
             return self._remote.acquire(key, self._formats)
-        reader = open_reader(key, self._formats)
+        reader = open_reader(key, self._storage, self._formats)
         add_count("files_opened")
-        layout = reader.layout() if isinstance(reader, RawArrayReader) else None
-        if layout is not None:
-            with self._layouts_lock:
-                self._layouts.pop(layout.key, None)
-                self._layouts[layout.key] = layout
-                if len(self._layouts) > _LAYOUTS:
-                    del self._layouts[next(iter(self._layouts))]
+        layout = reader.layout()
+        with self._layouts_lock:
+            self._layouts.pop(key, None)
+            self._layouts[key] = NO_LAYOUT if layout is None else layout
+            if len(self._layouts) > self._storage.configuration.layouts_kept:
+                del self._layouts[next(iter(self._layouts))]
         return reader
 
     def release(self, reader: ImageReader) -> None:
-        if not is_url(reader.key):
+        if not self._storage.is_remote(reader.key):
             reader.close()
 
-    def layout(self, key: str) -> RawLayout | None:
+    def layout(self, key: str) -> RawLayout | Any | None:
         return self._layouts.get(key)
 
     def forget_layout(self, key: str) -> None:
@@ -189,41 +226,58 @@ class FileImageReaderProvider(ImageReaderProvider):
             self._layouts.pop(key, None)
 
     def opened(self, key: str) -> bool:
-        return is_url(key) and self._remote.holds(key)
+        return self._storage.is_remote(key) and self._remote.holds(key)
 
     def will_read(self, key: str, start: int = 0, length: int = 0) -> None:
-        """Open the local file at `key` as a reader does (`open_readonly`: a FIFO or a device is not
-        waited on) and tell the kernel (`posix_fadvise` WILLNEED); nothing for a URL or a file that does
+        """Open the local file at `key` through the storage, as a reader does (a FIFO or a device is not
+        waited on), and tell the kernel (`posix_fadvise` WILLNEED); nothing for a URL or a file that does
         not open, which the read that follows names."""
-        if is_url(key):
+        if self._storage.is_remote(key):
             return
-        with contextlib.suppress(OSError, ValueError):
-            fd = open_readonly(key)
+        with contextlib.suppress(OSError, ValueError), self._storage.open(key) as source:
             add_count("files_opened")
-            try:
+            fd = source.fileno()
+            if fd is not None:
                 os.posix_fadvise(fd, start, length, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
 
     def stamp(self, key: str) -> tuple[int, int] | None:
-        return self._remote.stamp(key) if is_url(key) else None
+        return self._remote.stamp(key) if self._storage.is_remote(key) else None
+
+    def read_many(self, requests: Sequence[tuple[ByteSource, Sequence[tuple[int, int]]]]) -> list[Any]:
+        return self._storage.read_many(requests)
 
     def configuration(self) -> str:
-        """The formats tried, in order, with their settings (`formats_configuration`)."""
-        return formats_configuration(self.formats)
+        """The formats tried, in order, with their settings (`formats_configuration`), and the digest of
+        the storage's options where it has any."""
+        described = formats_configuration(self.formats)
+        return f"{described}; storage {self._storage.digest()}" if self._storage.options else described
 
     def __repr__(self) -> str:
         return f"FileImageReaderProvider(formats={[f.name for f in self.formats]})"
 
 
 class _Entry:
-    __slots__ = ("reader", "users", "ready", "error")
+    __slots__ = ("reader", "users", "ready", "error", "identity", "checked")
 
-    def __init__(self) -> None:
+    def __init__(self, identity: Hashable | None, batch: int) -> None:
         self.reader: ImageReader | None = None
         self.users = 0
         self.ready = threading.Event()
         self.error: BaseException | None = None
+        self.identity = identity
+        self.checked = batch
+
+
+def _identity(key: str) -> Hashable | None:
+    """What the local file at `key` is now: device, inode, size, times of modification and change; None
+    for a URL or where nothing is at `key`."""
+    if is_url(key):
+        return None
+    try:
+        info = os.stat(key)
+    except (OSError, ValueError):
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 class CachingImageReaderProvider(WrappingImageReaderProvider):
@@ -231,7 +285,10 @@ class CachingImageReaderProvider(WrappingImageReaderProvider):
 
     A reader in use is never closed; while more than `capacity` are in use,
     more stay open until they are released. A file is opened once even when
-    many threads ask for it at the same time.
+    many threads ask for it at the same time. A kept reader of a local file is
+    served again only once its path is found to be the file it opened (device,
+    inode, size and times, by a `stat` at most once a batch, `begin_batch`):
+    a file replaced or changed is opened anew.
 
     Args:
         backing: The provider that opens and closes readers.
@@ -247,6 +304,8 @@ class CachingImageReaderProvider(WrappingImageReaderProvider):
         super().__init__(backing)
         self._capacity = int(capacity)
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._replaced: list[_Entry] = []
+        self._batch = 0
         self._lock = threading.Lock()
 
     @property
@@ -260,37 +319,59 @@ class CachingImageReaderProvider(WrappingImageReaderProvider):
         with self._lock:
             return sum(1 for entry in self._entries.values() if entry.reader is not None)
 
+    def begin_batch(self) -> None:
+        """A batch begins: each kept reader is checked against its path before it is served again."""
+        with self._lock:
+            self._batch += 1
+        self._backing.begin_batch()
+
     def acquire(self, key) -> ImageReader:
         key = as_key(key)
+        replaced = None
         with self._lock:
             entry = self._entries.get(key)
+            if entry is not None and entry.checked != self._batch and entry.ready.is_set():
+                entry.checked = self._batch  # one stat a batch, under the lock: no one is served meanwhile
+                if entry.identity is not None and _identity(key) != entry.identity:
+                    del self._entries[key]
+                    if entry.users:
+                        self._replaced.append(entry)  # closed when the last user releases it
+                    else:
+                        replaced = entry.reader
+                    entry = None
             opening = entry is None
             if opening:
-                entry = self._entries[key] = _Entry()
+                entry = self._entries[key] = _Entry(None, self._batch)
             else:
                 self._entries.move_to_end(key)
                 add_count("readers_reused")
             entry.users += 1
+        if replaced is not None:
+            self._backing.release(replaced)
         if opening:
-            try:
-                entry.reader = self._backing.acquire(key)
-            except BaseException as error:
-                entry.error = error
-                with self._lock:
-                    entry.users -= 1
-                    if self._entries.get(key) is entry:
-                        del self._entries[key]
-                entry.ready.set()
-                raise
+            return self._open(key, entry)
+        if not entry.ready.is_set():
+            entry.ready.wait()
+        if entry.error is not None:
+            with self._lock:
+                entry.users -= 1
+            raise entry.error
+        return entry.reader
+
+    def _open(self, key: str, entry: _Entry) -> ImageReader:
+        entry.identity = _identity(key)  # before it opens: a file replaced between the two is opened again
+        try:
+            entry.reader = self._backing.acquire(key)
+        except BaseException as error:
+            entry.error = error
+            with self._lock:
+                entry.users -= 1
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
             entry.ready.set()
-            self._evict()
-        else:
-            if not entry.ready.is_set():
-                entry.ready.wait()
-            if entry.error is not None:
-                with self._lock:
-                    entry.users -= 1
-                raise entry.error
+            raise
+        entry.ready.set()
+        self._evict()
         return entry.reader
 
     def opened(self, key: str) -> bool:
@@ -319,12 +400,16 @@ class CachingImageReaderProvider(WrappingImageReaderProvider):
         with self._lock:
             entry = self._entries.get(reader.key)
             if entry is None or entry.reader is not reader:
-                entry = next((e for e in self._entries.values() if e.reader is reader and e.users > 0), None)
+                held = (*self._entries.values(), *self._replaced)
+                entry = next((e for e in held if e.reader is reader and e.users > 0), None)
             if entry is None:
                 raise ValueError(f"{redact(reader.key)}: this reader was not acquired from this provider")
             entry.users -= 1
-            dropped = reader.stale and entry.users == 0
-            if dropped:
+            replaced = entry in self._replaced
+            dropped = (reader.stale or replaced) and entry.users == 0
+            if dropped and replaced:
+                self._replaced.remove(entry)
+            elif dropped:
                 key = next(k for k, e in self._entries.items() if e is entry)
                 del self._entries[key]
         if dropped:
@@ -359,7 +444,7 @@ class CachingImageReaderProvider(WrappingImageReaderProvider):
             self._backing.release(reader)
 
     def __del__(self) -> None:
-        for entry in getattr(self, "_entries", {}).values():
+        for entry in (*getattr(self, "_entries", {}).values(), *getattr(self, "_replaced", ())):
             if entry.reader is not None:
                 entry.reader.close()
 

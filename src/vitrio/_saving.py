@@ -9,6 +9,7 @@ import numpy as np
 
 from ._arrays import as_source
 from ._concurrency import Completion, Executor, run_tasks
+from ._config import configuration
 from ._errors import concerning
 from ._loading import check_leading_extent, plan_locations, task_bounds
 from ._writers import ImageWriterProvider
@@ -83,7 +84,8 @@ def write_batch_async(saver: ImageSaver, source: Any, locations: Sequence[Any]) 
             with concerning(keys[key_ids[slot]]):
                 _write_slot(writers.writer(keys[key_ids[slot]]), values[slot], int(indices[slot]))
 
-    tasks = [lambda a=a, b=b: task(a, b) for a, b in task_bounds(len(locations), saver.worker_count)]
+    bounds = task_bounds(len(locations), saver.worker_count, configuration().tasks_per_worker)
+    tasks = [lambda a=a, b=b: task(a, b) for a, b in bounds]
     return run_tasks(saver.executor, tasks, keep=source)
 
 

@@ -39,6 +39,7 @@ FLOORS = (
         "vitrio._concurrency",
         "vitrio._counters",
         "vitrio._remote",
+        "vitrio._storage",
     ),
     ("vitrio.formats",),
     ("vitrio._providers", "vitrio._writers", "vitrio._event_images"),

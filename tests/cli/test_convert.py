@@ -174,7 +174,7 @@ def test_a_folder_that_cannot_be_written_is_reported_by_the_output_path():
             ("montage", folder / "stack.mrcs", "-o", folder / "m.png"),
         ):
             result = as_other_user(*command)
-            assert_fails(result, f"{command[-1]}'", "Permission denied")
+            assert_fails(result, f"{command[-1]}: Permission denied")
             assert ".partial" not in result.err
         assert leftovers(folder) == ["stack.mrcs"]
     finally:

@@ -12,10 +12,16 @@ import starfile
 import tifffile
 
 import vitrio as vio
+from vitrio import _config
 from vitrio.extract import _cropping as _extract
 
 from .conftest import Picked
 from .helpers import assert_fails, leftovers
+
+
+def configured(monkeypatch: pytest.MonkeyPatch, **changes) -> None:
+    """The configuration in force changed for the test (`vitrio.configure` without its block)."""
+    monkeypatch.setattr(_config, "_current", _config.configuration().replace(**changes))
 
 
 def crop(image: np.ndarray, x: float, y: float, box: int) -> np.ndarray:
@@ -116,7 +122,7 @@ def test_micrographs_of_dots_per_inch_give_no_pixel_size_to_the_particles(vitrio
 
 
 def test_root_data_type_and_batches_across_micrographs(vitrio, picked: Picked, tmp_path, monkeypatch):
-    monkeypatch.setattr(_extract, "BATCH_BYTES", 5 * 12 * 12 * 2)  # batches of 5, spanning micrographs
+    configured(monkeypatch, extract_batch_bytes=5 * 12 * 12 * 2)  # batches of 5, spanning micrographs
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")  # paths are relative to --root, not to where the command runs
     output = tmp_path / "out" / "particles.star"
@@ -135,7 +141,7 @@ def test_an_integer_type_of_float_micrographs_takes_casting_unsafe(vitrio, picke
     for name in picked.images:  # values of int16's range, with fractions
         picked.images[name] = np.ascontiguousarray(picked.images[name] * 300)
         vio.write_single(picked.images[name], name, voxel_size=1.5)
-    assert_fails(extract(vitrio, picked, "--data-type", "int16"), "float32", "int16", 'casting="unsafe"')
+    assert_fails(extract(vitrio, picked, "--data-type", "int16"), "float32", "int16", "--casting unsafe")
     assert not Path("particles.star").exists()
     assert extract(vitrio, picked, "--data-type", "int16", "--casting", "unsafe").status == 0
     stacks = check_particles(particles_of(Path("particles.star"))[1], picked, 16)  # crops cast by numpy
@@ -209,7 +215,7 @@ def test_outputs_that_exist(vitrio, picked: Picked):
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
 def test_an_interrupted_extraction_leaves_nothing(vitrio, picked: Picked, monkeypatch, failure):
-    monkeypatch.setattr(_extract, "BATCH_BYTES", 4 * 16 * 16 * 4)  # batches of 4: a stack is 10
+    configured(monkeypatch, extract_batch_bytes=4 * 16 * 16 * 4)  # batches of 4: a stack is 10
     real = _extract.write_batch_async
     calls = []
 

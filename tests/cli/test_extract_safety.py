@@ -16,10 +16,9 @@ import starfile
 import vitrio._fs
 from vitrio import extract as extraction
 from vitrio.extract import Extraction, extract_particles
-from vitrio.extract import _cropping as cropping
 
 from .conftest import Picked
-from .test_extract import check_particles
+from .test_extract import check_particles, configured
 
 PLANTED = "0123456789abcdef"
 OUTPUTS = ["particles.star", "a.mrcs", "b.mrcs", "c.mrcs"]
@@ -80,7 +79,7 @@ def test_planted_links_do_not_redirect_the_outputs(picked: Picked, victim: Path,
 def test_a_failed_extraction_leaves_the_victim_and_removes_its_files(
     picked: Picked, victim: Path, planted: list[Path], monkeypatch, failure
 ):
-    monkeypatch.setattr(cropping, "BATCH_BYTES", 4 * 16 * 16 * 4)  # batches of 4: a stack is 10
+    configured(monkeypatch, extract_batch_bytes=4 * 16 * 16 * 4)  # batches of 4: a stack is 10
 
     def write_star(*args):
         raise failure("no space left on device")

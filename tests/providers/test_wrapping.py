@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import vitrio as vio
+from vitrio._providers import NO_LAYOUT
 from vitrio.testing.wrapping import WrapperConformance
 
 
@@ -58,7 +59,7 @@ def test_a_file_the_scratch_holds_has_no_layout(tmp_path):
         out = np.zeros_like(values)
         vio.read_batch_async(loader, out, [vio.ImageLocation(held, i) for i in range(3)]).get()
         np.testing.assert_array_equal(out, values)
-    assert files.layout(str(held)) is not None and provider.layout(str(held)) is None
+    assert files.layout(str(held)) is not None and provider.layout(str(held)) is NO_LAYOUT
     assert provider.query_descriptor(held) == vio.query_descriptor(held)
 
 

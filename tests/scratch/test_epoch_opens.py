@@ -48,7 +48,7 @@ def _source(kind: str, locations: list, tmp_path: Path) -> tuple[Dataset, vio.Im
         scratch = vio.create_mapped_file_image_scratch(locations, tmp_path / "images.scratch", run_length=4)
     elif kind == "directory":
         scratch = vio.create_directory_image_scratch(locations, tmp_path / "scratches", 4, budget=1 << 30)
-    cache = STACKS if kind == "cached" else None
+    cache = STACKS if kind == "cached" else 0
     loader = vio.loader(executor=vio.SynchronousExecutor(), cache=cache, scratch=scratch)
     source = ImageSource(locations, readers=loader.readers)
     if kind == "prepared":

@@ -11,16 +11,15 @@ from typing import Any
 import numpy as np
 
 from .._arrays import as_casting, as_destination, check_destination_type
-from .._concurrency import Completion, ThreadPoolExecutor, run_tasks
+from .._concurrency import Completion, run_tasks, shared_pool
 from .._counters import add_count, note_read, note_runs
 from .._errors import concerning, redact
 from .._native import RUN_FILE
-from .._providers import ImageReaderProvider
-from .._remote import is_url, read_many
+from .._providers import NO_LAYOUT, ImageReaderProvider
+from .._storage import is_url
 from .._types import group_ids
-from ..formats import ImageReader, RawArrayReader
+from ..formats import ImageReader
 from ..formats._raw_layout import KnownFiles, read_runs
-from ..formats._remote_raw import RemoteRawReader
 from ._loader import (
     ImageLoader,
     as_out,
@@ -35,8 +34,6 @@ from ._loader import (
 from ._runs import plan_known, will_read_runs
 
 __all__ = ["read_indexed_async", "read_batch_async"]
-
-_NATIVE_TASKS_PER_WORKER = 2
 
 
 def _image_views(slot: np.ndarray, reader: ImageReader) -> list[np.ndarray]:
@@ -100,7 +97,8 @@ def read_indexed_async(
     if low < 0 and indices.max() >= 0:
         raise ValueError("indices mix -1 (whole files) and indices in stacks")
     whole = low < 0
-    readers = loader.readers
+    readers, chosen = loader.readers, loader.configuration
+    readers.begin_batch()
     left = np.arange(count)
     tasks = []
     if not whole and out.flags.c_contiguous:
@@ -109,7 +107,7 @@ def read_indexed_async(
             left, files, runs, slots, dst_kind = plan
             if loader.read_ahead:  # now, so that the kernel reads while the batches before it are copied
                 loader.counters.add("files_opened", will_read_runs(files, runs))
-            for a, b in task_bounds(len(runs), loader.worker_count, _NATIVE_TASKS_PER_WORKER):
+            for a, b in task_bounds(len(runs), loader.worker_count, chosen.native_tasks_per_worker):
                 tasks.append(
                     lambda a=a, b=b: _read_known(
                         readers, out, indices, files, runs[a:b], slots[a:b], dst_kind
@@ -119,16 +117,17 @@ def read_indexed_async(
     def task(positions: np.ndarray) -> None:
         groups = list(group_ids(key_ids[positions]))
         if not whole and is_url(keys[key_ids[positions[0]]]):  # a task of files at URLs (`task_positions`)
-            _read_fetched(readers, [(keys[k], positions[g]) for k, g in groups], out, indices, casting)
+            files = [(keys[k], positions[g]) for k, g in groups]
+            _read_fetched(readers, files, out, indices, casting, chosen.opening_threads)
             return
         if not loader.read_ahead or whole:
             for key_id, group in groups:
                 _read_group(readers, keys[key_id], positions[group], None, out, indices, whole, casting)
             return
         for key_id, _ in groups:  # the disk reads every file's header while the first are parsed
-            _hint_header(readers, keys[key_id])
+            _hint_header(readers, keys[key_id], chosen.header_hint_bytes)
         hinted: deque[tuple[str, np.ndarray, ImageReader | None]] = deque()
-        ahead = max(2, _OPEN_AHEAD // loader.worker_count)
+        ahead = max(2, chosen.open_ahead // loader.worker_count)
         try:
             for key_id, group in groups:  # and the next files' images while one is copied
                 key, slots = keys[key_id], positions[group]
@@ -142,7 +141,7 @@ def read_indexed_async(
                 if reader is not None:
                     readers.release(reader)
 
-    parts = task_positions(key_ids, left, loader.worker_count, keys.__getitem__)
+    parts = task_positions(loader, key_ids, left, keys.__getitem__)
     tasks += [lambda p=p: task(p) for p in parts]
     loader.counters.batch(count, out.nbytes)
     return run_tasks(loader.executor, loader.counters.counted(tasks), keep=(out, keep))
@@ -185,29 +184,31 @@ def _read_fetched(
     out: np.ndarray,
     indices: np.ndarray,
     casting: str | None,
+    opening_threads: int,
 ) -> None:
     """Read the images of files at URLs bound for their slots (`(key, slots)` each): the ranges of all
-    those of raw images fetched at once (`read_many`), their time shared by their images; the rest
-    through `_read_group`."""
+    those whose readers fetch ranges fetched at once (the provider's `read_many`), their time shared by
+    their images; the rest through `_read_group`. The files not open are opened at once, on
+    `opening_threads`."""
     started = perf_counter()
-    acquired = _acquire_all(readers, [key for key, _ in files])
+    acquired = _acquire_all(readers, [key for key, _ in files], opening_threads)
     held = [reader for reader in acquired if not isinstance(reader, BaseException)]
-    fetched: list[tuple[str, np.ndarray, ImageReader, RemoteRawReader]] = []
+    fetched: list[tuple[str, np.ndarray, ImageReader, Any]] = []
     try:
         for (key, slots), reader in zip(files, acquired):
             with concerning(key):
                 if isinstance(reader, BaseException):
                     raise reader
                 served = reader.indexed()  # a single volume's sections
-                if not isinstance(served, RemoteRawReader):
+                if not served.fetches_ranges:
                     held.remove(reader)
                     _read_group(readers, key, slots, reader, out, indices, False, casting)
                     continue
                 _check_slot(served, out.shape[1:], False)
                 check_destination_type(reader.key, reader.descriptor.data_type, out.dtype, casting)
                 fetched.append((key, slots, reader, served))
-        bodies = read_many(
-            [(served.file, served.image_ranges(indices[slots])) for _, slots, _, served in fetched]
+        bodies = readers.read_many(
+            [(served.source, served.image_ranges(indices[slots])) for _, slots, _, served in fetched]
         )
         for (_, slots, reader, served), views in zip(fetched, bodies):
             served.put_images(views, out, slots)
@@ -221,13 +222,10 @@ def _read_fetched(
             readers.release(reader)
 
 
-_OPENING = ThreadPoolExecutor(32)
-"""The threads that open the files at URLs of a task at once, each open waiting on two requests."""
-
-
-def _acquire_all(readers: ImageReaderProvider, keys: list[str]) -> list[Any]:
+def _acquire_all(readers: ImageReaderProvider, keys: list[str], threads: int) -> list[Any]:
     """The reader of each file at a URL of `keys`, or what acquiring it raised: those open already
-    acquired here, the others opened on the opening threads at once."""
+    acquired here, the others opened at once on the process's opening pool of `threads`, each open
+    waiting on two requests."""
     acquired: list[Any] = [None] * len(keys)
 
     def acquire(i: int) -> None:
@@ -239,7 +237,7 @@ def _acquire_all(readers: ImageReaderProvider, keys: list[str]) -> list[Any]:
     closed = {i for i, key in enumerate(keys) if not readers.opened(key)}
     if len(closed) < 2:  # one file is opened here as well
         closed = set()
-    opening = run_tasks(_OPENING, [lambda i=i: acquire(i) for i in closed])
+    opening = run_tasks(shared_pool("opening", threads), [lambda i=i: acquire(i) for i in closed])
     for i in range(len(keys)):
         if i not in closed:
             acquire(i)
@@ -247,21 +245,12 @@ def _acquire_all(readers: ImageReaderProvider, keys: list[str]) -> list[Any]:
     return acquired
 
 
-HEADER_BYTES = 64 << 10
-"""The bytes at the start of a file of unknown layout that the kernel is told are read soon: its header."""
-
-
-def _hint_header(readers: ImageReaderProvider, key: str) -> None:
-    """Tell the kernel, through the provider, the header of the file at `key` is read soon, if opening
-    it reads it (its layout not known, its reader not open): the headers of a batch's files are read at
-    once, not one after another as each is opened."""
-    if readers.layout(key) is None and not readers.opened(key):
-        readers.will_read(key, 0, HEADER_BYTES)
-
-
-_OPEN_AHEAD = 64
-"""How many files the tasks of a loader that reads ahead hold open at most, their images hinted, while
-they copy others': a task holds its share, and at least 2."""
+def _hint_header(readers: ImageReaderProvider, key: str, header_bytes: int) -> None:
+    """Tell the kernel, through the provider, the first `header_bytes` of the file at `key` are read
+    soon, if opening it reads them (its layout not known, its reader not open): the headers of a
+    batch's files are read at once, not one after another as each is opened."""
+    if readers.layout(key) in (None, NO_LAYOUT) and not readers.opened(key):
+        readers.will_read(key, 0, header_bytes)
 
 
 def _hinted(readers: ImageReaderProvider, key: str, indices: np.ndarray) -> ImageReader | None:
@@ -271,7 +260,7 @@ def _hinted(readers: ImageReaderProvider, key: str, indices: np.ndarray) -> Imag
         reader = readers.acquire(key)
     except Exception:  # noqa: BLE001 - the read raises it, naming the file
         return None
-    if isinstance(reader, RawArrayReader) and reader.descriptor.is_stack:
+    if reader.descriptor.is_stack:
         with contextlib.suppress(IndexError):
             reader.check_indices(indices)
             reader.will_read(indices)

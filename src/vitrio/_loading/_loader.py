@@ -9,9 +9,11 @@ import numpy as np
 
 from .._arrays import check_numeric_destination
 from .._concurrency import SynchronousExecutor, ThreadPoolExecutor
+from .._config import Configuration
+from .._config import configuration as _configuration
 from .._counters import ReadCounters, ReadStats
 from .._providers import ImageReaderProvider
-from .._remote import is_url
+from .._storage import is_url
 from .._types import group_ids, index_locations, integer_array
 
 __all__ = [
@@ -26,8 +28,6 @@ __all__ = [
     "as_sequence",
 ]
 
-_TASKS_PER_WORKER = 4
-
 
 class ImageLoader:
     """What reads batches: an executor to run reads on, and a provider of readers.
@@ -41,6 +41,8 @@ class ImageLoader:
             it where batches are submitted ahead of their use, as a `vitrio.data.DataLoader`
             does. It costs the submitting thread a system call per run (and an open per file).
         counters: What counts what its reads do (`stats()`). Defaults to counters of its own.
+        configuration: How batches are planned into tasks (`tasks_per_worker`, `open_ahead`, ...).
+            Defaults to the configuration in force when it is made (`vitrio.configuration()`).
     """
 
     def __init__(
@@ -49,11 +51,13 @@ class ImageLoader:
         readers: ImageReaderProvider,
         read_ahead: bool = False,
         counters: ReadCounters | None = None,
+        configuration: Configuration | None = None,
     ):
         self.executor = executor
         self.readers = readers
         self.read_ahead = read_ahead
         self.counters = ReadCounters() if counters is None else counters
+        self.configuration = _configuration() if configuration is None else configuration
 
     def stats(self, reset: bool = False) -> ReadStats:
         """What its reads did since it was made or reset (`ReadStats`); `reset` counts from zero after."""
@@ -91,22 +95,24 @@ def check_leading_extent(array: np.ndarray, count: int, what: str, of: str) -> N
         )
 
 
-def task_bounds(count: int, workers: int, per_worker: int = _TASKS_PER_WORKER) -> list[tuple[int, int]]:
+def task_bounds(count: int, workers: int, per_worker: int) -> list[tuple[int, int]]:
+    """Bounds of about `workers * per_worker` tasks of equal stretches of `count` slots, none empty."""
     tasks = max(1, min(count, workers * per_worker))
     bounds = np.linspace(0, count, tasks + 1).astype(np.int64).tolist()
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
 def task_positions(
-    ids: np.ndarray, positions: np.ndarray, workers: int, key_of: Callable[[int], str]
+    loader: ImageLoader, ids: np.ndarray, positions: np.ndarray, key_of: Callable[[int], str]
 ) -> list[np.ndarray]:
     """The `positions` each task takes: those of files at URLs, whole files a task, a worker's share of
     them each, so that a file's ranges are merged and a task's fetched at once; the rest in stretches,
-    a few a worker (`task_bounds`).
+    `tasks_per_worker` of its configuration a worker (`task_bounds`).
 
     Args:
         ids: For each position, the number of its file; `key_of(id)`, that file's key.
     """
+    workers = loader.worker_count
     remote = [i for i in np.unique(ids[positions]).tolist() if is_url(key_of(i))]
     parts = []
     if remote:
@@ -115,7 +121,8 @@ def task_positions(
         files = [fetched[group] for _, group in group_ids(ids[fetched])]
         parts = [np.concatenate(files[a:b]) for a, b in task_bounds(len(files), workers, 1)]
         positions = positions[~far]
-    return parts + [positions[a:b] for a, b in task_bounds(len(positions), workers)]
+    per_worker = loader.configuration.tasks_per_worker
+    return parts + [positions[a:b] for a, b in task_bounds(len(positions), workers, per_worker)]
 
 
 def slot_integers(values: Any, name: str, count: int) -> np.ndarray:

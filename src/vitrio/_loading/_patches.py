@@ -13,7 +13,7 @@ from .._concurrency import Completion, run_tasks
 from .._counters import note_read
 from .._errors import concerning
 from .._types import ImageLocation, IndexTable, as_key, group_ids, integer_array
-from ..formats import ImageReader, RawArrayReader
+from ..formats import ImageReader
 from ._loader import (
     ImageLoader,
     as_out,
@@ -99,13 +99,13 @@ def read_patches_indexed_async(
     shape = np.asarray(out.shape[1:], dtype=np.int64)
     origins = centres - shape // 2
     readers = loader.readers
+    readers.begin_batch()
     patch_bytes = out.nbytes // count
 
     def crop(reader: ImageReader, index: int, slots: np.ndarray) -> None:
         extents = np.asarray(reader.core_extents, dtype=np.int64)
         origin = origins[slots]
-        native = isinstance(reader, RawArrayReader) and out.flags.c_contiguous
-        if native and reader.read_patches(index, origin, out.shape[1:], out, slots, fill):
+        if out.flags.c_contiguous and reader.read_patches(index, origin, out.shape[1:], out, slots, fill):
             return
         low = np.clip(origin, 0, extents)
         high = np.clip(origin + shape, 0, extents)
@@ -146,7 +146,7 @@ def read_patches_indexed_async(
     def key_of(image_id: int) -> str:
         return images[image_id][0]
 
-    parts = task_positions(image_ids, np.arange(count), loader.worker_count, key_of)
+    parts = task_positions(loader, image_ids, np.arange(count), key_of)
     tasks = [lambda p=p: task(p) for p in parts]
     loader.counters.batch(count, out.nbytes, patches=count)
     return run_tasks(loader.executor, loader.counters.counted(tasks), keep=(out, keep))

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._arrays import holds_values
 from .._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET, advise, advise_map
-from .._providers import ImageReaderProvider
+from .._providers import NO_LAYOUT, ImageReaderProvider
 from ..formats._raw_layout import KnownFiles
 
 __all__ = ["plan_known", "will_read_runs"]
@@ -44,7 +44,8 @@ def plan_known(
     layouts, rows, dst_kind = [], [], None
     for j, key_id in enumerate(ids.tolist()):
         layout = readers.layout(keys[key_id])
-        plan = layout.plan(dtype) if layout is not None and layout.core_extents == shape else None
+        known = layout is not None and layout is not NO_LAYOUT and layout.core_extents == shape
+        plan = layout.plan(dtype) if known else None
         if plan is not None and not holds_values(layout.descriptor.data_type, dtype):
             plan = None  # the reader raises DestinationTypeError
         if plan is not None and dst_kind in (None, plan.wanted):

@@ -34,6 +34,8 @@ import numpy as np
 import vitrio as vio
 from vitrio._fs import open_beneath, open_readonly
 from vitrio._locations import index_locations
+from vitrio._providers import NO_LAYOUT
+from vitrio._storage import is_url
 
 from .advice import advise, expected_rates
 from .workloads import memcpy_rate
@@ -101,7 +103,7 @@ def find_dataset(paths: Sequence[str | os.PathLike[str]]) -> Dataset:
     indices: dict[str, np.ndarray | None] = {}
     for given in paths:
         text = os.fspath(given)
-        if "://" in text:
+        if is_url(text):
             if not text.partition("#")[0].rstrip("/").endswith(".zarr"):
                 raise ValueError(
                     f"{text}: URLs of OME-Zarr stores (.zarr) are read; other URLs are not supported yet"
@@ -126,7 +128,7 @@ def find_dataset(paths: Sequence[str | os.PathLike[str]]) -> Dataset:
         raise ValueError(f"no image files in {', '.join(map(os.fspath, paths))}")
     sizes = {
         key: None
-        if "://" in key
+        if is_url(key)
         else sum(os.lstat(name).st_size for name in _files_under(key))
         if os.path.isdir(key)
         else os.stat(key).st_size
@@ -152,7 +154,7 @@ def _walk(root: Path) -> list[str]:
 
 def _kind(key: str) -> str:
     """What stands for a file's format before it is opened: its extension, or "store"."""
-    return "store" if "://" in key or os.path.isdir(key) else Path(key).suffix.lower()
+    return "store" if is_url(key) or os.path.isdir(key) else Path(key).suffix.lower()
 
 
 def _chosen(dataset: Dataset) -> list[str]:
@@ -169,7 +171,7 @@ def _evict(key: str) -> None:
     Each is opened as its reader opens it (a store's files beneath it through no link): a FIFO, a
     device or a link is passed over, never waited on or followed.
     """
-    if "://" in key or not hasattr(os, "posix_fadvise"):
+    if is_url(key) or not hasattr(os, "posix_fadvise"):
         return
     if not os.path.isdir(key):
         _drop_pages(lambda: open_readonly(key))
@@ -229,7 +231,7 @@ def _sample(key: str, wanted: np.ndarray | None) -> Sample:
     return Sample(
         key=key,
         format=format_name,
-        compressed=files.layout(key) is None and format_name in ("tiff", "eer"),
+        compressed=files.layout(key) in (None, NO_LAYOUT) and format_name in ("tiff", "eer"),
         images=count,
         image_count=descriptor.image_count,
         image_bytes=math.prod(core) * 4,

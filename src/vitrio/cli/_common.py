@@ -18,6 +18,7 @@ import numpy as np
 
 import vitrio as vio
 from vitrio._fs import new_file, remove_made, still_at
+from vitrio._storage import is_url
 from vitrio._types import numpy_dtype
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def data_type(text: str) -> np.dtype:
 
 def file_or_url(text: str) -> Path | str:
     """A path, or a URL (`s3://...`) kept as written: a Path would fold its `//`."""
-    return text if "://" in text else Path(text)
+    return text if is_url(text) else Path(text)
 
 
 def positive(text: str) -> int:

@@ -36,7 +36,7 @@ def describe(path: str | os.PathLike[str], storage_options: dict[str, Any] | Non
         FormatError: If the file is of no known format, or malformed.
     """
     key = str(path)
-    with vio.formats.open_reader(key, storage_options=storage_options) as reader:
+    with vio.formats.open_reader(key, vio.Storage.of(storage_options)) as reader:
         descriptor = reader.descriptor
         format_name, voxel_size, statistics = reader.format_name, reader.voxel_size, reader.header_statistics
         source = reader.voxel_size_source

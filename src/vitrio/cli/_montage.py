@@ -198,7 +198,7 @@ def _file_tiles(path: Path | str, args: argparse.Namespace) -> list[Tile]:
     """The tiles of one file (or URL), from its header alone."""
     key = str(path)
     name = os.path.basename(key)
-    with open_reader(key, storage_options=args.storage_options) as reader:
+    with open_reader(key, vio.Storage.of(args.storage_options)) as reader:
         descriptor, voxel, format_name = reader.descriptor, reader.voxel_size, reader.format_name
     if format_name == "eer":
         frames = descriptor.image_count

@@ -34,13 +34,12 @@ For instance::
     vitrio.dask.store(images[:100] * 2, "doubled.mrcs")
 """
 
-from ._arrays import CHUNK_BYTES, from_file, from_locations, from_patches
+from ._arrays import from_file, from_locations, from_patches
 from ._cluster import WORKER_CONFIG, client_for, local_cluster
 from ._jobs import remove_leftovers, run_jobs
 from ._store import store
 
 __all__ = [
-    "CHUNK_BYTES",
     "WORKER_CONFIG",
     "client_for",
     "from_file",

@@ -1,9 +1,10 @@
 """Lazy dask arrays read by vitrio's batched reads, a chunk a run of images grouped by file.
 
 Keys may be URLs (`s3://`, `https://`): the `storage_options` that reach them
-(credentials, `anon=True`, as dask, xarray and zarr take them) are an
-argument of each task, so that a worker reads with them as this process does;
-they travel with the graph to the workers and are never written to a file.
+(credentials, `anon=True`, as dask, xarray and zarr take them) are made into
+a `vitrio.Storage` once, which is an argument of each task, so that a worker
+reads with them (and with this process's configuration) as this process
+does; it travels with the graph to the workers and is never written to a file.
 """
 
 from __future__ import annotations
@@ -18,24 +19,22 @@ import numpy as np
 from .._concurrency import SynchronousExecutor
 from .._functions import loader, query_descriptor, reader_provider
 from .._loading import plan_locations, read_indexed_async, read_patches_indexed_async
+from .._storage import Storage
 from .._types import ImageLocation, as_key
 from ..data._images import plan_files
 
 if TYPE_CHECKING:
     import dask.array
 
-CHUNK_BYTES = 64 << 20
-"""How many bytes of images a chunk holds by default."""
-# How many files a task keeps open at once.
-_OPEN_FILES = 16
 
-
-def _loader(storage_options: Mapping[str, Any] | None) -> Any:
-    """A loader for one task: reads on the calling thread (the task's own), each file opened once.
+def _loader(storage: Storage) -> Any:
+    """A loader for one task: reads on the calling thread (the task's own), each file opened once, up to
+    `dask_open_files` of the storage's configuration open at once.
 
     A task's own, not the process's: a file replaced between two tasks is read anew.
     """
-    return loader(cache=_OPEN_FILES, executor=SynchronousExecutor(), storage_options=storage_options)
+    open_files = storage.configuration.dask_open_files
+    return loader(cache=open_files, executor=SynchronousExecutor(), storage_options=storage)
 
 
 def _chunk_bounds(groups: np.ndarray, size: int) -> list[tuple[int, int]]:
@@ -60,9 +59,9 @@ def _chunk_bounds(groups: np.ndarray, size: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def _per_chunk(shape: Sequence[int], dtype: np.dtype, chunk: int | None) -> int:
+def _per_chunk(shape: Sequence[int], dtype: np.dtype, chunk: int | None, storage: Storage) -> int:
     if chunk is None:
-        return max(1, CHUNK_BYTES // max(1, math.prod(shape) * dtype.itemsize))
+        return max(1, storage.configuration.chunk_bytes // max(1, math.prod(shape) * dtype.itemsize))
     if not isinstance(chunk, (int, np.integer)) or chunk < 1:
         raise ValueError(f"chunk is a positive number of images, not {chunk!r}")
     return int(chunk)
@@ -79,17 +78,21 @@ def _array(
     return da.Array(graph, name, chunks, dtype=dtype, meta=np.empty((0,) * (len(shape) + 1), dtype))
 
 
-def _read_chunk(keys: list[str], key_ids: np.ndarray, indices: np.ndarray, shape: tuple, dtype: str, options):
+def _read_chunk(
+    keys: list[str], key_ids: np.ndarray, indices: np.ndarray, shape: tuple, dtype: str, storage: Storage
+):
     """The images `indices[i]` of the files `keys[key_ids[i]]`, read in one batch."""
     out = np.empty((len(key_ids), *shape), dtype=dtype)
-    read_indexed_async(_loader(options), out, keys, key_ids, indices).get()
+    read_indexed_async(_loader(storage), out, keys, key_ids, indices).get()
     return out
 
 
-def _read_patch_chunk(images: list, image_ids, centres: np.ndarray, shape: tuple, dtype, fill, options):
+def _read_patch_chunk(
+    images: list, image_ids, centres: np.ndarray, shape: tuple, dtype, fill, storage: Storage
+):
     """The patches around `centres[i]` of the images `images[image_ids[i]]`, read in one batch."""
     out = np.empty((len(image_ids), *shape), dtype=dtype)
-    read_patches_indexed_async(_loader(options), out, images, image_ids, centres, fill=fill).get()
+    read_patches_indexed_async(_loader(storage), out, images, image_ids, centres, fill=fill).get()
     return out
 
 
@@ -113,7 +116,7 @@ def from_locations(
     data_type: Any = None,
     chunk: int | None = None,
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | Storage | None = None,
 ) -> dask.array.Array:
     """A lazy `dask.array` of the images `locations` name, slot `i` the image of `locations[i]`.
 
@@ -127,8 +130,9 @@ def from_locations(
             Any formats and files, all of one image shape. An index into a
             file that holds one volume names one of its 2-D sections, as in `ImageSource`.
         data_type: The type of the array; defaults to one that holds every file's values.
-        chunk: Images per chunk. Defaults to about `CHUNK_BYTES` of them.
-        storage_options: What fsspec takes to reach keys that are URLs, here and on the workers.
+        chunk: Images per chunk. Defaults to about `chunk_bytes` of the configuration of them.
+        storage_options: What fsspec takes to reach keys that are URLs, here and on the workers (or a
+            `vitrio.Storage`, whose configuration the workers read with).
 
     Returns:
         A dask array of shape `(len(locations), *image_shape)`.
@@ -146,17 +150,18 @@ def from_locations(
     if not locations:
         raise ValueError("locations name no image")
     keys, key_ids, indices = plan_locations(locations)
-    options = dict(storage_options or {})
-    shape, served = plan_files(reader_provider(storage_options=options), keys, key_ids, indices)
+    storage = Storage.of(storage_options)
+    shape, served = plan_files(reader_provider(storage_options=storage), keys, key_ids, indices)
     types = [descriptor.data_type.dtype for descriptor in served]
     dtype = np.dtype(data_type) if data_type is not None else np.result_type(*types)
-    name = "vitrio-locations-" + dask.base.tokenize(keys, key_ids, indices, dtype.str, chunk, options)
+    token = dask.base.tokenize(keys, key_ids, indices, dtype.str, chunk, storage.digest())
+    name = "vitrio-locations-" + token
     tasks, sizes = [], []
-    for first, last in _chunk_bounds(key_ids, _per_chunk(shape, dtype, chunk)):
+    for first, last in _chunk_bounds(key_ids, _per_chunk(shape, dtype, chunk, storage)):
         used, ids = np.unique(key_ids[first:last], return_inverse=True)
         chunk_keys = [keys[i] for i in used.tolist()]
         read = (_read_chunk, chunk_keys, ids.astype(np.int64), indices[first:last], shape, dtype.str)
-        tasks.append((*read, options))
+        tasks.append((*read, storage))
         sizes.append(last - first)
     return _array(name, tasks, sizes, shape, dtype)
 
@@ -169,7 +174,7 @@ def from_patches(
     chunk: int | None = None,
     fill: Any = 0,
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | Storage | None = None,
 ) -> dask.array.Array:
     """A lazy `dask.array` of patches: slot `i` the patch of `shape` around `centres[i]` of `locations[i]`.
 
@@ -183,9 +188,10 @@ def from_patches(
         centres: For each patch, its centre, slowest axis first: non-negative integers.
         shape: The shape of a patch.
         data_type: The type of the array; defaults to one that holds every file's values.
-        chunk: Patches per chunk. Defaults to about `CHUNK_BYTES` of them.
+        chunk: Patches per chunk. Defaults to about `chunk_bytes` of the configuration of them.
         fill: The value of what lies beyond the image.
-        storage_options: What fsspec takes to reach keys that are URLs, here and on the workers.
+        storage_options: What fsspec takes to reach keys that are URLs, here and on the workers, as
+            `from_locations` takes it.
 
     Returns:
         A dask array of shape `(len(locations), *shape)`.
@@ -215,17 +221,18 @@ def from_patches(
     number = {image: i for i, image in enumerate(images)}
     image_ids = np.array([number[pair] for pair in pairs], dtype=np.int64)
     keys = list(dict.fromkeys(key for key, _ in images))
-    options = dict(storage_options or {})
-    readers = reader_provider(storage_options=options)
+    storage = Storage.of(storage_options)
+    readers = reader_provider(storage_options=storage)
     types = [query_descriptor(key, readers).data_type.dtype for key in keys]
     dtype = np.dtype(data_type) if data_type is not None else np.result_type(*types)
-    name = "vitrio-patches-" + dask.base.tokenize(pairs, centres, shape, dtype.str, chunk, fill, options)
+    token = dask.base.tokenize(pairs, centres, shape, dtype.str, chunk, fill, storage.digest())
+    name = "vitrio-patches-" + token
     tasks, sizes = [], []
-    for first, last in _chunk_bounds(image_ids, _per_chunk(shape, dtype, chunk)):
+    for first, last in _chunk_bounds(image_ids, _per_chunk(shape, dtype, chunk, storage)):
         used, ids = np.unique(image_ids[first:last], return_inverse=True)
         chunk_images = [images[i] for i in used.tolist()]
         read = (_read_patch_chunk, chunk_images, ids.astype(np.int64), centres[first:last], shape, dtype.str)
-        tasks.append((*read, fill, options))
+        tasks.append((*read, fill, storage))
         sizes.append(last - first)
     return _array(name, tasks, sizes, shape, dtype)
 
@@ -235,7 +242,7 @@ def from_file(
     data_type: Any = None,
     chunk: int | None = None,
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | Storage | None = None,
 ) -> dask.array.Array:
     """A lazy `dask.array` of what one file holds: a stack chunked by runs of images, a volume by slabs.
 
@@ -245,8 +252,10 @@ def from_file(
     Args:
         key: The file.
         data_type: The type of the array; defaults to the file's.
-        chunk: Images (of a stack) or sections (of a volume) per chunk. Defaults to about `CHUNK_BYTES`.
-        storage_options: What fsspec takes to reach `key` where it is a URL, here and on the workers.
+        chunk: Images (of a stack) or sections (of a volume) per chunk. Defaults to about `chunk_bytes`
+            of the configuration.
+        storage_options: What fsspec takes to reach `key` where it is a URL, here and on the workers, as
+            `from_locations` takes it.
 
     Returns:
         A dask array of the file's shape, stacking axes flattened into one.
@@ -255,6 +264,7 @@ def from_file(
         ImageFileNotFoundError, FormatError: If the file is missing or unreadable.
     """
     key = as_key(key)
+    storage_options = Storage.of(storage_options)
     descriptor = query_descriptor(key, storage_options=storage_options)
     dtype = np.dtype(data_type) if data_type is not None else descriptor.data_type.dtype
     if descriptor.is_stack:
@@ -267,7 +277,7 @@ def from_file(
     sections = np.zeros((extents[0], len(extents)), dtype=np.int64)
     sections[:, 0] = np.arange(extents[0])
     sections[:, 1:] = np.asarray(extents[1:]) // 2
-    chunk = _per_chunk(extents[1:], dtype, chunk)
+    chunk = _per_chunk(extents[1:], dtype, chunk, storage_options)
     patches = from_patches(
         [key] * extents[0], sections, (1, *extents[1:]), dtype, chunk, storage_options=storage_options
     )

@@ -10,15 +10,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._concurrency import SynchronousExecutor
+from .._config import configuration
 from .._functions import saver, write, writer_provider
 from .._saving import write_batch_async
 from .._types import ImageDescriptor, ImageLocation, as_key
 
 if TYPE_CHECKING:
     import distributed
-
-# How many blocks per worker thread `store` has computed or under way at once.
-_BLOCKS_PER_WORKER = 2
 
 
 def _current_client() -> distributed.Client | None:
@@ -50,11 +48,12 @@ def _aligned(values: Any) -> np.ndarray:
 
 
 def _computed(blocks: Iterator[tuple[int, int, Any]], client: Any) -> Iterator[tuple[int, int, np.ndarray]]:
-    """Each block's values, in order, a few computed at once: on `client` if given, else by `dask.compute`."""
+    """Each block's values, in order, `dask_blocks_per_worker` of the configuration per worker thread
+    computed or under way at once: on `client` if given, else by `dask.compute`."""
     import dask
 
     workers = sum(client.nthreads().values()) if client is not None else os.cpu_count()
-    ahead = max(2, _BLOCKS_PER_WORKER * (workers or 1))
+    ahead = max(2, configuration().dask_blocks_per_worker * (workers or 1))
     pending: deque = deque()
     blocks = iter(blocks)
     exhausted = False

@@ -27,7 +27,7 @@ from .._errors import redact
 from .._fs import read_whole
 from .._functions import query_descriptor
 from .._loading import ImageLoader
-from .._remote import RemoteFile, is_url
+from .._storage import Storage
 from .._types import ImageLocation
 
 __all__ = ["PathResolver", "read_stack_list", "stack_locations"]
@@ -44,18 +44,19 @@ class PathResolver:
             URLs beside it (a written URL is never followed).
         root: The data directory, as cryoDRGN's `--datadir` or RELION's
             project directory; None for the folders of `metadata`.
-        storage_options: What fsspec takes to reach `metadata` where it is a URL.
+        storage_options: What fsspec takes to reach `metadata` where it is a URL, or a `vitrio.Storage`.
     """
 
     def __init__(
         self,
         metadata: str | os.PathLike[str],
         root: str | os.PathLike[str] | None = None,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | Storage | None = None,
     ):
         self._metadata = os.fspath(metadata)
         self._root = None if root is None else os.fspath(root)
-        self._remote = _Remote(self._metadata, storage_options) if is_url(self._metadata) else None
+        storage = Storage.of(storage_options)
+        self._remote = _Remote(self._metadata, storage) if storage.is_remote(self._metadata) else None
         path = self._remote.path if self._remote else self._metadata
         folder = os.path.dirname(path if self._remote else os.path.abspath(path))
         self._folders = [folder]
@@ -104,24 +105,24 @@ class PathResolver:
 class _Remote:
     """The URL of a metadata file as a path within its bucket or host, and what exists beside it."""
 
-    def __init__(self, metadata: str, storage_options: Mapping[str, Any] | None):
+    def __init__(self, metadata: str, storage: Storage):
         scheme, _, rest = metadata.partition("://")
         host, _, path = rest.partition("/")
         self.prefix, self.path = f"{scheme}://{host}", "/" + path
-        self._options = dict(storage_options or {})
+        self._storage = storage
 
     def url(self, path: str) -> str:
         """The URL of `path`, a path within the bucket or host (`..` cannot leave it)."""
         return self.prefix + os.path.normpath("/" + path.lstrip("/"))
 
     def exists(self, url: str) -> bool:
-        """Whether there is a file at `url`, asked as a `RemoteFile` asks (bounded in time and tries).
+        """Whether there is a file at `url`, asked as the storage opens it (bounded in time and tries).
 
         Raises:
             OSError: If the server fails, naming the URL.
         """
         try:
-            RemoteFile(url, self._options)
+            self._storage.open(url).close()
         except FileNotFoundError:
             return False
         return True

@@ -15,21 +15,19 @@ from .._loading import ImageLoader
 
 __all__ = ["shared_loader"]
 
-SHARED_CACHE = 256
-"""How many files the shared loader keeps open."""
-
 _lock = threading.Lock()
 _loader: ImageLoader | None = None
 
 
 def shared_loader() -> ImageLoader:
-    """The loader shared by the process: a thread per core, keeping up to `SHARED_CACHE` files open."""
+    """The loader shared by the process: a thread per core, keeping files open as any loader does by default
+    (`open_files` of the configuration in force when it is made)."""
     global _loader
     current = _loader
     if current is None:
         with _lock:
             if _loader is None:
-                _loader = make_loader(cache=SHARED_CACHE)
+                _loader = make_loader()
             current = _loader
     return current
 

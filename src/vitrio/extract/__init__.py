@@ -49,10 +49,10 @@ import numpy as np
 
 from .._arrays import as_casting
 from .._functions import reader_provider
-from .._remote import is_url, local_copy
+from .._storage import Storage
 from ..data import Compose, particle_optics, read_star, star_table, write_star
 from ..data._star import MAX_STAR_BYTES
-from ._cropping import CLUSTER_THREADS, Boxes, crop, crop_on
+from ._cropping import Boxes, crop, crop_on
 from ._picks import header_pixel_size, match_picks, stack_names, stack_pixel_sizes, star_path
 
 if TYPE_CHECKING:
@@ -89,11 +89,11 @@ def _check_output(path: Path, force: bool) -> None:
         raise FileExistsError(f"{path}: exists already")
 
 
-def _read_star(path: str | Path, storage_options: Mapping[str, Any] | None) -> dict[str, pd.DataFrame]:
+def _read_star(path: str | Path, storage: Storage) -> dict[str, pd.DataFrame]:
     """The blocks of the STAR file at `path`, a path or a URL."""
-    if not is_url(str(path)):
+    if not storage.is_remote(str(path)):
         return read_star(path)
-    with local_copy(str(path), storage_options, MAX_STAR_BYTES) as local:
+    with storage.local_copy(str(path), MAX_STAR_BYTES) as local:
         return read_star(local)
 
 
@@ -113,7 +113,7 @@ def extract_particles(
     client: distributed.Client | None = None,
     casting: str | None = None,
     prepare: Compose | None = None,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | Storage | None = None,
 ) -> Extraction:
     """Crop the particles of `coordinates` out of the micrographs of `micrographs` into MRC stacks.
 
@@ -144,7 +144,7 @@ def extract_particles(
             extraction stops before anything is written.
         data_type: The type of the stacks.
         threads: How many threads read and write: here, or in each task on a
-            cluster. Defaults to the machine's cores here, `CLUSTER_THREADS` there.
+            cluster. Defaults to the machine's cores here, `cluster_threads` of the configuration there.
         force: Whether to replace outputs that exist.
         progress: Called with the number of particles written, after each
             batch (each stack, on a cluster).
@@ -158,7 +158,8 @@ def extract_particles(
             `data_type`, a floating type. After a `FourierCrop` the stacks,
             rlnImageSize and rlnImagePixelSize are those of the cropped images.
         storage_options: What fsspec takes to reach STAR files and micrographs
-            at URLs (`{"anon": True}`, credentials), as `vitrio.read` takes it.
+            at URLs (`{"anon": True}`, credentials), as `vitrio.read` takes it (or a
+            `vitrio.Storage`); a task on a cluster receives it with its storage.
 
     Returns:
         What was written.
@@ -175,18 +176,20 @@ def extract_particles(
         FileNotFoundError, FormatError: If a STAR file or a micrograph is
             missing, or a micrograph is malformed.
     """
+    storage = Storage.of(storage_options)
     micrographs, coordinates = (
-        p if is_url(p) else Path(p) for p in map(os.fspath, (micrographs, coordinates))
+        p if storage.is_remote(p) else Path(p) for p in map(os.fspath, (micrographs, coordinates))
     )
     output, root = Path(output), None if root is None else Path(root)
-    blocks = _read_star(micrographs, storage_options)
+    blocks = _read_star(micrographs, storage)
     mics = star_table(micrographs, blocks, ["rlnMicrographName"], prefer="micrographs")
-    picks = star_table(coordinates, _read_star(coordinates, storage_options), COORDINATES, prefer="particles")
+    picks = star_table(coordinates, _read_star(coordinates, storage), COORDINATES, prefer="particles")
     if picks.empty:
         raise ValueError(f"{coordinates}: lists no particles")
-    workers = threads or ((os.cpu_count() or 1) if client is None else CLUSTER_THREADS)
-    readers = reader_provider(max(4, 2 * workers), storage_options=storage_options)  # opened once
-    found = match_picks(micrographs, mics, coordinates, picks, root, box, readers, storage_options)
+    cluster_threads = storage.configuration.cluster_threads
+    workers = threads or ((os.cpu_count() or 1) if client is None else cluster_threads)
+    readers = reader_provider(max(4, 2 * workers), storage_options=storage)  # opened once
+    found = match_picks(micrographs, mics, coordinates, picks, root, box, readers, storage)
     stack_dir = output.parent if stack_dir is None else Path(stack_dir)
     stacks = [stack_dir / name for name in stack_names(found.names)]
     for folder in (output.parent, stack_dir):
@@ -230,7 +233,7 @@ def extract_particles(
         casting = as_casting(casting)
         report = progress or (lambda _: None)
         sizes = stack_pixel_sizes(found, table, optics)
-        boxes = Boxes(box, dtype, workers, casting, prepare, storage_options)
+        boxes = Boxes(box, dtype, workers, casting, prepare, storage)
         if client is None:
             crop(found, stacks, boxes, finished, report, sizes, readers)
         else:

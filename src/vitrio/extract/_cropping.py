@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +17,8 @@ from .._executor_io import ExecutorImageLoader
 from .._functions import loader, saver, writer_provider
 from .._loading import read_patches_indexed_async
 from .._providers import ImageReaderProvider
-from .._remote import is_url
 from .._saving import write_batch_async
+from .._storage import Storage
 from .._types import ImageDescriptor, ImageLocation
 from ..dask import remove_leftovers, run_jobs
 from ..data import Compose
@@ -28,13 +28,7 @@ from ._picks import Picks
 if TYPE_CHECKING:
     import distributed
 
-__all__ = ["BATCH_BYTES", "CLUSTER_THREADS", "IN_FLIGHT", "Boxes", "crop", "crop_on"]
-
-# How many bytes of particles a batch holds, and how many batches are read (and written) at once.
-BATCH_BYTES = 16 << 20
-IN_FLIGHT = 2
-# How many threads a task on a cluster reads and writes with, unless told.
-CLUSTER_THREADS = 2
+__all__ = ["Boxes", "crop", "crop_on"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +41,8 @@ class Boxes:
         threads: How many threads read and write.
         casting: As `vitrio.read` takes it.
         prepare: What transforms each batch of boxes, read as float32, into the images written; or None.
-        storage_options: What fsspec takes to reach micrographs at URLs; a task on a cluster carries it.
+        storage: Where the micrographs' bytes come from, and the configuration of the batches
+            (`extract_batch_bytes`, `extract_in_flight`); a task on a cluster carries it.
     """
 
     box: int
@@ -55,7 +50,7 @@ class Boxes:
     threads: int
     casting: str | None = None
     prepare: Compose | None = None
-    storage_options: Mapping[str, Any] | None = None
+    storage: Storage = field(default_factory=Storage)
 
 
 def crop(
@@ -87,12 +82,13 @@ def crop(
     targets = [ImageLocation(stacks[i], k) for i, k in zip(images.tolist(), found.in_stack[order].tolist())]
     counts = np.bincount(images, minlength=len(stacks))
     ends = np.cumsum(counts)
-    per_batch = max(1, BATCH_BYTES // (box * box * max(dtype.itemsize, 4 if prepare else 0)))
+    chosen = boxes.storage.configuration
+    per_batch = max(1, chosen.extract_batch_bytes // (box * box * max(dtype.itemsize, 4 if prepare else 0)))
     read_type = dtype if prepare is None else np.dtype(np.float32)
     shape = (box, box) if prepare is None else prepare.apply(np.zeros((1, box, box), read_type)).shape[1:]
     executor = ThreadPoolExecutor(threads)
     reading = (
-        loader(executor=executor, cache=max(4, 2 * threads), storage_options=boxes.storage_options)
+        loader(executor=executor, cache=max(4, 2 * threads), storage_options=boxes.storage)
         if readers is None
         else ExecutorImageLoader(readers, executor)
     )
@@ -131,9 +127,9 @@ def crop(
                     reading, values, sources, ids, where, fill=0, casting=casting
                 )
                 reads.append((first, last, values, completion))
-                if len(reads) > IN_FLIGHT:
+                if len(reads) > chosen.extract_in_flight:
                     write_oldest_read()
-                if len(writes) > IN_FLIGHT:
+                if len(writes) > chosen.extract_in_flight:
                     finish_oldest_write()
             while reads:
                 write_oldest_read()
@@ -193,7 +189,7 @@ def crop_on(
     ends = np.cumsum(np.bincount(found.images, minlength=len(stacks))).tolist()
     jobs = [
         _StackJob(
-            path if is_url(path) else os.path.abspath(path),
+            path if boxes.storage.is_remote(path) else os.path.abspath(path),
             centres[end - count : end],
             os.path.abspath(stack),
             boxes,

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._concurrency import run_tasks, shared_pool
 from .._functions import query_metadata
 from .._providers import ImageReaderProvider
+from .._storage import Storage
 from ..data import PathResolver
 
 if TYPE_CHECKING:
@@ -79,10 +80,6 @@ def header_pixel_size(found: Picks, micrographs: str | Path) -> float:
     return first
 
 
-_OPENING = 16
-"""How many micrographs' headers are read at once: those at URLs wait on the network."""
-
-
 @dataclass
 class Picks:
     """The picks matched with the micrographs they were picked on.
@@ -116,12 +113,13 @@ def match_picks(
     root: Path | None,
     box: int,
     readers: ImageReaderProvider,
-    storage_options: Mapping[str, Any] | None = None,
+    storage: Storage,
 ) -> Picks:
     """Match each pick with its micrograph, and check that every box has its centre on its micrograph.
 
-    The micrographs of a `micrographs` at a URL are beside it, reached with `storage_options`. Their
-    headers are read through `readers`, a few at once.
+    The micrographs of a `micrographs` at a URL are beside it, reached through `storage`. Their
+    headers are read through `readers`, many at once on the opening pool (those at URLs wait on the
+    network).
 
     Raises:
         ValueError: If a pick names a micrograph `micrographs` does not list, a micrograph is not one image
@@ -135,11 +133,16 @@ def match_picks(
         raise ValueError(f"{coordinates}: micrograph {name} of particle {row + 1} is not in {micrographs}")
     used, images = np.unique(rows, return_inverse=True)
     names = mics["rlnMicrographName"].astype(str).to_numpy()[used]
-    resolve = PathResolver(micrographs, root, storage_options)
+    resolve = PathResolver(micrographs, root, storage)
     paths = [resolve(name) for name in names]
     extents = np.empty((len(paths), 2), dtype=np.int64)
-    with ThreadPoolExecutor(min(_OPENING, len(paths))) as pool:
-        headers = list(pool.map(lambda path: query_metadata(path, readers=readers), paths))
+    headers: list[Any] = [None] * len(paths)
+
+    def ask(i: int) -> None:
+        headers[i] = query_metadata(paths[i], readers=readers)
+
+    pool = shared_pool("opening", storage.configuration.opening_threads)
+    run_tasks(pool, [lambda i=i: ask(i) for i in range(len(paths))]).get()
     pixel_sizes = [None if header.voxel_size is None else header.voxel_size[-1] for header in headers]
     for i, (path, descriptor) in enumerate(zip(paths, (header.descriptor for header in headers))):
         if descriptor.is_stack or descriptor.core_rank != 2:

@@ -231,6 +231,34 @@ class ImageReader(ABC):
         A reader that raises it marks itself `stale`.
         """
 
+    # What a reader can do beyond reading, which the loading code asks rather than test its class.
+
+    fetches_ranges: ClassVar[bool] = False
+    """Whether its images are best fetched as byte ranges together with other files' (a file at a URL):
+    then `image_ranges(indices)` gives their (start, end) ranges of its byte source `source`, and
+    `put_images` converts what was fetched of them."""
+
+    def layout(self) -> Any:
+        """Where the images lie, as a `RawLayout`, for the native batch path, which then reads them
+        without the reader; None where the reader must read them (compressed, decoded, permuted)."""
+        return None
+
+    def will_read(self, indices: np.ndarray) -> None:
+        """Tell the kernel the images `indices` (checked) are read next; nothing by default."""
+
+    def read_patches(
+        self,
+        index: int,
+        origins: np.ndarray,
+        patch: tuple[int, ...],
+        out: np.ndarray,
+        slots: np.ndarray,
+        fill: Any,
+    ) -> bool:
+        """Crop the patches of shape `patch` at `origins` of image `index` into `out[slots]` natively,
+        what lies beyond the image `fill` (None: left); False where it does not (`read_regions` does)."""
+        return False
+
     def indexed(self) -> ImageReader:
         """The reader that serves the images an index names: for a single volume, its 2-D sections.
 

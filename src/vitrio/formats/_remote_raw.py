@@ -40,6 +40,8 @@ class RemoteRawReader(ImageReader):
         FormatError: If the file is shorter than its images need.
     """
 
+    fetches_ranges = True
+
     def __init__(
         self,
         key: str,
@@ -70,6 +72,11 @@ class RemoteRawReader(ImageReader):
                 f"{redact(key)}: the file is truncated: it has {file.size} bytes, "
                 f"its header says its images need {end}"
             )
+
+    @property
+    def source(self) -> ByteSource:
+        """The file its images are fetched from, as `image_ranges` gives their ranges."""
+        return self.file
 
     def _image(self, body: Any) -> np.ndarray:
         values = np.frombuffer(body, self._dtype).reshape(self._stored)
@@ -170,9 +177,7 @@ def _bounds(region: tuple[slice, ...], extents: tuple[int, ...]) -> tuple[tuple[
     return tuple(a for a, _ in spans), tuple(max(a, b) for a, b in spans)
 
 
-def raw_reader(
-    cls: type[RawArrayReader], key: str, source: ByteSource, *args: Any, **kwargs: Any
-) -> Any:
+def raw_reader(cls: type[RawArrayReader], key: str, source: ByteSource, *args: Any, **kwargs: Any) -> Any:
     """A `cls` (a `RawArrayReader`) of the local file `source`, or a `RemoteRawReader` of a file with no
     descriptor (at a URL)."""
     if source.fileno() is None:

@@ -38,7 +38,7 @@ import numpy as np
 
 from .._fs import PartialFile, writing_in
 from .._providers import FileImageReaderProvider, ImageReaderProvider
-from .._remote import is_url
+from .._storage import is_url
 from .._types import ImageDescriptor, as_key
 from .plan import HeldFile, align, check_arguments, descriptors, digest, layout, place
 from .private import open_own_file

@@ -11,7 +11,12 @@ import numpy as np
 from .._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
 from .._counters import add_count
 from .._native import RUN_COUNT, RUN_FIELDS, RUN_OFFSET, advise
-from .._providers import FileImageReaderProvider, ImageReaderProvider, WrappingImageReaderProvider
+from .._providers import (
+    NO_LAYOUT,
+    FileImageReaderProvider,
+    ImageReaderProvider,
+    WrappingImageReaderProvider,
+)
 from .._types import ImageDescriptor, as_key
 from ..formats import ImageReader
 from ..formats._raw_layout import KnownFiles, RawLayout
@@ -90,9 +95,10 @@ class ScratchImageReaderProvider(WrappingImageReaderProvider):
         if not isinstance(reader, _ScratchReader):
             self._backing.release(reader)
 
-    def layout(self, key: str) -> RawLayout | None:
-        """The layout `backing` knows of a file the scratch does not hold; None for one it holds."""
-        return None if self._scratch.holds(key) else self._backing.layout(key)
+    def layout(self, key: str) -> RawLayout | Any | None:
+        """The layout `backing` knows of a file the scratch does not hold; `NO_LAYOUT` for one it holds,
+        which it serves."""
+        return NO_LAYOUT if self._scratch.holds(key) else self._backing.layout(key)
 
     def will_read(self, key: str, start: int = 0, length: int = 0) -> None:
         """Tell `backing` of a file the scratch does not hold; one it holds is served, not read."""
@@ -161,8 +167,8 @@ def hint(files: ImageReaderProvider, key: str, indices: np.ndarray) -> None:
         with contextlib.suppress(OSError, ValueError):  # the take-in raises them, naming the file
             files.release(files.acquire(key))
         layout = files.layout(key)
-        if layout is None:
-            return
+    if layout is None or layout is NO_LAYOUT:
+        return
     indices = indices[indices < layout.image_count]
     runs = np.zeros((len(indices), RUN_FIELDS), np.int64)
     runs[:, RUN_OFFSET] = layout.offset + indices * layout.image_bytes
