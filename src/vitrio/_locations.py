@@ -280,9 +280,8 @@ class LocationColumns(Sequence):
         key_ids, indices = self.key_ids.ravel(), self.indices.ravel()
         if not len(key_ids):
             return [], key_ids, indices
-        highest = np.maximum.accumulate(key_ids)
-        if key_ids[0] == 0 and highest[-1] == len(self.keys) - 1 and (key_ids[1:] <= highest[:-1] + 1).all():
-            return list(self.keys), key_ids, indices  # every key used, numbered as it first appears
+        if _numbered_as_they_appear(key_ids, len(self.keys)):
+            return list(self.keys), key_ids, indices
         used, firsts = np.unique(key_ids, return_index=True)
         order = used[np.argsort(firsts)]
         renumbered = np.empty(len(self.keys), dtype=np.int64)
@@ -291,6 +290,20 @@ class LocationColumns(Sequence):
 
     def __repr__(self) -> str:
         return f"LocationColumns({self.shape} locations in {len(self.keys)} files)"
+
+
+def _numbered_as_they_appear(key_ids: np.ndarray, keys: int) -> bool:
+    """Whether `key_ids` use every number below `keys`, each first after all the smaller ones: a block of
+    rows at a time, each at most one more than the highest before it."""
+    highest = -1
+    for start in range(0, len(key_ids), _ITERATED * 256):
+        block = key_ids[start : start + _ITERATED * 256]
+        before = np.maximum.accumulate(block)
+        np.maximum(before, highest, out=before)
+        if block[0] > highest + 1 or (block[1:] > before[:-1] + 1).any():
+            return False
+        highest = int(before[-1])
+    return highest == keys - 1
 
 
 def index_locations(locations: Iterable[Any]) -> tuple[list[str], np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import vitrio as vio
+from vitrio._locations import LocationColumns, index_locations
 from vitrio.data import DataLoader, Dataset, ImageSource, particle_locations, read_particles, write_star
 
 PER_STACK = 20
@@ -118,3 +119,28 @@ def test_the_docstring_of_image_location_says_what_an_index_may_be():
     documented = " ".join(vio.ImageLocation.__doc__.split())
     assert "If the index is negative" not in documented
     assert "ValueError: If the index is below -1, `no_stack_index`." in documented
+
+
+@pytest.mark.parametrize(
+    "key_ids",
+    [[0, 0, 1, 0, 2, 1], [2, 0, 2, 1, 1, 0], [1, 1, 1, 1, 1, 1], [0, 2, 2, 0, 2, 0]],
+    ids=["as they appear", "out of order", "one key of three", "a key unused"],
+)
+def test_columns_are_planned_as_their_locations_are(key_ids: list[int]):
+    columns = LocationColumns(["a.mrcs", "b.mrcs", "c.mrcs"], key_ids, [5, 4, 3, 2, 1, 0])
+    keys, numbers, indices = index_locations(columns)
+    expected_keys, expected_numbers, expected_indices = index_locations(list(columns))
+    assert keys == expected_keys and numbers.tolist() == expected_numbers.tolist()
+    assert indices.tolist() == expected_indices.tolist() == [5, 4, 3, 2, 1, 0]
+
+
+def test_columns_refuse_what_names_no_location():
+    with pytest.raises(ValueError, match="not one of the 2 keys"):
+        LocationColumns(["a", "b"], [0, 2], [0, 0])
+    with pytest.raises(ValueError, match="distinct"):
+        LocationColumns(["a", "a"], [0, 1], [0, 0])
+    with pytest.raises(ValueError, match="below -1"):
+        LocationColumns(["a"], [0], [-2])
+    with pytest.raises(ValueError, match="one shape"):
+        LocationColumns(["a"], [0, 0], [0])
+    assert LocationColumns(["a"], [0], [-1])[0] == vio.ImageLocation("a")
