@@ -74,7 +74,8 @@ EXTRACT = ("extract", "--micrographs", "m.star", "--coordinates", "c.star", "--b
         (("demo", "--out", "demo"), "torch", "cli,torch"),
         (("demo", "--out", "demo"), "matplotlib", "cli,torch"),
         (("bench", "--quick"), "mrcfile", "bench"),
-        (("bench", "--quick"), "matplotlib", "bench"),
+        (("bench", "--quick", "--plot", "b.png"), "matplotlib", "bench"),
+        (("examples", "ex"), "pandas", "cli"),
         (("montage", "m.star", "-o", "picture.png"), "PIL", "cli"),
     ],
 )
