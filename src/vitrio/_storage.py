@@ -23,6 +23,7 @@ import io
 import json
 import os
 import pickle
+import re
 import types
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -31,9 +32,18 @@ from . import _config
 from ._config import Configuration
 from ._errors import no_such_file
 from ._fs import open_readonly
-from ._remote import RemoteFile, is_url, local_copy, read_many
+from ._remote import RemoteFile, local_copy, read_many
 
 __all__ = ["ByteSource", "LocalFile", "Storage", "is_url", "local_path"]
+
+
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def is_url(key: str) -> bool:
+    """Whether `key` is a URL fsspec reads (`s3://`, `https://`, ...), not a local path (nor `file://`)."""
+    match = _SCHEME.match(key)
+    return match is not None and match.group(1).lower() not in ("file", "local")
 
 
 class ByteSource(Protocol):

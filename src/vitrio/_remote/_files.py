@@ -1,32 +1,19 @@
-"""Files at URLs (`s3://`, `gs://`, `https://`, ...), read by byte ranges through fsspec.
+"""Files at URLs read by byte ranges: `RemoteFile`, `read_many`, `local_copy`, and the retries.
 
 A `RemoteFile` asks its size and version (ETag, else modification time) once,
 when opened. `read_ranges` reads many byte ranges at once: sorted, merged
-where the gap between two is under `RemoteFile.gap` bytes (and a merged span
-under `RemoteFile.part`; a longer range is cut into parts), and fetched
-concurrently, at most `RemoteFile.in_flight` requests at a time (an S3
-filesystem keeping `RemoteFile.connections` connections), through fsspec's
-async API; `read_many` fetches the ranges of many files so, at once.
-A request connects and waits for each piece of its answer at most
-`RemoteFile.timeout` seconds. One that times out, cannot connect, loses its
-connection, is answered 5xx (S3's "slow down" too) or with a body of the
-wrong length is asked again, after a pause that doubles, up to
-`RemoteFile.attempts` times in all (the clients under fsspec ask once each);
-then the read fails with an `OSError` naming the URL and the range (the open,
-the URL). A server whose TLS certificate is not trusted fails at once with an
-`OSError` naming the URL: nothing is read unverified. Over HTTP every body is
-asked uncompressed and read as a stream, no further than the range asked: a
-server that ignores `Range` or sends more is refused, never read whole; and
-where `storage_options` give headers, credentials or cookies, a redirect to
-another scheme, host or port is refused, so that they go nowhere else.
-Messages and reprs name a URL as `redact` gives it: no password, signature,
-credential or token it may hold.
-
-`pread(file, size, offset)` and `file_size(file)` read an open file
-descriptor or a `RemoteFile` alike, so that formats parse their headers from
-either; `RemoteFile.open_blocks()` is a file object over it (blocks read once
-and kept) for parsers that take one, such as tifffile. `local_copy` fetches
-a small file whole (a STAR or `.cs` table) for a parser that reads paths.
+where the gap between two is under `remote_gap` bytes (and a merged span
+under `remote_part`; a longer range is cut into parts), and fetched
+concurrently, at most `remote_in_flight` requests at a time, through
+fsspec's async API; `read_many` fetches the ranges of many files so, at once.
+One request that times out, cannot connect, loses its connection, is
+answered 5xx (S3's "slow down" too) or with a body of the wrong length is
+asked again, after a pause that doubles, up to `remote_attempts` times in
+all; then the read fails with one `OSError` naming the URL and the range
+(the open, the URL) and the cause, chained to nothing ("cannot connect to
+URL: ..." where no connection could be made). A server whose TLS
+certificate is not trusted fails at once: nothing is read unverified.
+The limits are those of the `Configuration` a file is given.
 """
 
 from __future__ import annotations
@@ -35,44 +22,31 @@ import asyncio
 import bisect
 import contextlib
 import errno
-import functools
 import io
 import os
 import posixpath
-import re
 import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from . import _config
-from ._config import Configuration
-from ._counters import add_count
-from ._errors import no_such_file, redact
+from .. import _config
+from .._config import Configuration
+from .._counters import add_count
+from .._errors import no_such_file, redact
+from ._http import (
+    Redirected,
+    ServerError,
+    ShortBody,
+    checked_length,
+    client_options,
+    http_range,
+    is_http,
+    is_s3,
+)
 
-__all__ = [
-    "RemoteFile",
-    "file_size",
-    "is_url",
-    "local_copy",
-    "merge_ranges",
-    "open_binary",
-    "pread",
-    "read_many",
-    "client_options",
-    "http_options",
-    "is_http",
-    "missing_backend",
-]
-
-_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-
-
-def is_url(key: str) -> bool:
-    """Whether `key` is a URL fsspec reads (`s3://`, `https://`, ...), not a local path (nor `file://`)."""
-    match = _SCHEME.match(key)
-    return match is not None and match.group(1).lower() not in ("file", "local")
+__all__ = ["RemoteFile", "local_copy", "merge_ranges", "missing_backend", "read_many"]
 
 
 def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int, part: int) -> list[tuple[int, int]]:
@@ -144,7 +118,7 @@ class RemoteFile:
             )
         except ImportError:
             raise missing_backend(url) from None
-        if _is_s3(url):
+        if is_s3(url):
             self.fs.retries = 1  # s3fs asks again 5 times unless told; `attempts` count them here
         try:
             info = self._retried(self._info, "")
@@ -168,7 +142,7 @@ class RemoteFile:
             return self.fs.info(self.path)
         except FileNotFoundError as error:
             cause = error.__cause__  # fsspec's HTTP says "not found" of any failure: the failure, if one
-            if self.http and (_transient(cause) or _unreached(cause) or isinstance(cause, _Redirected)):
+            if self.http and (_transient(cause) or _unreached(cause) or isinstance(cause, Redirected)):
                 raise cause from None
             raise
 
@@ -211,7 +185,7 @@ class RemoteFile:
 
     def _fetch_one_blocking(self, start: int, end: int) -> bytes:
         def get() -> bytes:
-            return _checked_length(self.fs.cat_file(self.path, start=start, end=end), self.url, start, end)
+            return checked_length(self.fs.cat_file(self.path, start=start, end=end), self.url, start, end)
 
         return self._retried(get, _bytes(start, end))
 
@@ -219,9 +193,9 @@ class RemoteFile:
         for attempt in range(1, self.attempts + 1):
             try:
                 if session is not None:
-                    return await _http_range(self.fs, session, self.url, start, end)
+                    return await http_range(self.fs, session, self.url, start, end)
                 body = await self.fs._cat_file(self.path, start=start, end=end)
-                return _checked_length(body, self.url, start, end)
+                return checked_length(body, self.url, start, end)
             except Exception as error:
                 if not _transient(error) or attempt == self.attempts:
                     raise _named(error, self.url, _bytes(start, end), attempt) from None
@@ -310,96 +284,10 @@ def _cut(
     return views
 
 
-class _Short(OSError):
-    """A body of another length than asked: asked again, as a dropped connection is."""
-
-
-class _Status(OSError):
-    """A 5xx answer: asked again."""
-
-
-class _Redirected(PermissionError):
-    """A redirect to another scheme, host or port where headers or credentials were given: refused."""
-
-
-_IDENTITY = {"Accept-Encoding": "identity"}
-
-
-def is_http(url: str) -> bool:
-    """Whether the URL `url` is read over HTTP (`http://`, `https://`), by fsspec's HTTP filesystem."""
-    return url.lower().startswith(("http://", "https://"))
-
-
-def _is_s3(url: str) -> bool:
-    return url.lower().startswith(("s3://", "s3a://"))
-
-
-def client_options(url: str, options: Mapping[str, Any], configuration: Configuration) -> dict[str, Any]:
-    """fsspec's `options` for `url` as vitrio reaches it, bounded by `configuration`: over HTTP as
-    `http_options` makes them; over S3, botocore's pool of connections, its time limits to connect and
-    to read, and one attempt (vitrio's attempts are the only ones), unless `options`' `config_kwargs` say."""
-    if is_http(url):
-        return http_options(options, configuration.remote_timeout, configuration.remote_connect_timeout)
-    if not _is_s3(url):
-        return dict(options)
-    config = dict(
-        options.get("config_kwargs", {})
-    )  # botocore keeps 10 connections, waits a minute, asks again
-    config.setdefault("max_pool_connections", configuration.remote_connections)
-    config.setdefault("connect_timeout", configuration.remote_connect_timeout)
-    config.setdefault("read_timeout", configuration.remote_timeout)
-    config.setdefault("retries", {"total_max_attempts": 1})
-    return {**options, "config_kwargs": config}
-
-
-def http_options(options: Mapping[str, Any], timeout: float, connect_timeout: float) -> dict[str, Any]:
-    """The `storage_options` of fsspec's HTTP filesystem as vitrio uses them: bodies asked and kept
-    uncompressed; a request's connecting bounded by `connect_timeout` seconds, and each wait for its
-    answer by `timeout` (unless `client_kwargs` give a `timeout`); and where they give headers,
-    credentials or cookies, a redirect to another scheme, host or port refused (the client drops only
-    `Authorization` and `Cookie`)."""
-    import aiohttp
-
-    client = dict(options.get("client_kwargs", {}), auto_decompress=False)
-    client.setdefault(
-        "timeout", aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=timeout)
-    )
-    given = ("headers", "auth", "cookies")
-    if any(options.get(k) for k in given) or any(client.get(k) for k in given):
-        client["trace_configs"] = [*client.get("trace_configs", []), _same_origin_redirects()]
-    return {**options, "client_kwargs": client, "headers": {**options.get("headers", {}), **_IDENTITY}}
-
-
-@functools.cache
-def _same_origin_redirects() -> Any:
-    """An aiohttp `TraceConfig` that refuses a redirect to another origin (one, so that fsspec's cache of
-    filesystems, keyed by their options, keeps one of each)."""
-    import aiohttp
-
-    async def refuse_other_origins(session: Any, context: Any, params: Any) -> None:
-        headers = params.response.headers
-        location = headers.get("Location") or headers.get("URI")
-        try:
-            target = params.url.join(type(params.url)(location))  # yarl's URL, which aiohttp uses
-            other = target.origin() != params.url.origin()
-        except (TypeError, ValueError):  # no or no valid location: the client refuses it itself
-            return
-        if other:
-            raise _Redirected(
-                errno.EACCES,
-                f"redirected to {target.origin()}, another scheme, host or port than the one the headers "
-                "of storage_options are for; refused",
-            )
-
-    config = aiohttp.TraceConfig()
-    config.on_request_redirect.append(refuse_other_origins)
-    return config
-
-
 def _transient(error: BaseException | None) -> bool:
     """Whether a failed request is worth asking again: a timeout, a lost connection, a 5xx (S3's too, which
     s3fs gives as `EBUSY`), a short body."""
-    if isinstance(error, (_Short, _Status, TimeoutError, asyncio.TimeoutError, ConnectionError)):
+    if isinstance(error, (ShortBody, ServerError, TimeoutError, asyncio.TimeoutError, ConnectionError)):
         return True
     if isinstance(error, OSError) and error.errno == errno.EBUSY:
         return True
@@ -469,45 +357,6 @@ def missing_backend(url: str) -> ImportError:
     )
 
 
-def _checked_length(body: bytes, url: str, start: int, end: int) -> bytes:
-    if len(body) != end - start:
-        raise _Short(errno.EIO, f"{len(body)} bytes received where {end - start} were asked")
-    return body
-
-
-_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-
-
-async def _http_range(fs: Any, session: Any, url: str, start: int, end: int) -> bytes:
-    """Bytes `start..end` of `url`, asked uncompressed, read no further than asked."""
-    options = dict(fs.kwargs)
-    headers = {**options.pop("headers", {}), **_IDENTITY, "Range": f"bytes={start}-{end - 1}"}
-    async with session.get(fs.encode_url(url), headers=headers, auto_decompress=False, **options) as answer:
-        if answer.status == 404:
-            raise FileNotFoundError(errno.ENOENT, "not found")
-        if answer.status >= 500:
-            raise _Status(errno.EIO, f"HTTP {answer.status} {answer.reason}")
-        if answer.status not in (200, 206):
-            raise OSError(errno.EIO, f"HTTP {answer.status} {answer.reason}")
-        encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
-        if encoding != "identity":
-            raise OSError(errno.EIO, f"sent as {encoding!r} where identity was asked; refused unread")
-        if answer.status == 200:
-            if start != 0 or answer.content_length not in (None, end - start):
-                raise OSError(errno.EIO, "the server ignored the range asked; refused unread")
-        else:
-            match = _CONTENT_RANGE.match(answer.headers.get("Content-Range", ""))
-            if match is None or (int(match.group(1)), int(match.group(2))) != (start, end - 1):
-                raise OSError(errno.EIO, f"sent {answer.headers.get('Content-Range')!r}, not the range asked")
-        body = bytearray()
-        while len(body) <= end - start:
-            piece = await answer.content.read(end - start + 1 - len(body))
-            if not piece:
-                break
-            body += piece
-    return _checked_length(bytes(body), url, start, end)
-
-
 class _Blocks(io.RawIOBase):
     """The raw file under `RemoteFile.open_blocks`: blocks read once, the last `kept` of them kept."""
 
@@ -549,21 +398,6 @@ class _Blocks(io.RawIOBase):
         memoryview(buffer)[:count] = data[skip : skip + count]
         self._pos = end
         return count
-
-
-def open_binary(file: int | RemoteFile) -> io.BufferedReader:
-    """A file object over an open file descriptor (left open when it is closed) or a `RemoteFile`."""
-    return open(file, "rb", closefd=False) if isinstance(file, int) else file.open_blocks()
-
-
-def pread(file: int | RemoteFile, size: int, offset: int) -> bytes:
-    """Up to `size` bytes at `offset` of an open file descriptor or a `RemoteFile`."""
-    return os.pread(file, size, offset) if isinstance(file, int) else file.pread(size, offset)
-
-
-def file_size(file: int | RemoteFile) -> int:
-    """The size of an open file descriptor or a `RemoteFile`, in bytes."""
-    return os.fstat(file).st_size if isinstance(file, int) else file.size
 
 
 @contextlib.contextmanager
