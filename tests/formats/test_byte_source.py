@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 import vitrio as vio
+from vitrio._config import configuration
 from vitrio._storage import Storage
 from vitrio.formats import ByteSource, Format, FormatError, ImageReader, MrcFormat, open_reader
+from vitrio.formats._remote_readers import RemoteReaders
 
 
 class _Bytes(ImageReader):
@@ -111,3 +113,15 @@ def test_formats_may_still_come_second_and_the_options_as_storage_options(tmp_pa
         assert reader.format_name == other.format_name == "mrc"
     with pytest.raises(TypeError, match="give storage or storage_options, not both"):
         open_reader(path, Storage(), storage_options={})
+
+
+def test_the_readers_of_files_at_urls_kept_are_as_many_as_the_configuration_says(tmp_path):
+    path = tmp_path / "one.mrc"
+    vio.write_single(np.ones((2, 2), np.float32), path)
+    for name in ("a.mrc", "b.mrc"):
+        fsspec.filesystem("memory").pipe(f"/kept/{name}", path.read_bytes())
+    readers = RemoteReaders(Storage(configuration=configuration().replace(remote_readers_kept=1)))
+    readers.acquire("memory://kept/a.mrc", [MrcFormat])
+    assert readers.holds("memory://kept/a.mrc")
+    readers.acquire("memory://kept/b.mrc", [MrcFormat])
+    assert readers.holds("memory://kept/b.mrc") and not readers.holds("memory://kept/a.mrc")

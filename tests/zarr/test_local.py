@@ -17,6 +17,7 @@ from ome_zarr.writer import write_image
 from ome_zarr_models.v04.image import Image
 
 import vitrio as vio
+from vitrio._config import configuration, configure
 from vitrio.formats.zarr import ChunkCache, OmeZarrFormat, parse_key
 
 from .conftest import CHUNKS, SHAPE
@@ -396,3 +397,10 @@ def test_vitrio_convert_replaces_a_store_only_with_force_and_keeps_it_when_that_
     (tmp_path / "folder").mkdir()  # a folder that is no store is still refused
     assert main(["convert", "--force", str(tmp_path / "second.mrc"), str(tmp_path / "folder")]) == 1
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_the_shared_chunk_cache_holds_what_the_configuration_says():
+    with configure(zarr_cache_bytes=12345):
+        assert ChunkCache().capacity == 12345
+    assert OmeZarrFormat.chunk_cache.capacity == configuration().zarr_cache_bytes
+    assert ChunkCache(7).capacity == 7

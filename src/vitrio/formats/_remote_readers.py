@@ -10,8 +10,7 @@ from __future__ import annotations
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from .._errors import redact_error
 from .._storage import Storage
@@ -22,11 +21,12 @@ __all__ = ["RemoteReaders"]
 
 
 class RemoteReaders:
-    """The readers of the last `kept` files at URLs opened from `storage`; safe from many threads."""
+    """The readers of the last files at URLs opened from `storage`, as many as its configuration's
+    `remote_readers_kept`; safe from many threads."""
 
-    def __init__(self, storage: Storage | Mapping[str, Any] | None, kept: int = 1 << 12):
-        self._storage = Storage.of(storage)
-        self._kept = kept
+    def __init__(self, storage: Storage):
+        self._storage = storage
+        self._kept = storage.configuration.remote_readers_kept
         self._readers: OrderedDict[str, ImageReader] = OrderedDict()
         self._opening: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()

@@ -51,8 +51,6 @@ from ._writer import CODECS, OmeZarrWriter
 
 __all__ = ["OmeZarrFormat", "OmeZarrReader", "OmeZarrWriter", "ChunkCache", "parse_key", "zarr_installed"]
 
-_DEFAULT_CACHE = 256 << 20
-"""The default chunk cache: 256 MiB of decoded chunks."""
 _LEVELS_KEPT = 64
 
 
@@ -68,7 +66,8 @@ class OmeZarrFormat(Format):
         level: The scale level read when a key names none.
         storage_options: What fsspec takes to open remote stores, used instead of the options of the
             storage a store is opened through where given (as `configured` gives them).
-        chunk_cache: The cache of decoded chunks the readers of this format share.
+        chunk_cache: The cache of decoded chunks the readers of this format share (of the
+            configuration's `zarr_cache_bytes`, unless `configured` gives a size).
         levels, chunks, codec, voxel_size: How stores are written (see `OmeZarrWriter`).
     """
 
@@ -78,7 +77,7 @@ class OmeZarrFormat(Format):
     stores_voxel_size = True
     level: ClassVar[int] = 0
     storage_options: ClassVar[Mapping[str, Any]] = {}
-    chunk_cache: ClassVar[ChunkCache] = ChunkCache(_DEFAULT_CACHE)
+    chunk_cache: ClassVar[ChunkCache] = ChunkCache()
     levels: ClassVar[int] = 3
     chunks: ClassVar[int | Sequence[int] | None] = None
     codec: ClassVar[str | None] = "zstd"

@@ -16,6 +16,8 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from ..._config import configuration
+
 __all__ = ["ChunkCache", "held_bytes"]
 
 
@@ -36,20 +38,28 @@ class ChunkCache:
     """Decoded chunks by key, up to `capacity` bytes.
 
     Args:
-        capacity: How many bytes of decoded chunks to keep.
+        capacity: How many bytes of decoded chunks to keep; None: the configuration's
+            `zarr_cache_bytes`, as in force when the cache is first used.
 
     Raises:
         ValueError: If `capacity` is negative.
     """
 
-    def __init__(self, capacity: int):
-        if int(capacity) < 0:
+    def __init__(self, capacity: int | None = None):
+        if capacity is not None and int(capacity) < 0:
             raise ValueError(f"a chunk cache's capacity must not be negative: {capacity}")
-        self.capacity = int(capacity)
+        self._capacity = None if capacity is None else int(capacity)
         self._chunks: OrderedDict[Hashable, np.ndarray] = OrderedDict()
         self._loading: dict[Hashable, Future] = {}
         self._bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def capacity(self) -> int:
+        """How many bytes of decoded chunks are kept at most."""
+        if self._capacity is None:
+            self._capacity = configuration().zarr_cache_bytes
+        return self._capacity
 
     @property
     def nbytes(self) -> int:
