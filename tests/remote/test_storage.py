@@ -14,6 +14,7 @@ import pytest
 import vitrio as vio
 from vitrio._config import configuration
 from vitrio._storage import LocalFile, Storage
+from vitrio.data import read_particles
 
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
 
@@ -181,3 +182,20 @@ def test_a_url_whose_backend_is_not_installed_names_the_extra_to_install(monkeyp
     assert message.startswith(f"{key}: install vitrio[remote] to read {key.partition(':')[0]}:// keys")
     assert message.endswith(install)
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        lambda options: vio.read("s3://bucket/stack.mrcs", storage_options=options),
+        lambda options: vio.loader(storage_options=options),
+        lambda options: read_particles("s3://bucket/particles.star", storage_options=options),
+        lambda options: vio.formats.open_reader("s3://bucket/stack.mrcs", storage_options=options),
+    ],
+    ids=["read", "loader", "read_particles", "open_reader"],
+)
+def test_storage_options_written_as_text_is_one_type_error_at_the_public_entry(entry):
+    with pytest.raises(
+        TypeError, match=r'^storage_options is a mapping such as \{"anon": True\}, not a str$'
+    ):
+        entry("{anon: true}")
