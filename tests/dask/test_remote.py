@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import dask
 import mrcfile
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 
 import vitrio as vio
 import vitrio.dask as vd
+from vitrio._config import configure
 from vitrio.extract import extract_particles
 
 from ..remote import conftest as remote_files
@@ -94,3 +97,21 @@ def test_cluster_extraction_from_urls_equals_the_local_one(client, s3, tmp_path)
         np.testing.assert_array_equal(mrcfile.read(b), mrcfile.read(a))
     columns = [c for c in local.particles.columns if c != "rlnImageName"]
     assert remote.particles[columns].equals(local.particles[columns])
+
+
+def test_workers_read_with_the_configuration_the_array_was_made_with(client, s3, stacks):
+    """The storage a task carries holds the configuration as well as the options: parts of 256 bytes asked
+    here are the parts the workers fetch, though their own configuration is the default."""
+    path, url = stacks[0]
+    with configure(remote_part=256):
+        remote = vd.from_locations([vio.ImageLocation(url, i) for i in range(3)], storage_options=s3.options)
+    mark = s3.mark()
+    computed = client.compute(remote).result()
+    np.testing.assert_array_equal(computed, vio.read(path))
+    spans = [
+        int(b) + 1 - int(a)
+        for method, _, asked in s3.since(mark)
+        if method == "GET" and asked and (found := re.fullmatch(r"bytes=(\d+)-(\d+)", asked))
+        for a, b in [found.groups()]
+    ]
+    assert spans and max(spans) <= 256, spans

@@ -414,9 +414,9 @@ def _convert_file(
     job: tuple[Path | str, Path, np.dtype | None, str | None, Compose | None, Any],
 ) -> vio.ImageDescriptor:
     """Convert one file on a worker, replacing what an earlier run of the task wrote; a file at a URL is
-    reached with the storage options the task carries."""
-    source, output, data_type, mode, prepare, storage_options = job
-    loader = vio.loader(cache=1, storage_options=storage_options)
+    reached through the storage the task carries (its options and configuration)."""
+    source, output, data_type, mode, prepare, storage = job
+    loader = vio.loader(cache=1, storage_options=storage)
     return copy_images(loader, source, output, data_type, True, mode, prepare)
 
 
@@ -467,9 +467,10 @@ def run(args: argparse.Namespace) -> None:
         for output in outputs:
             check_output(output, args.force)
         args.output.mkdir(parents=True, exist_ok=True)
+    storage = vio.Storage.of(args.storage_options)
     with cluster(args) as client:
         if client is None:
-            loader = vio.loader(cache=1, storage_options=args.storage_options)
+            loader = vio.loader(cache=1, storage_options=storage)
             for source, output in zip(args.input, outputs):
                 copy_images(loader, source, output, args.data_type, args.force, mode, prepare)
         else:
@@ -482,7 +483,7 @@ def run(args: argparse.Namespace) -> None:
                     args.data_type,
                     mode,
                     prepare,
-                    args.storage_options,
+                    storage,
                 )
                 for source, output in zip(args.input, outputs)
             ]
