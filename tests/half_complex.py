@@ -6,7 +6,6 @@ slowest first), then the values as float16 pairs (real, imaginary).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 import vitrio as vio
-from vitrio.formats import Format, ImageReader, _registry
+from vitrio.formats import ByteSource, Format, ImageReader, _registry
 
 _HEADER = 12
 
@@ -26,10 +25,12 @@ def write_half_complex(path: Path, values: np.ndarray) -> None:
 
 
 class _HalfComplexReader(ImageReader):
-    def __init__(self, key: str, fd: int, head: bytes):
+    def __init__(self, key: str, source: ByteSource, head: bytes):
         extents = np.frombuffer(head[:_HEADER], "<i4").tolist()
         super().__init__(key, vio.ImageDescriptor(extents, 2, vio.NumericalType.complex_float16))
-        self._values = np.fromfile(os.fdopen(fd, "rb"), "<f2", offset=_HEADER).reshape(*extents, 2)
+        with source:
+            values = source.pread(source.size - _HEADER, _HEADER)
+        self._values = np.frombuffer(values, "<f2").reshape(*extents, 2)
 
     def read_run(self, start: int, outs: Sequence[np.ndarray]) -> None:
         self.check_run(start, len(outs))
@@ -45,8 +46,8 @@ class HalfComplexFormat(Format):
     read_extensions = (".c32",)
 
     @classmethod
-    def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
-        return _HalfComplexReader(key, fd, head)
+    def open(cls, key: str, source: ByteSource, head: bytes) -> ImageReader:
+        return _HalfComplexReader(key, source, head)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import vitrio as vio
-from vitrio.formats import Format, ImageReader, _registry
+from vitrio.formats import ByteSource, Format, ImageReader, _registry
 
 from .helpers import open_files, run_script
 
@@ -218,9 +218,9 @@ BROKEN_INDEX = 3
 class _FlakyReader(ImageReader):
     """Ten images of 16 x 16 whose values are their index, but image 3 cannot be read."""
 
-    def __init__(self, key: str, fd: int):
+    def __init__(self, key: str, source: ByteSource):
         super().__init__(key, vio.ImageDescriptor((10, *SHAPE), 2, "float32"))
-        self._fd = fd
+        self._source = source
 
     def read_run(self, start: int, outs) -> None:
         self.check_run(start, len(outs))
@@ -230,7 +230,7 @@ class _FlakyReader(ImageReader):
             out[...] = index
 
     def close(self) -> None:
-        os.close(self._fd)
+        self._source.close()
 
 
 class _FlakyFormat(Format):
@@ -238,8 +238,8 @@ class _FlakyFormat(Format):
     read_extensions = (".flaky",)
 
     @classmethod
-    def open(cls, key: str, fd: int, head: bytes) -> ImageReader:
-        return _FlakyReader(key, fd)
+    def open(cls, key: str, source: ByteSource, head: bytes) -> ImageReader:
+        return _FlakyReader(key, source)
 
 
 def test_a_reader_that_raises_fails_its_batches_only(stacks: list[Path], monkeypatch: pytest.MonkeyPatch):
