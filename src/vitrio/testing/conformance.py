@@ -282,6 +282,15 @@ class FormatConformance:
         finally:
             readers.release(reader)
 
+    def test_a_reader_closed_leaves_no_file_open(self, tmp_path, rng):
+        """A reader owns the byte source it is opened with, and closing it lets the file go."""
+        path, values = self._stack(tmp_path, rng, 3, 8, 8)
+        with vio.formats.open_reader(path) as reader:
+            out = np.zeros((3, *self._core(8, 8)), values.dtype)
+            reader.read_run(0, list(out))
+        np.testing.assert_array_equal(out, values)
+        assert ProviderConformance._open_files(tmp_path) == 0
+
     # -------------------------------------------------------------- errors
 
     def test_errors_name_the_file(self, tmp_path, rng):
