@@ -76,10 +76,10 @@ class RemoteFile:
     Attributes:
         url, key, size: The URL (twice: a `ByteSource`'s key) and the size in bytes.
         version: The ETag, else the modification time, when opened; None where the server gives neither.
-        gap, part, in_flight, attempts, backoff: How ranges are merged and fetched (see the module), as
-            the configuration's `remote_gap`, `remote_part`, ... say.
-        timeout, connect_timeout: The seconds a request may wait for each piece of its answer, and take to
-            connect, before it fails (and is asked again): over HTTP unless `storage_options` give
+        limits: The configuration whose `remote_*` fields bound its reads: how ranges are merged and
+            fetched (see the module), and the seconds a request may take to connect
+            (`remote_connect_timeout`) and wait for each piece of its answer (`remote_timeout`) before
+            it fails and is asked again; over HTTP unless `storage_options` give
             `client_kwargs={"timeout": ...}`, over S3 unless their `config_kwargs` give
             `connect_timeout` and `read_timeout`. An `s3://` filesystem keeps `remote_connections`
             connections open at most, unless `storage_options` say
@@ -88,7 +88,7 @@ class RemoteFile:
     Raises:
         ImageFileNotFoundError: If there is nothing at `url`.
         ImportError: If the scheme needs a module not installed, naming the extra that brings it.
-        OSError: If the server does not say the size, or cannot be reached after `attempts` tries.
+        OSError: If the server does not say the size, or cannot be reached after `remote_attempts` tries.
     """
 
     def __init__(
@@ -103,14 +103,7 @@ class RemoteFile:
             raise missing_backend(url) from None
 
         self.url = self.key = url
-        limits = configuration if configuration is not None else _config.configuration()
-        self.gap, self.part, self.in_flight = limits.remote_gap, limits.remote_part, limits.remote_in_flight
-        self.attempts, self.backoff, self.timeout = (
-            limits.remote_attempts,
-            limits.remote_backoff,
-            limits.remote_timeout,
-        )
-        self.connect_timeout = limits.remote_connect_timeout
+        self.limits = limits = configuration if configuration is not None else _config.configuration()
         self.http = is_http(url)
         try:
             self.fs, self.path = fsspec.core.url_to_fs(
@@ -119,7 +112,7 @@ class RemoteFile:
         except ImportError:
             raise missing_backend(url) from None
         if is_s3(url):
-            self.fs.retries = 1  # s3fs asks again 5 times unless told; `attempts` count them here
+            self.fs.retries = 1  # s3fs asks again 5 times unless told; `remote_attempts` count them here
         try:
             info = self._retried(self._info, "")
         except FileNotFoundError:
@@ -147,15 +140,15 @@ class RemoteFile:
             raise
 
     def _retried(self, call: Any, where: str) -> Any:
-        """What `call()` gives, asked again while it fails as `_transient` says, up to `attempts` times;
-        then what failed, as `_named` names it with the URL and `where`."""
-        for attempt in range(1, self.attempts + 1):
+        """What `call()` gives, asked again while it fails as `_transient` says, up to `remote_attempts`
+        times; then what failed, as `_named` names it with the URL and `where`."""
+        for attempt in range(1, self.limits.remote_attempts + 1):
             try:
                 return call()
             except Exception as error:
-                if not _transient(error) or attempt == self.attempts:
+                if not _transient(error) or attempt == self.limits.remote_attempts:
                     raise _named(error, self.url, where, attempt) from None
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+                time.sleep(self.limits.remote_backoff * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def pread(self, size: int, offset: int) -> bytes:
@@ -168,7 +161,7 @@ class RemoteFile:
 
         Raises:
             OSError: If a range lies past the end of the file, or a span could not be fetched as asked
-                after `attempts` tries, naming the URL and the range.
+                after `remote_attempts` tries, naming the URL and the range.
         """
         return read_many([(self, ranges)])[0]
 
@@ -179,7 +172,7 @@ class RemoteFile:
                 raise OSError(
                     errno.EIO, f"{redact(self.url)}: bytes {start}-{end} asked of a file of {self.size}"
                 )
-        spans = merge_ranges(ranges, self.gap, self.part)
+        spans = merge_ranges(ranges, self.limits.remote_gap, self.limits.remote_part)
         add_count("remote_requests", len(spans))
         return spans
 
@@ -190,16 +183,16 @@ class RemoteFile:
         return self._retried(get, _bytes(start, end))
 
     async def _fetch_one(self, session: Any, start: int, end: int) -> bytes:
-        for attempt in range(1, self.attempts + 1):
+        for attempt in range(1, self.limits.remote_attempts + 1):
             try:
                 if session is not None:
                     return await http_range(self.fs, session, self.url, start, end)
                 body = await self.fs._cat_file(self.path, start=start, end=end)
                 return checked_length(body, self.url, start, end)
             except Exception as error:
-                if not _transient(error) or attempt == self.attempts:
+                if not _transient(error) or attempt == self.limits.remote_attempts:
                     raise _named(error, self.url, _bytes(start, end), attempt) from None
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+                await asyncio.sleep(self.limits.remote_backoff * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def open_blocks(self, block: int = 1 << 16) -> io.BufferedReader:
@@ -226,7 +219,8 @@ class RemoteFile:
 
 def read_many(requests: Sequence[tuple[RemoteFile, Sequence[tuple[int, int]]]]) -> list[list[memoryview]]:
     """What `RemoteFile.read_ranges` gives for each (file, ranges) of `requests`: the spans of all the
-    files fetched at once, at most `RemoteFile.in_flight` requests at a time, as one file's are.
+    files fetched at once, as one file's are: at most `remote_in_flight` requests at a time (the most
+    of their limits).
 
     Raises:
         OSError: As `RemoteFile.read_ranges` raises it, naming the URL and the range (its `key`, the URL).
@@ -251,7 +245,7 @@ def read_many(requests: Sequence[tuple[RemoteFile, Sequence[tuple[int, int]]]]) 
 
 
 async def _fetch_all(planned: list[tuple[RemoteFile, list[tuple[int, int]]]]) -> list[list[bytes]]:
-    limit = asyncio.Semaphore(max(file.in_flight for file, _ in planned))
+    limit = asyncio.Semaphore(max(file.limits.remote_in_flight for file, _ in planned))
     sessions = {}
     for file, _ in planned:
         if file.http and id(file.fs) not in sessions:
@@ -420,8 +414,8 @@ def local_copy(
         local = os.path.join(folder, posixpath.basename(url.split("?")[0]) or "table")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         with open(os.open(local, flags, 0o600), "wb") as out:
-            for start in range(0, file.size, file.part):
-                out.write(file.read_ranges([(start, min(file.size, start + file.part))])[0])
+            for start in range(0, file.size, file.limits.remote_part):
+                out.write(file.read_ranges([(start, min(file.size, start + file.limits.remote_part))])[0])
         try:
             yield local
         except ValueError as error:
