@@ -11,6 +11,7 @@ import pytest
 
 import vitrio as vio
 from vitrio.cli import main
+from vitrio.extract import extract_particles
 from vitrio.testing.eer import random_movie
 
 from .helpers import assert_fails
@@ -189,3 +190,13 @@ def test_montage_says_where_it_cuts_and_names_its_label_columns(vitrio, tmp_path
     assert result.status == 0, result.err
     assert "64 tiles (the first 64 of 70: -n 70 shows all)" in result.out
     assert "of 70" not in vitrio("montage", "stack.mrcs", "-n", 70, "--tile", 8, "-o", "all.png").out
+
+
+def test_a_failed_extract_particles_leaves_no_folder_it_made(picked, tmp_path: Path):
+    made = tmp_path / "made"
+    with pytest.raises(vio.DestinationTypeError):
+        extract_particles(
+            picked.micrographs, picked.coordinates, 16, made / "job" / "particles.star",
+            stack_dir=made / "job" / "stacks", data_type="int16",
+        )  # fmt: skip
+    assert not made.exists()

@@ -240,6 +240,8 @@ def folders_for(path: Path) -> Iterator[None]:
         os.mkdir(top.name, 0o777, dir_fd=above)
         made = os.open(top.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=above)
         opened.callback(os.close, made)
+        if os.fstat(made).st_uid != os.geteuid() or os.listdir(made):
+            raise OSError(f"{top}: the folder made was exchanged for another")
         try:
             for folder in reversed(missing[:-1]):
                 folder.mkdir()

@@ -221,7 +221,10 @@ def extract_particles(
     first = ["rlnImageName", *COORDINATES, "rlnOpticsGroup"]
     table = table[first + [c for c in table.columns if c not in first]]
 
-    created = [folder for folder in dict.fromkeys((output.parent, stack_dir)) if not folder.exists()]
+    # the missing folders of the outputs and those above them, the highest first: removed if it fails
+    wanted = (output.parent, stack_dir)
+    missing = {p for folder in wanted for p in (folder, *folder.parents) if not p.exists()}
+    created = sorted(missing, key=lambda folder: len(folder.absolute().parts))
     finished: list[Path] = []
     stack_folder = None  # the stacks' folder as it was when they were written, which alone loses them
     try:
