@@ -61,6 +61,7 @@ BLOCKS = [block for page in PAGES for block in blocks(page)]
 
 
 def _first_line(block: Block) -> str:
+    """The block's first line that is not an import: what tells it from the others of its page."""
     return next(line for line in block.source.splitlines() if line.strip() and not line.startswith("import"))
 
 
