@@ -104,7 +104,7 @@ def test_montage_of_urls_equals_the_local_one(s3, pictured, tmp_path, chosen):
     np.testing.assert_array_equal(remote, local)
     assert remote_labels == labels and len(labels.split("\n")) == (3 if "--star" in chosen else 4 + 3 + 2)
     if "--star" in chosen:
-        assert labels.split("\n") == ["40.5", "20.5", "90.5"]
+        assert labels.split("\n") == ["rlnDefocusU: 40.5", "rlnDefocusU: 20.5", "rlnDefocusU: 90.5"]
     assert len(np.unique(remote)) > 2 and vio.query_descriptor(folder / "movie.eer").image_count == 6
 
 
