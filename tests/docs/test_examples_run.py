@@ -157,12 +157,8 @@ def test_every_check_checks_a_block() -> None:
     assert set(CHECKS) <= checked, sorted(set(CHECKS) - checked)
 
 
-# Pages whose examples do not yet say where their files come from.
-_WITHOUT_NOTE = {"docs/speed.md"}
-
-
 def test_every_page_with_examples_says_how_to_make_their_files() -> None:
-    for page in {block.page for block in RUN} - _WITHOUT_NOTE:
+    for page in {block.page for block in RUN}:
         first = min(block.line for block in RUN if block.page == page)
         top = "\n".join((ROOT / page).read_text("utf8").splitlines()[:first])
         assert "vitrio examples" in top, (
