@@ -30,8 +30,8 @@ write_star and particle_optics read and write the STAR files of RELION
 error names).
 
 A read given no loader goes through `shared_loader()`, the process's own.
-A RecyclingAllocator reads batches into the memory of those the program
-has let go of. A DataLoader's `stats` (a LoaderStats) say how long the
+A RecyclingAllocator, the DataLoader's default, reads batches into the
+memory of those the program has let go of. A DataLoader's `stats` (a LoaderStats) say how long the
 program waited for data and what the reads did (a ReadStats, as the core's
 `ImageLoader.stats()` gives it). FourierCrop, Normalize and Invert (or their
 Compose) prepare a batch of images, as a DataLoader's transform or, through a
