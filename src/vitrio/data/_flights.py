@@ -21,7 +21,7 @@ import numpy as np
 from .._concurrency import Completion, Executor, run_tasks
 from ._dataset import PendingBatch
 
-__all__ = ["Finish", "Finisher", "Flight"]
+__all__ = ["Finish", "Finisher", "Flight", "Progress"]
 
 Finish = Callable[[dict[str, np.ndarray], int], Any]
 """What finishes a batch: given its values (with the fields the loader adds) and its position in the epoch."""
@@ -120,3 +120,15 @@ class Finisher:
         """Stop once the flights added are seen to, and wait for that."""
         self._flights.put(None)
         self._thread.join()
+
+
+class Progress:
+    """How far an iteration has got: the batch sampler's state as it began, its epoch, and the batches
+    handed out."""
+
+    __slots__ = ("sampler", "epoch", "batches")
+
+    def __init__(self, sampler: dict[str, Any] | None, epoch: int, batches: int):
+        self.sampler = sampler
+        self.epoch = epoch
+        self.batches = batches

@@ -27,7 +27,6 @@ loader counts what the reads do, which `stats` hands out together.
 
 from __future__ import annotations
 
-import copy
 import functools
 import itertools
 import operator
@@ -42,34 +41,29 @@ from .._arrays import as_destination
 from .._concurrency import Completion
 from .._counters import ReadCounters
 from .._loading import ImageLoader
+from ._arguments import check_arguments
 from ._dataset import Allocator, Dataset, PendingBatch, resolve_rows
-from ._extras import missing
-from ._flights import Finisher, Flight
-from ._output import jax_output, pinned_allocator, stays_on_host, torch_output
-from ._pytorch import Batches, refuse_workers, seed_of
+from ._flights import Finisher, Flight, Progress
+from ._output import check_output, hand_out, stays_on_host
+from ._pytorch import Batches, pytorch_names, refuse_workers
 from ._recycling import RecyclingAllocator
-from ._sampler import BatchSampler, check_state, state_count
+from ._sampler import (
+    BatchSampler,
+    check_state,
+    restore_sampler,
+    sampler_state,
+    shard_of,
+    state_count,
+    tell_epoch,
+)
 from ._shared import shared_loader
 from ._stats import EpochClock, LoaderStats, progress_bar
 from ._transforms import cast_fields, draws
 
 __all__ = ["DataLoader"]
 
-_OUTPUTS = ("numpy", "torch", "jax")
 _STATE_VERSION = 1
 _SEED_MASK = (1 << 64) - 1
-
-
-class _Progress:
-    """How far an iteration has got: the batch sampler's state as it began, its epoch, and the batches
-    handed out."""
-
-    __slots__ = ("sampler", "epoch", "batches")
-
-    def __init__(self, sampler: dict[str, Any] | None, epoch: int, batches: int):
-        self.sampler = sampler
-        self.epoch = epoch
-        self.batches = batches
 
 
 class DataLoader:
@@ -240,32 +234,14 @@ class DataLoader:
         **pytorch: Any,
     ):
         refuse_workers(pytorch)
-        if sampler is not None and (batch_sampler is not None or shuffle or seed is not None):
-            raise ValueError("sampler draws the rows; give it without batch_sampler, shuffle or seed")
-        if generator is not None:
-            if seed is not None or sampler is not None:
-                raise ValueError("generator is drawn the seed from; give it without seed or sampler")
-            seed = seed_of(generator)
-        if collate_fn is not None:
-            if transform is not None:
-                raise ValueError("collate_fn is a transform of each batch; give it or transform, not both")
-            transform = collate_fn
-        if prefetch_factor is not None:
-            if prefetch != 4:
-                raise ValueError("prefetch_factor is prefetch; give one or the other")
-            prefetch = prefetch_factor
-        _check_arguments(batch_sampler, batch_size, shuffle, drop_last, seed, pad_last, output)
+        seed, transform, prefetch = pytorch_names(
+            sampler, batch_sampler, shuffle, seed, generator, transform, collate_fn, prefetch, prefetch_factor
+        )
+        check_arguments(
+            dataset, batch_sampler, batch_size, shuffle, drop_last, seed, pad_last, valid, prefetch, output
+        )
         named = output if isinstance(output, str) else None
-        if device is not None and named not in ("torch", "jax"):
-            raise ValueError("device applies to output 'torch' or 'jax' only")
-        if sharding is not None and (named != "jax" or device is not None):
-            raise ValueError("sharding applies to output 'jax' only, and not with device")
-        if pin_memory and (named != "torch" or allocator is not None):
-            raise ValueError("pin_memory applies to output 'torch' only, and not with an allocator")
-        if operator.index(prefetch) < 1:
-            raise ValueError(f"prefetch must be positive: {prefetch}")
-        if pad_last and (valid in dataset.fields or valid == dataset.index):
-            raise ValueError(f"the dataset has a field named {valid!r}, the name of the field pad_last adds")
+        check_output(named, device, sharding, pin_memory, allocator)
         self._dataset = dataset
         if sampler is not None:
             self._batch_sampler: Iterable[Sequence[int]] = Batches(sampler, batch_size, drop_last)
@@ -282,36 +258,18 @@ class DataLoader:
         self._transform = transform
         self._draws = draws(transform)
         self._cast = cast_fields(dataset, data_type, named)
-        self._hand_out: Callable[[dict[str, np.ndarray]], Any] | None = None
         self._seed_given = seed is not None
         self._seed = secrets.randbits(64) if seed is None else operator.index(seed) & _SEED_MASK
         self._epoch_number = 0
-        self._shard = _shard_of(self._batch_sampler)
+        self._shard = shard_of(self._batch_sampler)
         self._resume = 0
-        self._progress: _Progress | None = None
+        self._progress: Progress | None = None
         self._show_progress = bool(progress)
         self._counters = ReadCounters(enabled=count_reads)
         self._clock = EpochClock()
-        if named == "torch":
-            try:
-                import torch
-            except ModuleNotFoundError as error:
-                raise missing(error, "output='torch'") from None
-
-            if pin_memory is None:
-                pin_memory = device is not None and torch.device(device).type == "cuda"
-            pinned = pinned_allocator() if pin_memory else None
-            if pinned is not None:
-                self._allocator = pinned
-            self._hand_out = torch_output(device, non_blocking=pinned is not None)
-        elif named == "jax":
-            try:
-                import jax  # noqa: F401 (the output imports it when it hands out)
-            except ModuleNotFoundError as error:
-                raise missing(error, "output='jax'") from None
-            self._hand_out = jax_output(device, sharding)
-        elif named is None:
-            self._hand_out = output
+        self._hand_out, pinned = hand_out(output, device, sharding, pin_memory)
+        if pinned is not None:
+            self._allocator = pinned
         if self._allocator is None:  # each array of the batches under way, handed out and held by the loop
             arrays = len(dataset.fields) + (dataset.index is not None) + self._pad_last
             self._allocator = RecyclingAllocator(keep=(self._prefetch + 2) * arrays)
@@ -372,15 +330,7 @@ class DataLoader:
         epoch = operator.index(epoch)
         if epoch < 0:
             raise ValueError(f"an epoch cannot be negative: {epoch}")
-        told = [
-            part
-            for part in (self._batch_sampler, getattr(self._batch_sampler, "sampler", None))
-            if callable(getattr(part, "set_epoch", None))
-        ]
-        if not told:
-            raise TypeError(f"the batch sampler has no set_epoch: {self._batch_sampler!r}")
-        for part in told:
-            part.set_epoch(epoch)
+        tell_epoch(self._batch_sampler, epoch)
         self._epoch_number = epoch
         self.reset_stats()
 
@@ -410,7 +360,7 @@ class DataLoader:
             progress = self._progress
             sampler, epoch, batches = progress.sampler, progress.epoch, progress.batches
         else:
-            sampler, epoch, batches = self._sampler_state(), self._epoch_number, self._resume
+            sampler, epoch, batches = sampler_state(self._batch_sampler), self._epoch_number, self._resume
         return {
             "version": _STATE_VERSION,
             "size": len(self._dataset),
@@ -442,18 +392,8 @@ class DataLoader:
         batches = state_count(state, "batches", most)
         seed = state_count(state, "seed", _SEED_MASK) if "seed" in state else self._seed
         epoch = state_count(state, "epoch") if "epoch" in state else self._epoch_number
-        sampler = state.get("sampler")
-        if _is_stateful(self._batch_sampler):
-            if sampler is None:
-                raise ValueError("the state holds no state of the batch sampler, which has one")
-            self._batch_sampler.load_state_dict(sampler)
-        elif sampler is not None:
-            raise ValueError("the state holds a state of the batch sampler, which has no load_state_dict")
+        restore_sampler(self._batch_sampler, state.get("sampler"))
         self._resume, self._progress, self._seed, self._epoch_number = batches, None, seed, epoch
-
-    def _sampler_state(self) -> dict[str, Any] | None:
-        sampler = self._batch_sampler
-        return copy.deepcopy(sampler.state_dict()) if _is_stateful(sampler) else None
 
     def _epoch(self) -> Iterator[Any]:
         given = self._loader or shared_loader()
@@ -464,7 +404,7 @@ class DataLoader:
         skip, self._resume = self._resume, 0
         epoch, self._epoch_number = self._epoch_number, self._epoch_number + 1
         samples = iter(self._batch_sampler)
-        progress = self._progress = _Progress(self._sampler_state(), epoch, skip)
+        progress = self._progress = Progress(sampler_state(self._batch_sampler), epoch, skip)
         flights: deque[Flight] = deque()
         finish = functools.partial(self._finish, epoch)
         finisher: Finisher | None = None
@@ -557,43 +497,3 @@ class DataLoader:
 
     def __repr__(self) -> str:
         return f"<DataLoader over {self._dataset!r}, {len(self)} batches an epoch>"
-
-
-def _shard_of(batch_sampler: Any) -> int:
-    """The shard a batch sampler draws: a BatchSampler's, or the rank of a sampler it batches
-    (PyTorch's DistributedSampler); 0 for any other."""
-    shard = getattr(batch_sampler, "shard", None)
-    if shard is not None:
-        return operator.index(shard[0])
-    rank = getattr(getattr(batch_sampler, "sampler", None), "rank", 0)
-    return rank if isinstance(rank, int) else 0
-
-
-def _is_stateful(sampler: Any) -> bool:
-    """Whether a batch sampler has state_dict and load_state_dict."""
-    return all(callable(getattr(sampler, name, None)) for name in ("state_dict", "load_state_dict"))
-
-
-def _check_arguments(
-    batch_sampler: Any,
-    batch_size: int,
-    shuffle: bool,
-    drop_last: bool,
-    seed: Any,
-    pad_last: bool,
-    output: Any,
-) -> None:
-    if batch_sampler is not None:
-        given = {
-            "batch_size": batch_size != 1,
-            "shuffle": shuffle,
-            "drop_last": drop_last,
-            "seed": seed is not None,
-        }
-        replaced = [name for name, is_given in given.items() if is_given]
-        if replaced:
-            raise ValueError(f"batch_sampler replaces {', '.join(replaced)}; give one or the other")
-    if drop_last and pad_last:
-        raise ValueError("give drop_last or pad_last, not both")
-    if not (output in _OUTPUTS if isinstance(output, str) else callable(output)):
-        raise ValueError(f"output is one of {_OUTPUTS} or a callable, not {output!r}")

@@ -14,10 +14,52 @@ from typing import Any
 import numpy as np
 
 from ._dataset import Allocator
+from ._extras import missing
 
-__all__ = ["holds_numbers", "torch_output", "jax_output", "pinned_allocator", "stays_on_host"]
+__all__ = ["check_output", "hand_out", "holds_numbers", "pinned_allocator", "stays_on_host"]
 
 Batch = dict[str, np.ndarray]
+
+
+def check_output(named: str | None, device: Any, sharding: Any, pin_memory: Any, allocator: Any) -> None:
+    """Refuse what does not apply to the output named (`named`, None for a callable).
+
+    Raises:
+        ValueError: If device, sharding or pin_memory is given where it does not apply.
+    """
+    if device is not None and named not in ("torch", "jax"):
+        raise ValueError("device applies to output 'torch' or 'jax' only")
+    if sharding is not None and (named != "jax" or device is not None):
+        raise ValueError("sharding applies to output 'jax' only, and not with device")
+    if pin_memory and (named != "torch" or allocator is not None):
+        raise ValueError("pin_memory applies to output 'torch' only, and not with an allocator")
+
+
+def hand_out(
+    output: Any, device: Any, sharding: Any, pin_memory: bool | None
+) -> tuple[Callable[[Batch], Any] | None, Allocator | None]:
+    """What hands a batch out as `output` says (None for numpy), and the allocator of pinned memory to read
+    it into where PyTorch's batches go to CUDA (`pin_memory`, by default when `device` is CUDA).
+
+    Raises:
+        ModuleNotFoundError: If output is 'torch' or 'jax' and it is not installed, naming the extra.
+    """
+    if output == "torch":
+        try:
+            import torch
+        except ModuleNotFoundError as error:
+            raise missing(error, "output='torch'") from None
+        if pin_memory is None:
+            pin_memory = device is not None and torch.device(device).type == "cuda"
+        pinned = pinned_allocator() if pin_memory else None
+        return torch_output(device, non_blocking=pinned is not None), pinned
+    if output == "jax":
+        try:
+            import jax  # noqa: F401 (the output imports it when it hands out)
+        except ModuleNotFoundError as error:
+            raise missing(error, "output='jax'") from None
+        return jax_output(device, sharding), None
+    return (None if isinstance(output, str) else output), None
 
 
 def holds_numbers(dtype: np.dtype) -> bool:
@@ -96,7 +138,7 @@ def pinned_allocator() -> Allocator | None:
 
     if not torch.cuda.is_available():
         warnings.warn(
-            "pin_memory is set but CUDA is not available: batches are read into ordinary memory", stacklevel=3
+            "pin_memory is set but CUDA is not available: batches are read into ordinary memory", stacklevel=4
         )
         return None
     types: dict[np.dtype, Any] = {}

@@ -1,5 +1,6 @@
 """PyTorch's DataLoader's arguments, as `DataLoader` maps them: workers refused, saying the way here;
-a seed drawn from a generator; a sampler's rows batched."""
+a seed drawn from a generator; a sampler's rows batched; collate_fn and prefetch_factor taken as the
+transform and prefetch they are."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Batches", "refuse_workers", "seed_of"]
+__all__ = ["Batches", "pytorch_names", "refuse_workers", "seed_of"]
 
 # What PyTorch's DataLoader takes that has no place here, and what to do instead.
 _WORKER_ARGUMENTS = {
@@ -31,6 +32,41 @@ def refuse_workers(given: Mapping[str, Any]) -> None:
         if name not in _WORKER_ARGUMENTS:
             raise TypeError(f"DataLoader() got an unexpected keyword argument {name!r}")
         raise TypeError(f"DataLoader takes no {name}: {_WORKER_ARGUMENTS[name]}")
+
+
+def pytorch_names(
+    sampler: Any,
+    batch_sampler: Any,
+    shuffle: bool,
+    seed: int | None,
+    generator: Any,
+    transform: Any,
+    collate_fn: Any,
+    prefetch: int,
+    prefetch_factor: int | None,
+) -> tuple[int | None, Any, int]:
+    """The seed, transform and prefetch that PyTorch's names (`generator`, `collate_fn`,
+    `prefetch_factor`) stand for, each refused beside what it stands for.
+
+    Raises:
+        ValueError: If a name of PyTorch's is given with the argument it stands for, or a sampler with
+            what it replaces.
+    """
+    if sampler is not None and (batch_sampler is not None or shuffle or seed is not None):
+        raise ValueError("sampler draws the rows; give it without batch_sampler, shuffle or seed")
+    if generator is not None:
+        if seed is not None or sampler is not None:
+            raise ValueError("generator is drawn the seed from; give it without seed or sampler")
+        seed = seed_of(generator)
+    if collate_fn is not None:
+        if transform is not None:
+            raise ValueError("collate_fn is a transform of each batch; give it or transform, not both")
+        transform = collate_fn
+    if prefetch_factor is not None:
+        if prefetch != 4:
+            raise ValueError("prefetch_factor is prefetch; give one or the other")
+        prefetch = prefetch_factor
+    return seed, transform, prefetch
 
 
 def seed_of(generator: Any) -> int:

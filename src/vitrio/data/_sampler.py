@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import operator
 import secrets
 from collections.abc import Iterator, Mapping
@@ -233,3 +234,54 @@ def state_count(state: Mapping[str, Any], key: str, most: int | None = None) -> 
         bound = "" if most is None else f" up to {most}"
         raise ValueError(f"{key} in the state is {value!r}, not an integer from 0{bound}")
     return value
+
+
+def shard_of(batch_sampler: Any) -> int:
+    """The shard a batch sampler draws: a BatchSampler's, or the rank of a sampler it batches
+    (PyTorch's DistributedSampler); 0 for any other."""
+    shard = getattr(batch_sampler, "shard", None)
+    if shard is not None:
+        return operator.index(shard[0])
+    rank = getattr(getattr(batch_sampler, "sampler", None), "rank", 0)
+    return rank if isinstance(rank, int) else 0
+
+
+def is_stateful(sampler: Any) -> bool:
+    """Whether a batch sampler has state_dict and load_state_dict."""
+    return all(callable(getattr(sampler, name, None)) for name in ("state_dict", "load_state_dict"))
+
+
+def sampler_state(batch_sampler: Any) -> dict[str, Any] | None:
+    """A copy of a batch sampler's state, or None where it has no state_dict."""
+    return copy.deepcopy(batch_sampler.state_dict()) if is_stateful(batch_sampler) else None
+
+
+def tell_epoch(batch_sampler: Any, epoch: int) -> None:
+    """Pass `epoch` on to a batch sampler and to the sampler it batches, each that has set_epoch.
+
+    Raises:
+        TypeError: If neither has set_epoch.
+    """
+    told = [
+        part
+        for part in (batch_sampler, getattr(batch_sampler, "sampler", None))
+        if callable(getattr(part, "set_epoch", None))
+    ]
+    if not told:
+        raise TypeError(f"the batch sampler has no set_epoch: {batch_sampler!r}")
+    for part in told:
+        part.set_epoch(epoch)
+
+
+def restore_sampler(batch_sampler: Any, state: Any) -> None:
+    """Load a batch sampler's `state`, as a loader's state holds it (None where it has no state_dict).
+
+    Raises:
+        ValueError: If the state and the batch sampler disagree on whether it has a state.
+    """
+    if is_stateful(batch_sampler):
+        if state is None:
+            raise ValueError("the state holds no state of the batch sampler, which has one")
+        batch_sampler.load_state_dict(state)
+    elif state is not None:
+        raise ValueError("the state holds a state of the batch sampler, which has no load_state_dict")
