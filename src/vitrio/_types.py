@@ -24,15 +24,8 @@ from ._errors import (
     no_such_file,
     past_the_end,
 )
-from ._locations import (
-    ImageLocation,
-    ImageLocationGrouping,
-    IndexTable,
-    as_key,
-    group_ids,
-    index_locations,
-    integer_array,
-)
+from ._grouping import ImageLocationGrouping, IndexTable, group_ids
+from ._locations import ImageLocation, as_key, index_locations, integer_array
 from ._numerical import NumericalType, as_numerical_type, numpy_dtype
 
 __all__ = [

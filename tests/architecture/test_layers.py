@@ -32,6 +32,7 @@ FLOORS = (
         "vitrio._errors",
         "vitrio._numerical",
         "vitrio._locations",
+        "vitrio._grouping",
         "vitrio._arrays",
         "vitrio._array",
         "vitrio._fs",
