@@ -123,14 +123,15 @@ def _from_environment(environment: Mapping[str, str]) -> Configuration:
         name = f"VITRIO_{field.name.upper()}"
         if name in environment:
             text = environment[name]
+            kind = _kind(field)
             try:
-                changes[field.name] = _kind(field)(text)
+                changes[field.name] = value = kind(text)
             except ValueError:
-                raise ValueError(f"environment variable {name} is a number, not {text!r}") from None
-    try:
-        return Configuration(**changes)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"the environment's VITRIO_ variables: {error}") from None
+                value = None
+            if value is None or not value > 0:
+                noun = "a positive integer" if kind is int else "a positive number"
+                raise ValueError(f"environment variable {name} is {noun}, not {text!r}")
+    return Configuration(**changes)
 
 
 _lock = threading.Lock()

@@ -46,12 +46,21 @@ def test_an_environment_variable_sets_a_field():
     assert ran.stdout.split() == ["7", "2.5"]
 
 
-@pytest.mark.parametrize("value", ["many", "0", "1.5"])
-def test_a_bad_environment_value_names_its_variable(value):
-    ran = _run("import vitrio; vitrio.configuration()", VITRIO_OPEN_AHEAD=value)
+@pytest.mark.parametrize(
+    "name, value, noun",
+    [
+        ("VITRIO_OPEN_AHEAD", "many", "a positive integer"),
+        ("VITRIO_OPEN_AHEAD", "1.5", "a positive integer"),
+        ("VITRIO_OPEN_AHEAD", "0", "a positive integer"),
+        ("VITRIO_REMOTE_TIMEOUT", "-2", "a positive number"),
+        ("VITRIO_REMOTE_TIMEOUT", "nan", "a positive number"),
+    ],
+)
+def test_a_bad_environment_value_names_its_variable(name, value, noun):
+    ran = _run("import vitrio; vitrio.configuration()", **{name: value})
     assert ran.returncode != 0
-    assert "VITRIO_OPEN_AHEAD" in ran.stderr.splitlines()[-1] or "open_ahead" in ran.stderr.splitlines()[-1]
-    assert "ValueError" in ran.stderr.splitlines()[-1]
+    said = ran.stderr.splitlines()[-1]
+    assert said == f"ValueError: environment variable {name} is {noun}, not {value!r}", ran.stderr
 
 
 def test_configure_in_a_block_restores_the_configuration_before():
