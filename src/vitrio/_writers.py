@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._fs import guard_sigterm
+from ._partial import guard_sigterm
 from ._types import DeclaredTwiceError, ImageDescriptor, IncompleteFileError, as_key, as_voxel_size
 from .formats import Format, ImageWriter, create_writer, resolve_formats
 

@@ -36,6 +36,7 @@ FLOORS = (
         "vitrio._arrays",
         "vitrio._array",
         "vitrio._fs",
+        "vitrio._partial",
         "vitrio._native",
         "vitrio._concurrency",
         "vitrio._counters",

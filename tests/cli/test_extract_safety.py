@@ -44,12 +44,15 @@ def planted(victim: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """
     links = []
     for name in OUTPUTS:
-        for link in (Path(f".{name}.{os.getpid()}.partial"), Path(vitrio._fs.partial_path(name, PLANTED))):
+        planted = Path(vitrio._partial.partial_path(name, PLANTED))
+        for link in (Path(f".{name}.{os.getpid()}.partial"), planted):
             links.append(Path(os.path.relpath(link)))
             links[-1].symlink_to(victim)
     calls = itertools.count()
     monkeypatch.setattr(
-        vitrio._fs.secrets, "token_hex", lambda _: PLANTED if next(calls) % 2 == 0 else f"{next(calls):016x}"
+        vitrio._partial.secrets,
+        "token_hex",
+        lambda _: PLANTED if next(calls) % 2 == 0 else f"{next(calls):016x}",
     )
     return links
 

@@ -62,7 +62,7 @@ def test_a_later_write_removes_what_a_killed_process_left(tmp_path):
     assert left.startswith(".particles.mrcs.")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        host = vitrio._fs._HOST
+        host = vitrio._partial._HOST
         alive = f".other.mrc.{sleeper.pid}-{host}-{'0' * 16}.partial"  # of a process still running
         elsewhere = (
             f".other.mrc.{sleeper.pid + 1}-{'f' * 8 if host != 'f' * 8 else '0' * 8}-{'1' * 16}.partial"

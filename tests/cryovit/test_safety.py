@@ -29,7 +29,7 @@ from cryovit.data import TomogramDataset, collate_tomograms, write_predictions
 from cryovit.hdf5 import label_names, write_datasets
 from cryovit.types import BatchedModelResult, BatchedTomogramData, FileData, TomogramData
 from tests.hardening.helpers import swapping
-from vitrio._fs import partial_path
+from vitrio._partial import partial_path
 
 OTHER = 12345
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not for anyone else's eyes ...."[:64]

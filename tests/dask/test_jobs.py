@@ -224,7 +224,7 @@ def test_when_a_job_fails_run_jobs_returns_only_once_the_running_ones_ended(clie
 def test_remove_leftovers_removes_what_a_killed_writer_left(tmp_path):
     target, other = tmp_path / "particles.mrcs", tmp_path / "other.mrcs"
     script = (
-        "import os, sys\nfrom vitrio._fs import PartialFile\n"
+        "import os, sys\nfrom vitrio._partial import PartialFile\n"
         "for path in sys.argv[1:]:\n    PartialFile(path)\nos._exit(0)\n"
     )
     vio.write_single(np.zeros((4, 4), np.float32), target)

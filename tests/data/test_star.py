@@ -66,8 +66,8 @@ def test_write_star_replaces_a_file_and_never_follows_a_link(tmp_path: Path, mon
     path.write_text("an earlier run\n")
     # where the file is first made (a name `secrets.token_hex` gives) is a link to the victim
     tokens = iter(["0" * 16, "1" * 16])
-    monkeypatch.setattr(vitrio._fs.secrets, "token_hex", lambda _: next(tokens))
-    planted = Path(vitrio._fs.partial_path(path, "0" * 16))
+    monkeypatch.setattr(vitrio._partial.secrets, "token_hex", lambda _: next(tokens))
+    planted = Path(vitrio._partial.partial_path(path, "0" * 16))
     planted.symlink_to(victim)
     write_star({"particles": MICROGRAPHS}, path)
     assert victim.read_text() == "private\n" and planted.readlink() == victim

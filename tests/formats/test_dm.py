@@ -286,7 +286,9 @@ def test_dm4_skips_other_groups_unread(tmp_path: Path):
     with open_reader(_write(tmp_path, "skip.dm4", content), formats=DM) as reader:
         np.testing.assert_array_equal(_read_all(reader, np.dtype(np.float32)), values)
     with pytest.raises(FormatError, match=r"Junk/0.* encoded type \[99"):
-        open_reader(_write(tmp_path, "skip.dm3", dm_file(3, [image_entry(values, 2, [6])], extra=[junk])), formats=DM)
+        open_reader(
+            _write(tmp_path, "skip.dm3", dm_file(3, [image_entry(values, 2, [6])], extra=[junk])), formats=DM
+        )
 
 
 @pytest.mark.parametrize(

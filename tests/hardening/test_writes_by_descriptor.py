@@ -24,7 +24,7 @@ import zarr
 
 import vitrio as vio
 from tests.scratch.test_security import as_other_user
-from vitrio._fs import PartialFile
+from vitrio._partial import PartialFile
 from vitrio.cli import main
 from vitrio.formats.zarr import OmeZarrWriter
 

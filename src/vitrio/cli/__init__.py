@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Sequence
 
 import vitrio as vio
-from vitrio._fs import guard_sigterm
+from vitrio._partial import guard_sigterm
 
 from ._common import CliError, said
 

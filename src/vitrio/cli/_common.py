@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import vitrio as vio
-from vitrio._fs import new_file, remove_made, still_at
+from vitrio._partial import new_file, remove_made, still_at
 from vitrio._storage import is_url
 from vitrio._types import numpy_dtype
 
@@ -228,7 +228,7 @@ def check_output(path: Path, force: bool) -> None:
 def folders_for(path: Path) -> Iterator[None]:
     """While the block writes `path`, the folders above it exist: those missing are made first, and if the
     block fails, the highest of them made is removed with all it holds, through its descriptor
-    (`vitrio._fs.remove_made`): only while its name still is the folder made here."""
+    (`vitrio._partial.remove_made`): only while its name still is the folder made here."""
     missing = [folder for folder in path.absolute().parents if not folder.exists()]
     if not missing:
         yield
@@ -257,7 +257,7 @@ def replacing(path: Path) -> Iterator[None]:
     succeeds, put back if it fails (a file needs nothing: the new one is renamed over it, as is a link).
 
     The store is opened, without following a link, before it is moved aside in its folder, and removed
-    through that descriptor (`vitrio._fs.remove_made`): another user who may write the folder and
+    through that descriptor (`vitrio._partial.remove_made`): another user who may write the folder and
     exchanges the name it was moved to with another folder of the user's has nothing else removed.
     """
     if path.is_symlink() or not is_store(path):
@@ -325,7 +325,7 @@ def pyplot() -> ModuleType:
 
 
 def save_figure(figure: Any, path: Path, dpi: int) -> None:
-    """Save a matplotlib figure as a PNG at `path`, created as vitrio creates files (`vitrio._fs.new_file`),
-    in its folder made if missing."""
+    """Save a matplotlib figure as a PNG at `path`, created as vitrio creates files
+    (`vitrio._partial.new_file`), in its folder made if missing."""
     with folders_for(path), new_file(path) as partial, partial.file() as file:
         figure.savefig(file, format="png", dpi=dpi)

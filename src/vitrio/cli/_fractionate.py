@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 import vitrio as vio
-from vitrio._fs import new_file
+from vitrio._partial import new_file
 from vitrio.formats.eer import EerReader
 
 from ._common import (

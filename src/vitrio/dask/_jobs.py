@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._fs import partial_of
+from .._partial import partial_of
 
 if TYPE_CHECKING:
     import distributed
@@ -81,7 +81,7 @@ def run_jobs(
 def remove_leftovers(paths: Sequence[str | os.PathLike[str]]) -> None:
     """Remove what writes of the files at `paths` left beside them when their process was killed.
 
-    vitrio writes a file beside its path under a hidden name (`vitrio._fs.PartialFile`); a process
+    vitrio writes a file beside its path under a hidden name (`vitrio._partial.PartialFile`); a process
     killed before moving it into place leaves it there.
     """
     by_folder: dict[Path, set[str]] = {}

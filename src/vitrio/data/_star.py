@@ -4,7 +4,7 @@ Reading is `parse_star`'s (pandas' parser over the loops, fed a chunk at a
 time), rendering starfile's: the `star` extra, imported only when used. What
 is added here is errors that name the file, the choice of a block by the
 columns it has, and a write that cannot be redirected: the text goes into a
-new private file beside the path (`vitrio._fs.new_file`), moved onto it only
+new private file beside the path (`vitrio._partial.new_file`), moved onto it only
 once complete.
 """
 
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._fs import new_file, open_named
+from .._fs import open_named
+from .._partial import new_file
 from ._extras import missing
 from ._star_text import parse_star
 

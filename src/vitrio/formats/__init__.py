@@ -20,7 +20,8 @@ itself the first time no registered format claims a file, and from
 `registered_formats()`.
 """
 
-from .._fs import PartialFile, new_file, open_readonly, open_subfolder, writing_in
+from .._fs import open_readonly, open_subfolder
+from .._partial import PartialFile, new_file, writing_in
 from .._storage import ByteSource
 from ._contract import Format, FormatError, FormatWarning, HeaderStatistics, ImageReader, ImageWriter
 from ._raw import RawArrayReader

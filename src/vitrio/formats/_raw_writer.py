@@ -1,7 +1,7 @@
 """Writing images uncompressed at an offset (MRC, uncompressed TIFF), and the statistics of what was written.
 
 A writer writes with `os.pwrite` into a private file made beside the
-destination (`vitrio._fs.PartialFile`) and renamed onto it when flushed or
+destination (`vitrio._partial.PartialFile`) and renamed onto it when flushed or
 finished. An `OSError` of the system (a full disk, a file too large) is
 raised again with the same errno and the file's key.
 """
@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .._fs import PartialFile
+from .._partial import PartialFile
 from .._types import ImageDescriptor, past_the_end
 from ._contract import ImageWriter
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .._fs import PartialFile, writing_in
+from .._partial import PartialFile, writing_in
 from .._providers import FileImageReaderProvider, ImageReaderProvider
 from .._storage import is_url
 from .._types import ImageDescriptor, as_key

@@ -1,6 +1,6 @@
 """Writing an OME-Zarr image (NGFF 0.4, Zarr v2): level 0 as written, coarser levels binned from it.
 
-The store is made in a private folder beside its path (`vitrio._fs.PartialFolder`:
+The store is made in a private folder beside its path (`vitrio._partial.PartialFolder`:
 mode 0700, made exclusively, opened without following links) and moved onto
 the path when finished, so an unfinished store never stands there. Zarr
 writes it through the folder's descriptor (`_folder_store`), never by its
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._fs import PartialFolder
+from ..._partial import PartialFolder
 from ..._types import ImageDescriptor, numpy_dtype
 from .._contract import ImageWriter
 from ._ngff import write_multiscales
