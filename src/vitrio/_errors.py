@@ -92,7 +92,7 @@ class concerning:  # noqa: N801 - used as a function, `with concerning(key):`
         if isinstance(error, Exception):
             if getattr(error, "key", None) is None:
                 error.key = self.key
-            if isinstance(self.key, str) and "://" in self.key:
+            if isinstance(self.key, str):  # a URL's secrets; a path's message holds none to change
                 redact_error(error)
         return False
 

@@ -34,10 +34,15 @@ from ._errors import no_such_file
 from ._fs import open_readonly
 from ._remote import RemoteFile, local_copy, read_many
 
-__all__ = ["ByteSource", "LocalFile", "Storage", "is_url", "local_path"]
+__all__ = ["ByteSource", "LocalFile", "Storage", "has_scheme", "is_url", "local_path"]
 
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def has_scheme(key: str) -> bool:
+    """Whether `key` begins with a scheme (`s3://`, `file://`, ...): a URL of any kind."""
+    return _SCHEME.match(key) is not None
 
 
 def is_url(key: str) -> bool:

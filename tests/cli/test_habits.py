@@ -345,5 +345,9 @@ def test_extract_finds_micrographs_as_relion_names_them_and_keeps_the_pixel_size
     assert vitrio("extract", *arguments, "--force", "--root", flat).status == 0
     result = vitrio("extract", *arguments, "--force")
     assert_fails(
-        result, star, "'Micrographs/a.mrc' is not at", tmp_path / "Micrographs/a.mrc", "as root (--root)"
+        result,
+        star,
+        "'Micrographs/a.mrc' is not at",
+        tmp_path / "Micrographs/a.mrc",
+        "(root= in Python, --root in a command)",
     )

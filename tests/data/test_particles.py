@@ -239,7 +239,7 @@ def test_a_missing_file_names_every_path_tried(tmp_path: Path):
     with pytest.raises(FileNotFoundError) as raised:
         particle_locations(table, star)
     message = str(raised.value)
-    assert str(star) in message and "as root (--root)" in message
+    assert str(star) in message and "(root= in Python, --root in a command)" in message
     for folder in (star.parent, star.parent.parent, tmp_path):
         assert str(folder / "Extract/x.mrcs") in message
     with pytest.raises(

@@ -95,7 +95,8 @@ def _cache(figures: dict[str, Any], parts: dict[str, float]) -> dict[str, Any]:
             "reason": f"opening a file ({opening * 1e3:.2f} ms) is little beside reading its images",
         }
     value = min(files, CACHE)
-    kept = f"all {files} files" if value == files else f"the {value} files read last"
+    every = "the file" if files == 1 else f"all {files} files"
+    kept = every if value == files else f"the {value} files read last"
     return {
         "setting": "cache",
         "value": value,

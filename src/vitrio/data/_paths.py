@@ -92,7 +92,7 @@ class PathResolver:
             found = next((p for p in tried if exists(p)), None)
             if found is None:
                 hint = (
-                    "; name the folder the paths are relative to as root (--root)"
+                    "; name the folder the paths are relative to (root= in Python, --root in a command)"
                     if self._root is None
                     else ""
                 )

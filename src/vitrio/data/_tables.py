@@ -11,13 +11,13 @@ the program send requests to a server of its author's choosing.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from .._storage import has_scheme
 from .._types import ImageLocation, integer_array
 
 __all__ = ["as_columns", "make_locations", "parse_locations"]
@@ -81,9 +81,6 @@ def _column_array(column: Any) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False).reshape(len(column), *extents)
 
 
-_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
-
-
 def _key_maker(root: Any, strip_project: bool, allow_remote: bool) -> Any:
     """A function turning a key as written into the key of a file, memoized since keys repeat.
 
@@ -101,7 +98,7 @@ def _key_maker(root: Any, strip_project: bool, allow_remote: bool) -> Any:
                 key = key[1:]
             if base is not None and not os.path.isabs(key):
                 key = os.path.join(base, key)
-            elif not allow_remote and _URL.match(key):
+            elif not allow_remote and has_scheme(key):
                 key = os.path.join(os.curdir, key)
             made[written] = key
         return key
