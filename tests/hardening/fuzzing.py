@@ -272,13 +272,9 @@ def attempt(what: str, call: Callable[[], Any], key: str, problems: list[str]) -
 def _read_split(key: str) -> Any:
     """`vitrio.read` of the whole file with a raw file's copy split over threads whatever its size."""
     import vitrio as vio
-    from vitrio.formats import _raw
 
-    size, _raw.SPLIT_BYTES = _raw.SPLIT_BYTES, 1
-    try:
+    with vio.configure(split_bytes=1):
         return vio.read(key)
-    finally:
-        _raw.SPLIT_BYTES = size
 
 
 def check_file(key: str, file_format: str, loader: Any, variant: int = 0) -> tuple[bool, list[str]]:

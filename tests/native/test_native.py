@@ -292,52 +292,72 @@ def test_batches_read_natively_match_numpy(tmp_path: Path, stored: str, order: s
 def test_a_large_whole_file_read_on_several_threads_matches_numpy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored: str, order: str, kind: str
 ):
-    monkeypatch.setattr(_raw, "SPLIT_BYTES", 4096)  # this file's tens of KB count as large
-    copies = []
-    original = _native.convert
-    monkeypatch.setattr(_raw, "convert", lambda *args: copies.append(args) or original(*args))
-    values = (np.random.default_rng(2).standard_normal((9, 40, 30)) * 300).astype(stored)
-    path = tmp_path / "file.mrc"
-    (vio.write_single if kind == "volume" else vio.write_stack)(values, path)
-    if order == ">":
-        _big_endian(path)
-    readers = vio.reader_provider()
-    for data_type in (stored, "float32", "float16", BFLOAT16):
+    with vio.configure(split_bytes=4096):  # this file's tens of KB count as large
+        copies = []
+        original = _native.convert
+        monkeypatch.setattr(_raw, "convert", lambda *args: copies.append(args) or original(*args))
+        values = (np.random.default_rng(2).standard_normal((9, 40, 30)) * 300).astype(stored)
+        path = tmp_path / "file.mrc"
+        (vio.write_single if kind == "volume" else vio.write_stack)(values, path)
+        if order == ">":
+            _big_endian(path)
+        readers = vio.reader_provider()
+        for data_type in (stored, "float32", "float16", BFLOAT16):
+            copies.clear()
+            result = vio.read(path, readers=readers, out=np.empty(values.shape, data_type))
+            with np.errstate(over="ignore"):
+                np.testing.assert_array_equal(result, values.astype(data_type), err_msg=str(data_type))
+            assert len(copies) == min(
+                os.cpu_count() or 1, vio.configuration().split_parts, result.nbytes // 2048
+            )
+        np.testing.assert_array_equal(
+            vio.read(path, readers=readers, data_type="float32"), values.astype(np.float32)
+        )
+        out = np.zeros((9, 40, 32), np.float32)[..., 1:-1]  # not one block: numpy copies it
         copies.clear()
-        result = vio.read(path, readers=readers, out=np.empty(values.shape, data_type))
-        with np.errstate(over="ignore"):
-            np.testing.assert_array_equal(result, values.astype(data_type), err_msg=str(data_type))
-        assert len(copies) == min(os.cpu_count() or 1, _raw.MAX_SPLIT, result.nbytes // 2048)
-    np.testing.assert_array_equal(
-        vio.read(path, readers=readers, data_type="float32"), values.astype(np.float32)
-    )
-    out = np.zeros((9, 40, 32), np.float32)[..., 1:-1]  # not one block: numpy copies it
-    copies.clear()
-    vio.read(path, readers=readers, out=out)
-    np.testing.assert_array_equal(out, values.astype(np.float32))
-    assert copies == []
+        vio.read(path, readers=readers, out=out)
+        np.testing.assert_array_equal(out, values.astype(np.float32))
+        assert copies == []
 
 
 def test_whole_file_reads_at_once_share_the_processors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(_raw, "SPLIT_BYTES", 4096)
+    with vio.configure(split_bytes=4096):
+        values = np.arange(9 * 40 * 30, dtype=np.float32).reshape(9, 40, 30)
+        vio.write_single(values, tmp_path / "volume.mrc")
+        parts = []
+        original = _native.convert
+        monkeypatch.setattr(_raw, "convert", lambda *args: parts.append(args) or original(*args))
+        readers = vio.reader_provider()
+        _, permits = _raw._split_threads()
+        taken = 0
+        while permits.acquire(blocking=False):  # as if other reads had every thread of the pool
+            taken += 1
+        try:
+            np.testing.assert_array_equal(vio.read(tmp_path / "volume.mrc", readers=readers), values)
+            assert len(parts) == 1  # copied here, in one part
+        finally:
+            for _ in range(taken):
+                permits.release()
+        parts.clear()
+        np.testing.assert_array_equal(vio.read(tmp_path / "volume.mrc", readers=readers), values)
+        assert len(parts) == min(os.cpu_count() or 1, vio.configuration().split_parts)
+
+
+def test_the_split_pool_and_parts_are_the_configurations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     values = np.arange(9 * 40 * 30, dtype=np.float32).reshape(9, 40, 30)
     vio.write_single(values, tmp_path / "volume.mrc")
     parts = []
     original = _native.convert
     monkeypatch.setattr(_raw, "convert", lambda *args: parts.append(args) or original(*args))
-    readers = vio.reader_provider()
-    taken = 0
-    while _raw._split_helpers.acquire(blocking=False):  # as if other reads had every helper
-        taken += 1
-    try:
-        np.testing.assert_array_equal(vio.read(tmp_path / "volume.mrc", readers=readers), values)
-        assert len(parts) == 1  # copied here, in one part
-    finally:
-        for _ in range(taken):
-            _raw._split_helpers.release()
-    parts.clear()
-    np.testing.assert_array_equal(vio.read(tmp_path / "volume.mrc", readers=readers), values)
-    assert len(parts) == min(os.cpu_count() or 1, _raw.MAX_SPLIT)
+    with vio.configure(split_bytes=4096, split_threads=3, split_parts=1):
+        pool, permits = _raw._split_threads()
+        assert pool.worker_count == 3 and pool is _raw._split_threads()[0]
+        np.testing.assert_array_equal(vio.read(tmp_path / "volume.mrc"), values)
+        assert len(parts) == 1
+    with vio.configure(split_bytes=1 << 30):  # this file is small
+        parts.clear()
+        np.testing.assert_array_equal(vio.read(tmp_path / "volume.mrc"), values)
+        assert len(parts) == 0
 
 
 def test_consecutive_images_read_into_consecutive_slots(tmp_path: Path):

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from .._arrays import gather
-from .._concurrency import ThreadPoolExecutor, run_tasks
+from .._concurrency import ThreadPoolExecutor, run_tasks, shared_pool
+from .._config import configuration
 from .._native import KIND_BYTES, advise_map, convert, crop, map_file
 from .._storage import ByteSource
 from .._types import ImageDescriptor
@@ -47,21 +48,29 @@ __all__ = ["Decoder", "RawArrayReader"]
 Decoder = Callable[[np.ndarray, np.ndarray], None]
 """Turns values as the file holds them into an out array of any type."""
 
-SPLIT_BYTES, MAX_SPLIT = 64 << 20, 8
-"""A run of at least SPLIT_BYTES read into one block is copied on up to MAX_SPLIT threads."""
-
-_HELPERS = max(0, (os.cpu_count() or 1) - 1)
-_split_pool = ThreadPoolExecutor(max(1, _HELPERS))
-"""The threads that copy parts of such runs, the process over: reads at once share the processors."""
+_split_lock = threading.Lock()
+_split_helpers: dict[int, threading.BoundedSemaphore] = {}
 
 
-def _new_split_helpers() -> None:
-    global _split_helpers
-    _split_helpers = threading.BoundedSemaphore(_HELPERS)
+def _forget_split_helpers() -> None:
+    global _split_lock, _split_helpers
+    _split_lock, _split_helpers = threading.Lock(), {}
 
 
-_new_split_helpers()  # a part is copied on the pool once one of these is taken: it never waits there
-os.register_at_fork(after_in_child=_new_split_helpers)
+os.register_at_fork(after_in_child=_forget_split_helpers)
+
+
+def _split_threads() -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:
+    """The pool that copies parts of large runs, the process over (`split_threads` of the configuration
+    in force, made at its first use), and one permit per thread of it: a part is copied on the pool
+    once a permit is taken, so that it never waits there, and reads at once share the processors."""
+    size = configuration().split_threads
+    with _split_lock:
+        helpers = _split_helpers.get(size)
+        if helpers is None:
+            helpers = _split_helpers[size] = threading.BoundedSemaphore(size)
+    return shared_pool("split", size), helpers
+
 
 _RANGE = struct.Struct("=qq")
 """One range (offset, bytes) as `advise_map` takes its rows."""
@@ -205,13 +214,14 @@ class RawArrayReader(ImageReader):
         and filled in parallel.
 
         Returns:
-            Whether it did: not for less than `SPLIT_BYTES`, nor where numpy must convert, nor
-            into outs that are not one after another in memory.
+            Whether it did: not for less than `split_bytes` of the configuration in force, nor where
+            numpy must convert, nor into outs that are not one after another in memory.
         """
         layout = self.layout() if outs else None
         first = outs[0] if outs else None
         plan = layout.plan(first.dtype) if layout is not None else None
-        if plan is None or len(outs) * first.nbytes < SPLIT_BYTES:
+        chosen = configuration()
+        if plan is None or len(outs) * first.nbytes < chosen.split_bytes:
             return False
         address, size = first.ctypes.data, first.nbytes
         if not all(
@@ -223,15 +233,20 @@ class RawArrayReader(ImageReader):
         src_size, dst_size = (1, 1) if plan.wanted == KIND_BYTES else (self._dtype.itemsize, first.itemsize)
         source = memoryview(self._map)[self._offset + start * layout.image_bytes :]
         values = len(outs) * plan.values
-        wanted = min(os.cpu_count() or 1, MAX_SPLIT, values * dst_size // max(1, SPLIT_BYTES // 2))
+        wanted = min(
+            os.cpu_count() or 1, chosen.split_parts, values * dst_size // max(1, chosen.split_bytes // 2)
+        )
+        pool, permits = _split_threads()
         helpers = 0
-        while helpers < wanted - 1 and _split_helpers.acquire(blocking=False):
+        while helpers < wanted - 1 and permits.acquire(blocking=False):
             helpers += 1
         try:
-            _convert_in_parts(source, plan.stored, src_size, flat, plan.wanted, dst_size, values, helpers)
+            _convert_in_parts(
+                source, plan.stored, src_size, flat, plan.wanted, dst_size, values, pool, helpers
+            )
         finally:
             for _ in range(helpers):
-                _split_helpers.release()
+                permits.release()
         return True
 
     def read_images(self, indices: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
@@ -325,17 +340,18 @@ def _convert_in_parts(
     dst_kind: int,
     dst_size: int,
     values: int,
+    pool: ThreadPoolExecutor,
     helpers: int,
 ) -> None:
     """Convert `values` values of `source` (`src_size` bytes each) into the bytes `flat` (`dst_size`
-    bytes each), in parts: one on this thread, one for each of `helpers` threads of the pool."""
+    bytes each), in parts: one on this thread, one for each of `helpers` threads of `pool`."""
     bounds = np.linspace(0, values, helpers + 2).astype(np.int64).tolist()
 
     def copy(a: int, b: int) -> None:
         convert(source[a * src_size : b * src_size], src_kind, flat[a * dst_size : b * dst_size], dst_kind)
 
     parts = [functools.partial(copy, *part) for part in zip(bounds[1:-1], bounds[2:])]
-    helped = run_tasks(_split_pool, parts)
+    helped = run_tasks(pool, parts)
     try:
         copy(bounds[0], bounds[1])
     finally:
