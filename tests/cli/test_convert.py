@@ -15,7 +15,7 @@ import pytest
 import tifffile
 
 import vitrio as vio
-from vitrio.cli import _convert, main
+from vitrio.cli import main
 
 from ..half_complex import write_half_complex
 from .helpers import Result, assert_fails, leftovers
@@ -32,10 +32,10 @@ def stack(tmp_path: Path) -> tuple[Path, np.ndarray]:
     return path, values
 
 
-def test_a_stack_goes_to_tiff_and_back(vitrio, stack, tmp_path, monkeypatch):
-    monkeypatch.setattr(_convert, "CHUNK_BYTES", 3 * 20 * 24 * 2)  # chunks of 3 images
+def test_a_stack_goes_to_tiff_and_back(vitrio, stack, tmp_path):
     path, values = stack
-    result = vitrio("convert", path, tmp_path / "stack.tif")
+    with vio.configure(chunk_bytes=3 * 20 * 24 * 2):  # chunks of 3 images
+        result = vitrio("convert", path, tmp_path / "stack.tif")
     assert result.status == 0, result.err
     assert "a stack of 7 images of 20 x 24, int16" in result.out
     with tifffile.TiffFile(tmp_path / "stack.tif") as tiff:
@@ -116,7 +116,6 @@ def test_a_bad_data_type_is_a_usage_error(vitrio, stack, tmp_path, capsys):
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
 def test_an_interrupted_conversion_leaves_nothing(vitrio, stack, tmp_path, monkeypatch, failure):
-    monkeypatch.setattr(_convert, "CHUNK_BYTES", 2 * 20 * 24 * 2)
     real, calls = vio.read_batch_async, []
 
     def read_batch_async(*args):
@@ -126,7 +125,8 @@ def test_an_interrupted_conversion_leaves_nothing(vitrio, stack, tmp_path, monke
         return real(*args)
 
     monkeypatch.setattr(vio, "read_batch_async", read_batch_async)
-    result = vitrio("convert", stack[0], tmp_path / "out.mrc")
+    with vio.configure(chunk_bytes=2 * 20 * 24 * 2):  # chunks of 2 images: the third read fails
+        result = vitrio("convert", stack[0], tmp_path / "out.mrc")
     assert result.status == (130 if failure is KeyboardInterrupt else 1)
     assert len(calls) == 3 and leftovers(tmp_path) == ["stack.mrcs"]
 

@@ -235,6 +235,25 @@ def test_a_thousand_particles_of_two_hundred_files_are_one_batch_read(
     assert picture("m.png")[0].shape == grid_size(1000, 32, 16)
 
 
+def test_the_images_a_read_holds_and_the_files_kept_open_are_the_configurations(
+    vitrio: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    particles_star(4, 5, 16)
+    volume = np.arange(6 * 8 * 10, dtype=np.float32).reshape(6, 8, 10)
+    vio.write_single(volume, "tomogram.mrc")
+    calls, kept = [], []
+    read, provider = vio.read_batch_async, vio.reader_provider
+    monkeypatch.setattr(vio, "read_batch_async", lambda *a: calls.append(len(a[2])) or read(*a))
+    monkeypatch.setattr(vio, "reader_provider", lambda *a, **k: kept.append(k["cache"]) or provider(*a, **k))
+    args = ("--star", "particles.star", "-n", "20", "--tile", "16")
+    with vio.configure(montage_read_bytes=6 * 16 * 16 * 4, montage_open_files=3):
+        assert vitrio("montage", "-o", "m.png", *args).status == 0
+        assert calls == [6, 6, 6, 2] and kept == [3]  # 4 files, 3 kept open
+        kept.clear()
+        assert vitrio("montage", "tomogram.mrc", "-o", "t.png", "--tile", "16").status == 0
+        assert kept == [1]  # one file
+
+
 def test_a_missing_or_unreadable_file_is_one_line_and_nothing_written(vitrio: Run, tmp_path: Path) -> None:
     vio.write_stack(np.zeros((2, 8, 8), np.float32), "stack.mrcs")
     assert_fails(vitrio("montage", "stack.mrcs", "missing.mrc", "-o", "m.png"), "missing.mrc")

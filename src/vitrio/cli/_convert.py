@@ -75,8 +75,6 @@ __all__ = [
     "scaled_voxel_size",
 ]
 
-# How many bytes of images one chunk holds: two chunks are in memory at once, one read and one written.
-CHUNK_BYTES = 64 << 20
 # The types each format stores as they are, by the format's name; a plug-in's format is not checked here.
 STORED_TYPES = {
     "mrc": tuple(map(np.dtype, ("int8", "int16", "uint16", "float16", "float32", "complex64"))),
@@ -305,7 +303,9 @@ def copy_images(
         sources = [vio.ImageLocation(source, i) for i in range(count)]
         targets = [vio.ImageLocation(output, i) for i in range(count)]
         largest = max(math.prod(core), math.prod(descriptor.core_extents))
-        chunk = max(1, CHUNK_BYTES // max(1, largest * max(dtype.itemsize, source_type.itemsize)))
+        image_bytes = largest * max(dtype.itemsize, source_type.itemsize)
+        # about `chunk_bytes` of images a chunk: two are in memory at once, one read and one written
+        chunk = max(1, vio.configuration().chunk_bytes // max(1, image_bytes))
         shape = core
     else:
         count, chunk, shape = 1, 1, core if prepare is not None else descriptor.extents

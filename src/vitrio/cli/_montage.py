@@ -64,8 +64,6 @@ LINE_HEIGHT = 12  # pixels of a line of a label
 LABEL_MARGIN = 4  # pixels of the label's strip beside its lines
 GAP = 4  # pixels between cells
 BACKGROUND = 24  # the grey of the canvas around the tiles
-_CHUNK_BYTES = 256 << 20  # the most one read of 2-D images holds at once
-_OPEN_FILES = 256  # the most files kept open while the images are read
 
 
 @dataclass
@@ -327,20 +325,27 @@ def tile_values(pixels: np.ndarray, clip: tuple[float, float]) -> np.ndarray:
     return np.rint(np.clip((pixels - low) / span, 0.0, 1.0) * 255).astype(np.uint8)
 
 
+def _readers(keys: list[str], options: Mapping | None) -> vio.ImageReaderProvider:
+    """A provider that keeps the files at `keys` open while they are read, at most `montage_open_files`
+    of the configuration in force."""
+    kept = min(len(keys), vio.configuration().montage_open_files)
+    return vio.reader_provider(cache=max(1, kept), storage_options=options)
+
+
 def _read_images(tiles: list[Tile], executor: vio.Executor, tile: int, options: Mapping | None) -> None:
     """Read the 2-D images, those of one shape in one batch read (in chunks of bounded memory).
 
     Each file is opened once: its shape is asked of the readers the batch then reads through.
     """
     keys = list(dict.fromkeys(t.key for t in tiles))
-    readers = vio.reader_provider(cache=max(1, min(len(keys), _OPEN_FILES)), storage_options=options)
+    readers = _readers(keys, options)
     shapes = {key: readers.query_descriptor(key).core_extents for key in keys}
     loader = vio.ExecutorImageLoader(readers, executor)
     by_shape: dict[tuple[int, ...], list[Tile]] = {}
     for t in tiles:
         by_shape.setdefault(shapes[t.key], []).append(t)
     for shape, group in by_shape.items():
-        chunk = max(1, _CHUNK_BYTES // (4 * math.prod(shape)))
+        chunk = max(1, vio.configuration().montage_read_bytes // (4 * math.prod(shape)))
         for start in range(0, len(group), chunk):
             part = group[start : start + chunk]
             batch = np.empty((len(part), *shape), np.float32)
@@ -351,7 +356,7 @@ def _read_images(tiles: list[Tile], executor: vio.Executor, tile: int, options: 
 
 def _read_sections(tiles: list[Tile], executor: vio.Executor, tile: int, options: Mapping | None) -> None:
     """Read each section as a patch of its volume: the volume itself is never read whole."""
-    loader = vio.ExecutorImageLoader(vio.reader_provider(cache=16, storage_options=options), executor)
+    loader = vio.ExecutorImageLoader(_readers(list(dict.fromkeys(t.key for t in tiles)), options), executor)
     reads = []
     for t in tiles:
         out = np.zeros((1, *t.patch), np.float32)
@@ -383,7 +388,9 @@ def read_tiles(
     executor = vio.ThreadPoolExecutor(workers)
     try:
         for read, kind in ((_read_images, "image"), (_read_sections, "section"), (_read_eer, "eer")):
-            read([t for t in tiles if t.kind == kind], executor, tile, storage_options)
+            chosen = [t for t in tiles if t.kind == kind]
+            if chosen:
+                read(chosen, executor, tile, storage_options)
     finally:
         executor.shutdown()
 
