@@ -59,6 +59,8 @@ class Configuration:
         cluster_threads: The threads a task on a Dask cluster reads and writes with, unless told.
         montage_read_bytes: The most bytes one read of 2-D images for `vitrio montage` holds.
         montage_open_files: The most files `vitrio montage` keeps open while it reads.
+        eer_batch_bytes: About how many bytes of an EER file's frames are read, then decoded into
+            events, at once (one frame at least).
     """
 
     remote_gap: int = 1 << 20
@@ -89,6 +91,7 @@ class Configuration:
     cluster_threads: int = 2
     montage_read_bytes: int = 256 << 20
     montage_open_files: int = 256
+    eer_batch_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -310,6 +310,21 @@ def test_read_events_gives_the_encoded_positions(movie):
     assert np.array_equal(timeline.get_positions(), np.concatenate(movie.events))
 
 
+def test_events_are_decoded_eer_batch_bytes_of_frames_at_a_time(movie, monkeypatch):
+    batches = []
+    events = decoder.events
+    monkeypatch.setattr(
+        decoder, "events", lambda data, *rest: batches.append(len(data)) or events(data, *rest)
+    )
+    with vio.configure(eer_batch_bytes=1):  # less than a frame: a frame at a time
+        timeline = read_events(movie.path)
+    assert len(batches) == FRAMES
+    assert np.array_equal(timeline.get_positions(), np.concatenate(movie.events))
+    batches.clear()
+    assert np.array_equal(read_events(movie.path).get_positions(), np.concatenate(movie.events))
+    assert len(batches) == 1  # the movie's few kilobytes at once
+
+
 def test_read_events_appends_a_range_into_a_timeline(movie):
     timeline = read_events(movie.path, 3, 7)
     assert np.array_equal(timeline.timestamps, [3, 4, 5, 6])

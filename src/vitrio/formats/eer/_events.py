@@ -12,13 +12,12 @@ from typing import Any
 import numpy as np
 
 from ... import _native
+from ..._config import configuration
 from ..._storage import ByteSource
 from ..._types import integer_array
 from ._layout import Layout
 
 __all__ = ["DetectorEventTimeline", "decode_frames"]
-
-_BATCH_BYTES = 64 << 20
 
 
 class _ViewOwner:
@@ -228,7 +227,8 @@ def decode_frames(
 ) -> None:
     """Append the events of frames `begin..end` of an EER file to `timeline`, a group per frame with events.
 
-    Each group's timestamp is its frame's index. On failure the timeline is as it was.
+    Each group's timestamp is its frame's index. The frames are read and decoded about `eer_batch_bytes`
+    of the configuration in force at a time. On failure the timeline is as it was.
 
     Raises:
         FormatError: If a frame is malformed or the file is truncated.
@@ -239,9 +239,9 @@ def decode_frames(
     groups, count = timeline.group_count, timeline.event_count
     try:
         timeline._grow(end - begin, layout.most_events(begin, end))
-        frame = begin
+        frame, batch_bytes = begin, configuration().eer_batch_bytes
         while frame < end:
-            batch_end = np.searchsorted(layout.frame_bytes, layout.frame_bytes[frame] + _BATCH_BYTES, "right")
+            batch_end = np.searchsorted(layout.frame_bytes, layout.frame_bytes[frame] + batch_bytes, "right")
             stop = min(max(frame + 1, int(batch_end) - 1), end)
             data = np.empty(int(layout.frame_bytes[stop] - layout.frame_bytes[frame]), dtype=np.uint8)
             strips = layout.read(source, frame, stop, data)
