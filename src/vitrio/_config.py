@@ -61,6 +61,8 @@ class Configuration:
         montage_open_files: The most files `vitrio montage` keeps open while it reads.
         eer_batch_bytes: About how many bytes of an EER file's frames are read, then decoded into
             events, at once (one frame at least).
+        star_part_bytes: About how many bytes of a STAR file's plain rows are read into memory at once
+            (whole lines, more where one is longer).
     """
 
     remote_gap: int = 1 << 20
@@ -92,6 +94,7 @@ class Configuration:
     montage_read_bytes: int = 256 << 20
     montage_open_files: int = 256
     eer_batch_bytes: int = 64 << 20
+    star_part_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

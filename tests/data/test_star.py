@@ -17,6 +17,8 @@ import vitrio.data._star
 import vitrio.data._star_text
 from vitrio.data import particle_optics, read_star, star_table, write_star
 
+from .star_oracle import read_plain_rows
+
 OPTICS = pd.DataFrame(
     {
         "rlnOpticsGroupName": ["opticsGroup1", "opticsGroup2"],
@@ -214,9 +216,9 @@ def test_read_star_equals_starfile_on_every_layout(tmp_path: Path, layout: str, 
     path = tmp_path / "file.star"
     path.write_bytes(LAYOUTS[layout].encode())
     theirs = starfile.read(path, always_dict=True)
-    monkeypatch.setattr(vitrio.data._star_text, "PLAIN_ROWS", plain)
+    read_plain_rows(monkeypatch, plain)
     for chunk in (1 << 20, 64):  # whole, and split into chunks of a few lines each
-        monkeypatch.setattr(vitrio.data._star_text, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(vitrio.data._star_text, "PANDAS_CHUNK_BYTES", chunk)
         ours = read_star(path)
         assert list(ours) == list(theirs)
         for name, block in theirs.items():
@@ -238,12 +240,31 @@ def test_a_long_loop_read_in_chunks_equals_starfile(tmp_path: Path, plain: bool,
     path = tmp_path / "run_data.star"
     starfile.write({"optics": OPTICS, "particles": particles, "micrographs": MICROGRAPHS}, path)
     path.write_bytes(path.read_bytes().rstrip(b"\n"))
-    monkeypatch.setattr(vitrio.data._star_text, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(vitrio.data._star_text, "PLAIN_ROWS", plain)
-    ours, theirs = read_star(path), starfile.read(path, always_dict=True)
+    monkeypatch.setattr(vitrio.data._star_text, "PANDAS_CHUNK_BYTES", 4096)
+    read_plain_rows(monkeypatch, plain)
+    with vitrio.configure(star_part_bytes=4096):
+        ours, theirs = read_star(path), starfile.read(path, always_dict=True)
     assert list(ours) == ["optics", "particles", "micrographs"]
     for name in theirs:
         pd.testing.assert_frame_equal(ours[name], theirs[name], check_exact=True)
+
+
+def test_plain_rows_are_read_star_part_bytes_at_a_time(tmp_path: Path, monkeypatch):
+    names = [f"{i:06d}@Extract/job007/Movies/m{i // 7}.mrcs" for i in range(1, 2001)]
+    particles = pd.DataFrame({"rlnImageName": names, "rlnClassNumber": np.arange(2000) % 50})
+    path = tmp_path / "run_data.star"
+    starfile.write({"particles": particles}, path)
+    parts = []
+    scan = vitrio._native.star_scan
+    monkeypatch.setattr(
+        vitrio._native, "star_scan", lambda text, *rest: parts.append(len(text)) or scan(text, *rest)
+    )
+    with vitrio.configure(star_part_bytes=4096):
+        pd.testing.assert_frame_equal(read_star(path)["particles"], particles, check_exact=True)
+    assert len(parts) >= path.stat().st_size // 4096 and max(parts) <= 4096
+    parts.clear()
+    pd.testing.assert_frame_equal(read_star(path)["particles"], particles, check_exact=True)
+    assert len(parts) == 1  # the file's tens of kilobytes at once
 
 
 @pytest.mark.parametrize(

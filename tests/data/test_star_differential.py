@@ -103,7 +103,6 @@ def _star_files(draw) -> bytes:
 def test_every_drawn_star_file_reads_as_starfile_reads_it(tmp_path_factory, text: bytes, chunk: int):
     path = Path(tmp_path_factory.mktemp("star")) / "drawn.star"
     path.write_bytes(text)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(vitrio.data._star_text, "CHUNK_BYTES", chunk)
-        monkeypatch.setattr(vitrio.data._star_text, "PLAIN_PART_BYTES", chunk)
+    with pytest.MonkeyPatch.context() as monkeypatch, vitrio.configure(star_part_bytes=chunk):
+        monkeypatch.setattr(vitrio.data._star_text, "PANDAS_CHUNK_BYTES", chunk)
         assert_read_as_starfile(path)

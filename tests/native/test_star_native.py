@@ -18,6 +18,8 @@ from vitrio import ImageLocation, _native
 from vitrio._locations import LocationColumns
 from vitrio.data import _particles
 
+from ..data.star_oracle import read_plain_rows
+
 _DIGITS = st.text("0123456789", min_size=1, max_size=22)
 _NUMBERS = st.one_of(
     st.integers(-(2**63), 2**63 - 1).map(str),
@@ -97,7 +99,7 @@ def _loops(draw) -> bytes:
 
 def _parse(text: bytes, plain: bool, monkeypatch) -> dict | str:
     """The blocks of `text` as parse_star reads them, or its error as text."""
-    monkeypatch.setattr(star_text, "PLAIN_ROWS", plain)
+    read_plain_rows(monkeypatch, plain)
     file = io.BufferedReader(io.FileIO(_file(text), "rb"))
     try:
         return star_text.parse_star("x.star", file, 1 << 24)

@@ -6,7 +6,7 @@ rows of a loop, nearly all of the file, are read by the C extension where
 they are plain (`vitrio._native.star_scan`: printable ASCII, no quotes, each
 column all integers, all numbers or all text), numbers straight into arrays
 and text into Arrow strings, as pandas would make them: a part of
-`PLAIN_PART_BYTES` at a time, read into memory let go of once its rows are
+`star_part_bytes` (of the configuration in force) at a time, read into memory let go of once its rows are
 in the table, so that the rows cost the table and not the table and the
 file (a map's pages read stay in the process's memory until it is unmapped). Other rows go to
 pandas' C parser a chunk of lines at a time, values split at spaces and
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from .. import _native
+from .._config import configuration
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,17 +37,11 @@ if TYPE_CHECKING:
 
 __all__ = ["parse_star"]
 
-CHUNK_BYTES = 1 << 20
-"""How much of a loop's body pandas is given at once."""
+PANDAS_CHUNK_BYTES = 1 << 20
+"""How much of a loop's body pandas is given at once (whole lines, more if one is longer)."""
 
 MAX_LOOP_COLUMNS = 65536
 """The most columns a loop may have (RELION's have tens), as many as `vitrio._native.star_scan` takes."""
-
-PLAIN_ROWS = True
-"""Whether plain rows are read by the C extension (False: by pandas, as all others; for tests)."""
-
-PLAIN_PART_BYTES = 64 << 20
-"""How much of a loop's plain rows the C extension is given at once (whole lines, more if one is longer)."""
 
 _TAIL = 1 << 16
 """How much of the end of a part is searched for its last line end (a part of a longer line is read again)."""
@@ -97,21 +92,21 @@ class _Lines:
         self.line_number += lines
 
     def chunk(self) -> bytes:
-        """The next whole lines, about `CHUNK_BYTES` of them; empty at the end of the file."""
-        end = min(self._line_end(self.position + CHUNK_BYTES) + 1, len(self._view))
+        """The next whole lines, about `PANDAS_CHUNK_BYTES` of them; empty at the end of the file."""
+        end = min(self._line_end(self.position + PANDAS_CHUNK_BYTES) + 1, len(self._view))
         text = bytes(self._view[self.position : end])
         self.take(end, text.count(b"\n"))
         return text
 
     def part(self, start: int) -> memoryview:
-        """The whole lines of the file from `start`, about `PLAIN_PART_BYTES` of them, read from the file
+        """The whole lines of the file from `start`, about `star_part_bytes` of them, read from the file
         into memory of their own, the same for each part (a part stays valid until the next is read);
         empty at the end of the text.
 
         Raises:
             ValueError: If the file is shorter than the text.
         """
-        want, size = PLAIN_PART_BYTES, len(self)
+        want, size = configuration().star_part_bytes, len(self)
         while True:
             want = min(want, size - start)
             if len(self._part) < want:
@@ -230,7 +225,7 @@ def _loop(path: str | os.PathLike[str], lines: _Lines, name: str) -> pd.DataFram
     while line is not None and not line:
         lines.skip()
         line = lines.peek()
-    table = _plain_rows(lines, names) if PLAIN_ROWS and names else None
+    table = _plain_rows(lines, names) if names else None
     if table is None:
         table = _parsed_rows(path, lines, name, names)
     for column in names:
