@@ -8,6 +8,7 @@ import tifffile
 
 import vitrio as vio
 from vitrio._providers import NO_LAYOUT
+from vitrio.data._prepared_scratch import PreparedFiles
 from vitrio.scratch.provider import hint
 
 
@@ -38,3 +39,16 @@ def test_a_file_with_no_layout_is_told_from_one_not_opened(tmp_path):
     hint(files, compressed, np.arange(3))  # known to be read through its reader: nothing to hint, nor open
     hint(files, raw, np.arange(3))
     assert files.acquired == opened
+
+
+def test_prepared_files_say_a_file_they_opened_holds_no_layout(tmp_path):
+    values = np.arange(3 * 8 * 6, dtype=np.float32).reshape(3, 8, 6)
+    raw = str(tmp_path / "s.mrcs")
+    vio.write_stack(values, raw)
+    image = (8, 6), np.dtype(np.float32)
+    files = PreparedFiles(
+        vio.FileImageReaderProvider(), lambda images: images, (8, 6), image[1], image, False
+    )
+    assert files.layout(raw) is None
+    files.release(files.acquire(raw))
+    assert files.layout(raw) is NO_LAYOUT  # a raw file, whose images are prepared: read through the reader

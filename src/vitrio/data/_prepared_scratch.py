@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._loading import ImageLoader
-from .._providers import ImageReaderProvider, WrappingImageReaderProvider
+from .._providers import NO_LAYOUT, ImageReaderProvider, WrappingImageReaderProvider
 from .._types import ImageDescriptor, ImageLocation
 from ..formats import ImageReader
 from ..formats._raw_layout import RawLayout
@@ -108,7 +108,8 @@ class _PreparedReader(ImageReader):
 class PreparedFiles(WrappingImageReaderProvider):
     """Hands out readers of files whose images are prepared as they are read, through `backing`.
 
-    A file has no layout here, which would have a loader read its stored images unprepared.
+    A file has no layout here, which would have a loader read its stored images unprepared: one it
+    opened is known to hold none (`NO_LAYOUT`).
 
     Args:
         backing: What opens the files.
@@ -162,8 +163,10 @@ class PreparedFiles(WrappingImageReaderProvider):
     def release(self, reader: ImageReader) -> None:
         pass
 
-    def layout(self, key: str) -> RawLayout | None:
-        return None
+    def layout(self, key: str) -> RawLayout | Any | None:
+        """`NO_LAYOUT` for a file opened here (its images are read through its reader, prepared); None
+        for one not opened yet."""
+        return NO_LAYOUT if key in self._counts else None
 
     def query_descriptor(self, key) -> ImageDescriptor:
         """The descriptor of the prepared images of the file at `key`."""
