@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import vitrio as vio
-from vitrio.formats import ByteSource, Format, ImageReader, _registry
+from vitrio.formats import ByteSource, Format, ImageReader, RawArrayReader, _registry
 
 from .helpers import open_files, run_script
 
@@ -95,34 +95,67 @@ def test_files_removed_and_truncated_in_the_middle_of_an_epoch(stacks: list[Path
     assert open_files() <= files + loader.readers.capacity
 
 
-def test_a_truncated_file_raises_from_a_cached_reader_and_is_opened_anew(stacks: list[Path]):
-    loader = vio.loader(workers=1, cache=4)  # the first failure of a batch is then the cached reader's
+def test_a_file_truncated_between_batches_is_opened_anew_and_refused(stacks: list[Path]):
+    """The batch's check of the path finds the file changed: its kept reader is closed, and the file,
+    opened anew, is refused by its format, naming it; written again, it reads."""
+    loader = vio.loader(workers=1, cache=4)
     batch = [vio.ImageLocation(stacks[0], i) for i in range(IMAGES)]
     _read(loader, batch)
     os.truncate(stacks[0], 1024 + 3 * IMAGE_BYTES)
+    for _ in range(2):
+        with pytest.raises(ValueError, match=f"{stacks[0]}: the file is truncated"):
+            _read(loader, batch)
+        assert loader.readers.reader_count == 0
+    vio.write_stack(_values(0), stacks[0])
+    np.testing.assert_array_equal(_read(loader, batch), _values(0))
+
+
+def test_a_file_truncated_while_its_reader_is_served_raises_from_it_and_is_opened_anew(
+    stacks: list[Path], monkeypatch: pytest.MonkeyPatch
+):
+    """Truncated after the batch's check of the path found it unchanged, the file is read through the
+    reader kept open, whose own check raises; the stale reader is closed, and the next batch opens the
+    file anew. Into float64, so that the reader converts the values (no native read); one thread, so
+    that the first failure of the batch is the kept reader's (the other tasks open the file anew)."""
+    loader = vio.loader(workers=1, cache=4)
+    batch = [vio.ImageLocation(stacks[0], i) for i in range(IMAGES)]
+    vio.read_batch_async(loader, np.zeros((IMAGES, *SHAPE)), batch).get()
+    check = RawArrayReader.check_unchanged
+
+    def truncated_then_checked(reader: RawArrayReader) -> None:
+        os.truncate(stacks[0], 1024 + 3 * IMAGE_BYTES)
+        monkeypatch.setattr(RawArrayReader, "check_unchanged", check)
+        check(reader)
+
+    monkeypatch.setattr(RawArrayReader, "check_unchanged", truncated_then_checked)
     with pytest.raises(OSError, match=f"{stacks[0]}: the file was truncated"):
-        _read(loader, batch)
+        vio.read_batch_async(loader, np.zeros((IMAGES, *SHAPE)), batch).get()
     assert loader.readers.reader_count == 0  # the stale reader is closed
     with pytest.raises(ValueError, match=f"{stacks[0]}: the file is truncated"):
-        _read(loader, batch)
+        vio.read_batch_async(loader, np.zeros((IMAGES, *SHAPE)), batch).get()
 
 
 def test_a_truncation_racing_a_copy_raises_instead_of_killing(stacks: list[Path]):
     """The reader checks the file's size before it copies; a truncation after that check would make
-    the copy out of the memory map raise SIGBUS. Skipping the check makes that happen every time.
-    One thread, so that the first failure of a batch is the first task's (the others open the file
-    anew, and find it truncated)."""
+    the copy out of the memory map raise SIGBUS. A check that truncates the file instead makes that
+    happen every time, within the batch whose check of the path found the file unchanged, so that the
+    reader kept open serves it. One thread, so that the first failure of a batch is the first task's
+    (the others open the file anew, and find it truncated); the float32 destination is not one block,
+    so that the reader copies it, not a native read."""
     result = run_script(
         f"""
         import json, os, numpy as np, vitrio as vio
         from vitrio.formats import RawArrayReader
-        RawArrayReader.check_unchanged = lambda self: None
         path = {str(stacks[0])!r}
+        cut = []
+        RawArrayReader.check_unchanged = lambda self: cut and os.truncate(cut.pop(), 1024)
         loader = vio.loader(workers=1, cache=4)
         locations = [vio.ImageLocation(path, i) for i in range(8)]
         patches = np.zeros((2, 4, 4))
         reads = {{
-            "float32": lambda: vio.read_batch_async(loader, np.zeros((8, 16, 16), np.float32), locations),
+            "float32": lambda: vio.read_batch_async(
+                loader, np.zeros((8, 16, 17), np.float32)[..., :16], locations
+            ),
             "float64": lambda: vio.read_batch_async(loader, np.zeros((8, 16, 16)), locations),
             "patches": lambda: vio.read_patches_async(loader, patches, locations[7], [[1, 1], [8, 8]]),
         }}
@@ -130,7 +163,7 @@ def test_a_truncation_racing_a_copy_raises_instead_of_killing(stacks: list[Path]
         for read in reads.values():
             vio.write_stack(np.ones((8, 16, 16), np.float32), path)
             read().get()
-            os.truncate(path, 1024)
+            cut.append(path)
             try:
                 read().get()
             except OSError as error:
@@ -144,21 +177,23 @@ def test_a_truncation_racing_a_copy_raises_instead_of_killing(stacks: list[Path]
 
 def test_a_handler_of_sigbus_installed_since_the_maps_leaves_them_guarded(stacks: list[Path]):
     """faulthandler.enable() (as a test runner's worker may call it) takes SIGBUS from the guard of the
-    maps; the next map takes it back, so that a truncation under an open reader still raises."""
+    maps; the next map takes it back, so that a truncation under an open reader still raises. The file
+    is truncated by the reader's check, as above; read into float64, converted by the reader."""
     result = run_script(
         f"""
         import faulthandler, json, os, numpy as np, vitrio as vio
         from vitrio.formats import RawArrayReader
-        RawArrayReader.check_unchanged = lambda self: None
         first, second = {str(stacks[0])!r}, {str(stacks[1])!r}
+        cut = []
+        RawArrayReader.check_unchanged = lambda self: cut and os.truncate(cut.pop(), 1024)
         loader = vio.loader(workers=1, cache=4)
-        out = np.zeros((8, 16, 16), np.float32)
+        out = np.zeros((8, 16, 16))
         for path in (first, second):
             vio.write_stack(np.ones((8, 16, 16), np.float32), path)
         vio.read_batch_async(loader, out, [vio.ImageLocation(first, i) for i in range(8)]).get()
         faulthandler.enable()
         vio.read_batch_async(loader, out, [vio.ImageLocation(second, i) for i in range(8)]).get()
-        os.truncate(first, 1024)
+        cut.append(first)
         try:
             vio.read_batch_async(loader, out, [vio.ImageLocation(first, i) for i in range(8)]).get()
         except OSError as error:
