@@ -86,9 +86,9 @@ MUTANTS = (
     Mutant(
         "cache-keeps-stale-reader",
         "src/vitrio/_providers.py",
-        "dropped = reader.stale and entry.users == 0",
-        "dropped = False",
-        ("tests/core/test_concurrency.py",),
+        "dropped = (reader.stale or replaced) and entry.users == 0",
+        "dropped = replaced and entry.users == 0",
+        ("tests/core/test_concurrency.py", "tests/hardening/test_faults.py"),
     ),
     Mutant(
         "cache-evicts-reader-in-use",
