@@ -49,27 +49,26 @@ Decoder = Callable[[np.ndarray, np.ndarray], None]
 """Turns values as the file holds them into an out array of any type."""
 
 _split_lock = threading.Lock()
-_split_helpers: dict[int, threading.BoundedSemaphore] = {}
+_split_permits: dict[int, threading.BoundedSemaphore] = {}
 
 
-def _forget_split_helpers() -> None:
-    global _split_lock, _split_helpers
-    _split_lock, _split_helpers = threading.Lock(), {}
+def _forget_split_permits() -> None:
+    global _split_lock, _split_permits
+    _split_lock, _split_permits = threading.Lock(), {}
 
 
-os.register_at_fork(after_in_child=_forget_split_helpers)
+os.register_at_fork(after_in_child=_forget_split_permits)
 
 
-def _split_threads() -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:
-    """The pool that copies parts of large runs, the process over (`split_threads` of the configuration
-    in force, made at its first use), and one permit per thread of it: a part is copied on the pool
-    once a permit is taken, so that it never waits there, and reads at once share the processors."""
-    size = configuration().split_threads
+def _split_threads(size: int) -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:
+    """The pool of `size` threads that copies parts of large runs, the process over (made at its first
+    use), and one permit per thread of it: a part is copied on the pool once a permit is taken, so that
+    it never waits there, and reads at once share the processors."""
     with _split_lock:
-        helpers = _split_helpers.get(size)
-        if helpers is None:
-            helpers = _split_helpers[size] = threading.BoundedSemaphore(size)
-    return shared_pool("split", size), helpers
+        permits = _split_permits.get(size)
+        if permits is None:
+            permits = _split_permits[size] = threading.BoundedSemaphore(size)
+    return shared_pool("split", size), permits
 
 
 _RANGE = struct.Struct("=qq")
@@ -236,7 +235,7 @@ class RawArrayReader(ImageReader):
         wanted = min(
             os.cpu_count() or 1, chosen.split_parts, values * dst_size // max(1, chosen.split_bytes // 2)
         )
-        pool, permits = _split_threads()
+        pool, permits = _split_threads(chosen.split_threads)
         helpers = 0
         while helpers < wanted - 1 and permits.acquire(blocking=False):
             helpers += 1
