@@ -9,7 +9,8 @@ a URL. A `Storage` holds what reaching them takes: fsspec's storage options
 bound each read at a URL. It is given once, at a public entry
 (`Storage.of(storage_options)`), and passed down whole, to a cluster's
 workers too: it pickles with its options, which neither its `repr` nor its
-`digest` shows, and which its pickled bytes hold masked, not in clear.
+`digest` shows, and which its pickled bytes hold masked, not in clear, where
+they are text, numbers and mappings (as JSON: nothing is unpickled of them).
 
 `is_url` is the one test of a key's scheme; code with a storage at hand asks
 `storage.is_remote(key)`.
@@ -22,7 +23,6 @@ import hashlib
 import io
 import json
 import os
-import pickle
 import re
 import types
 from collections.abc import Hashable, Iterator, Mapping, Sequence
@@ -241,13 +241,20 @@ class Storage:
         return hash((self.digest(), self._configuration))
 
     def __getstate__(self) -> dict[str, Any]:
-        packed = pickle.dumps(dict(self._options))
+        try:  # options of text, numbers and mappings travel masked; objects as the pickle holds them
+            packed = json.dumps(dict(self._options)).encode()
+        except (TypeError, ValueError):
+            return {"options": dict(self._options), "configuration": self._configuration}
         mask = os.urandom(len(packed))
-        return {"options": (mask, _xor(packed, mask)), "configuration": self._configuration}
+        return {"masked": (mask, _xor(packed, mask)), "configuration": self._configuration}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        mask, masked = state["options"]
-        self._options = types.MappingProxyType(pickle.loads(_xor(masked, mask)))
+        if "masked" in state:
+            mask, masked = state["masked"]
+            options = json.loads(_xor(masked, mask))
+        else:
+            options = state["options"]
+        self._options = types.MappingProxyType(options)
         self._configuration = state["configuration"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import pickle
 import socket
@@ -27,6 +28,12 @@ def test_a_storage_travels_whole_by_pickle_without_its_secrets_in_clear():
     assert dict(received.options) == {"key": "AKIDEXAMPLE", "secret": SECRET}
     assert received.configuration.remote_attempts == 2
     assert received == storage and received.digest() == storage.digest()
+
+
+def test_a_storage_of_options_json_cannot_hold_travels_with_them_as_they_are():
+    timeout = datetime.timedelta(seconds=3)  # an object: it travels as the pickle holds it
+    received = pickle.loads(pickle.dumps(Storage({"client_kwargs": {"timeout": timeout}})))
+    assert received.options["client_kwargs"]["timeout"] == timeout
 
 
 def test_neither_repr_nor_digest_shows_the_options():
