@@ -95,7 +95,7 @@ def test_doctor_passes_over_a_fifo_and_links_inside_a_store(tmp_path: Path):
     (store / "zero").symlink_to("/dev/zero")
     (tmp_path / "outside.bin").write_bytes(b"\0" * 64)
     (store / "elsewhere").symlink_to(tmp_path / "outside.bin")
-    doctor = [sys.executable, "-m", "vitrio", "doctor", str(store), "--json", "--seconds", "0"]
+    doctor = [sys.executable, "-m", "vitrio", "doctor", str(store), "--json", "--seconds", "1e-9"]
     with Opens(tmp_path) as opens:
         result = subprocess.run(doctor, capture_output=True, text=True, timeout=TIME_LIMIT, check=False)
         assert result.returncode == 0, result.stderr
