@@ -183,7 +183,8 @@ def test_a_compressed_stream_built_by_its_format_reads_as_the_table(tmp_path: Pa
 
 
 def test_a_compressed_stream_written_by_cryosparc_tools_reads_as_its_table(tmp_path: Path):
-    dataset = pytest.importorskip("cryosparc.dataset")
+    from cryosparc import dataset
+
     table = _particles(3000)
     table["alignments3D/shift"] = table["alignments3D/shift"].astype(
         "<f8"
