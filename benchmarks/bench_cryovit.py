@@ -14,7 +14,6 @@ second of each are reported with their ratio. ``--quick`` uses tomograms of
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import torch
 
 from cryovit.data import TomogramDataset, collate_tomograms
 from cryovit.types import BatchedTomogramData, FileData, TomogramData
-from vitrio.bench.workloads import data_folder
+from vitrio.bench.workloads import benchmark_parser, data_folder
 
 BATCH = 4
 
@@ -83,11 +82,7 @@ def timed(make_batch) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="tomograms of 128x512x512, crops of 32x256x256")
-    parser.add_argument("--data", type=Path, help="a folder of yours to keep the tomograms in between runs")
+    parser = benchmark_parser(__doc__, "tomograms of 128x512x512, crops of 32x256x256", data=True)
     parser.add_argument("--repeats", type=int, default=5, help="batches timed for each reader")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -23,7 +23,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -42,6 +41,7 @@ import starfile
 
 import vitrio as vio
 import vitrio.dask as vd
+from vitrio.bench.workloads import benchmark_parser
 from vitrio.extract import extract_particles
 
 SIZES = {
@@ -100,8 +100,7 @@ def median_seconds(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small files")
+    parser = benchmark_parser(__doc__, "small files")
     parser.add_argument("--workers", type=int, default=2, help="worker processes of the LocalCluster")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

@@ -24,7 +24,6 @@ uses a 128x256x256 tomogram and 4 micrographs of 2048x2048.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -34,7 +33,7 @@ import numpy as np
 
 import vitrio as vio
 from vitrio.bench.data import main
-from vitrio.bench.workloads import Workloads, add_data_argument, data_folder
+from vitrio.bench.workloads import Workloads, benchmark_parser, data_folder
 from vitrio.data import DataLoader, Dataset, PatchSource
 
 SUBVOLUMES, SIDE, BATCH = 600, 48, 16
@@ -117,14 +116,10 @@ def recycling(work: Workloads, repeats: int) -> None:
 
 
 def defaults() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__, "small files", data=True)
     parser.add_argument("--defaults", action="store_true", required=True)
-    parser.add_argument("--quick", action="store_true", help="small files")
     parser.add_argument("--repeats", type=int, default=5, help="epochs counted; medians are reported")
     parser.add_argument("--only", nargs="*", default=["T1", "M3"], help="workloads to run")
-    add_data_argument(parser)
     arguments = parser.parse_args()
     with data_folder(arguments.data) as folder:
         if arguments.quick:

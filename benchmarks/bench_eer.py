@@ -14,7 +14,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
@@ -27,6 +26,7 @@ import imagecodecs
 import numpy as np
 import tifffile
 
+from vitrio.bench.workloads import benchmark_parser
 from vitrio.formats import open_reader
 from vitrio.formats.eer import EerFormat
 from vitrio.testing.eer import encode_frame, random_events, write_eer
@@ -99,12 +99,7 @@ def timed(function, repeats: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="a 1024 x 1024 movie of 100 frames, 10 fractions"
-    )
+    parser = benchmark_parser(__doc__, "a 1024 x 1024 movie of 100 frames, 10 fractions")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--distinct", type=int, default=8, help="distinct frames encoded")

@@ -21,7 +21,6 @@ file, Fourier cropped to 128 x 128 and normalised (background radius 48):
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -31,6 +30,7 @@ import mrcfile
 import numpy as np
 
 import vitrio as vio
+from vitrio.bench.workloads import benchmark_parser
 from vitrio.data import Compose, DataLoader, Dataset, FourierCrop, ImageSource, Normalize, PreparedSource
 from vitrio.data._transforms import prepare_batch
 
@@ -128,10 +128,7 @@ def epoch_rates(path: Path, count: int, epochs: int, scratch: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="1,000 particles")
+    parser = benchmark_parser(__doc__, "1,000 particles")
     parser.add_argument("--particles", type=int, help="how many particles (default 20,000)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs of each loader")
     parser.add_argument("--device", help="also transform PyTorch tensors on this device (cpu, cuda)")

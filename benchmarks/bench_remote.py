@@ -26,7 +26,6 @@ Needs `moto[server]`, s3fs and mrcfile.
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -37,6 +36,7 @@ import numpy as np
 from s3_server import requests, set_delay, start_s3
 
 import vitrio as vio
+from vitrio.bench.workloads import benchmark_parser
 
 SHAPE = (64, 64)
 
@@ -142,8 +142,7 @@ def run(options, delay, urls, per_stack, looped, folder, size) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20 stacks of 50 particles")
+    parser = benchmark_parser(__doc__, "20 stacks of 50 particles")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="the delay of each request (20)")
     parser.add_argument("--batch", type=int, default=256, help="images a batch (256)")
     args = parser.parse_args()

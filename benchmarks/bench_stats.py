@@ -22,7 +22,6 @@ counting.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 import timeit
@@ -34,7 +33,7 @@ import numpy as np
 import vitrio as vio
 from vitrio._counters import ReadCounters, note_runs
 from vitrio._native import CHECK_FIELDS, RUN_FIELDS
-from vitrio.bench.workloads import Workloads, add_data_argument, data_folder
+from vitrio.bench.workloads import Workloads, benchmark_parser, data_folder
 from vitrio.data import DataLoader, Dataset, ImageSource
 
 BATCH = 256
@@ -86,10 +85,8 @@ def measured(run, on: bool) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a stack of 4,000 images, 5 repeats")
+    parser = benchmark_parser(__doc__, "a stack of 4,000 images, 5 repeats", data=True)
     parser.add_argument("--repeats", type=int, help="runs of each, on and off (default: 9, or 5 --quick)")
-    add_data_argument(parser)
     args = parser.parse_args()
     repeats = args.repeats or (5 if args.quick else 9)
     with data_folder(args.data) as folder:

@@ -24,7 +24,6 @@ that the three read the same values. Needs the `zarr` extra, `moto[server]` and 
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -37,6 +36,7 @@ import zarr
 from s3_server import start_s3
 
 import vitrio as vio
+from vitrio.bench.workloads import benchmark_parser
 from vitrio.formats.zarr import OmeZarrFormat
 
 BATCH = 32
@@ -96,10 +96,7 @@ def run_dask(key, options, origins, crop, threads):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a small tomogram and few crops")
+    parser = benchmark_parser(__doc__, "a small tomogram and few crops")
     parser.add_argument("--threads", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--codec", choices=["zstd", "blosc"], default="zstd")
     parser.add_argument("--crops", type=int, help="how many crops (default 256, --quick 64)")

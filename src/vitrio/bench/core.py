@@ -55,7 +55,7 @@ from .counters import Counters, describe, storage_bytes
 from .workloads import (
     MrcfileImages,
     Workloads,
-    add_data_argument,
+    benchmark_parser,
     data_folder,
     evict,
     median_rate,
@@ -173,11 +173,7 @@ class MrcfilePatches:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="small files and few batches")
-    add_data_argument(parser)
+    parser = benchmark_parser(__doc__, "small files and few batches", data=True)
     parser.add_argument(
         "--repeats", type=int, default=5, help="runs of each measurement; the median is reported"
     )

@@ -36,7 +36,7 @@ import vitrio as vio
 from vitrio.data import DataLoader, Dataset, ImageSource, PatchSource
 
 from .core import MrcfilePatches
-from .workloads import MrcfileImages, Workloads, add_data_argument, data_folder
+from .workloads import MrcfileImages, Workloads, benchmark_parser, data_folder
 
 BATCH = 256
 
@@ -97,11 +97,7 @@ def row(result: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="small files and few batches")
-    add_data_argument(parser)
+    parser = benchmark_parser(__doc__, "small files and few batches", data=True)
     parser.add_argument("--epochs", type=int, default=5, help="epochs of each loader; medians are reported")
     parser.add_argument("--batches", type=int, help="batches counted per epoch after the first")
     parser.add_argument("--only", nargs="*", default=["W1", "W2", "W3"], help="workloads to run")

@@ -33,7 +33,6 @@ fresh private one; either way they are in the page cache when read.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import itertools
 import multiprocessing
@@ -51,7 +50,7 @@ import numpy as np
 import vitrio as vio
 from vitrio.data import DataLoader, Dataset, ImageSource
 
-from .workloads import MrcfileImages, add_data_argument, data_folder, own_folder
+from .workloads import MrcfileImages, benchmark_parser, data_folder, own_folder
 
 __all__ = ["Growth", "Result", "write_stack", "write_files", "measure", "measure_apart", "run", "main"]
 
@@ -320,11 +319,7 @@ def run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a tenth of the images and of the files")
-    add_data_argument(parser)
+    parser = benchmark_parser(__doc__, "a tenth of the images and of the files", data=True)
     parser.add_argument("--epochs", type=int, default=3, help="epochs of each loader; medians are reported")
     parser.add_argument("--batch", type=int, default=256, help="images per batch")
     parser.add_argument("--cache", type=int, default=64, help="files vitrio's loader keeps open")

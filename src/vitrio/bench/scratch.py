@@ -21,7 +21,7 @@ import numpy as np
 
 import vitrio as vio
 
-from .workloads import Workloads, add_data_argument, data_folder
+from .workloads import Workloads, benchmark_parser, data_folder
 
 BATCH = 256
 IN_FLIGHT = 4
@@ -59,11 +59,7 @@ def make(kind: str, locations, directory: Path) -> vio.ImageScratch:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="small files")
-    add_data_argument(parser)
+    parser = benchmark_parser(__doc__, "small files", data=True)
     parser.add_argument(
         "--repeats", type=int, default=3, help="epochs after the first; the median is reported"
     )

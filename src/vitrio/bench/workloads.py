@@ -25,7 +25,7 @@ from vitrio.formats import open_readonly
 
 __all__ = [
     "Workloads",
-    "add_data_argument",
+    "benchmark_parser",
     "median_rate",
     "timed_rate",
     "data_folder",
@@ -67,14 +67,19 @@ def own_folder(path: Path) -> Path:
     return path
 
 
-def add_data_argument(parser: argparse.ArgumentParser) -> None:
-    """Give a benchmark's parser `--data`, the folder `data_folder` takes."""
-    parser.add_argument(
-        "--data",
-        type=Path,
-        help="a folder of yours where the synthetic files are kept between runs (default: a fresh private "
-        "one, removed at the end)",
-    )
+def benchmark_parser(doc: str, quick: str, data: bool = False) -> argparse.ArgumentParser:
+    """A benchmark's parser: `doc`, its module's docstring, as its description; `--quick` (`quick` says
+    what it makes smaller); with `data`, `--data`, the folder `data_folder` takes."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    if data:
+        parser.add_argument(
+            "--data",
+            type=Path,
+            help="a folder of yours where the synthetic files are kept between runs (default: a fresh "
+            "private one, removed at the end)",
+        )
+    return parser
 
 
 @contextlib.contextmanager
