@@ -43,7 +43,6 @@ import contextlib
 import math
 import statistics
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +57,7 @@ from .workloads import (
     benchmark_parser,
     data_folder,
     evict,
+    in_flight,
     median_rate,
     memcpy_rate,
     timed_rate,
@@ -65,7 +65,6 @@ from .workloads import (
 )
 
 BATCH = 256
-IN_FLIGHT = 4
 
 
 def batches_of(count: int, batches: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -75,17 +74,13 @@ def batches_of(count: int, batches: int, rng: np.random.Generator) -> list[np.nd
 
 def vitrio_images(loader, locations, batches, shape, dtype="float32", allocate=np.empty) -> int:
     """Reads the batches with IN_FLIGHT under way at once, each into an array `allocate` makes."""
-    pending: deque = deque()
-    done = 0
-    for rows in batches:
-        out = allocate((len(rows), *shape), np.dtype(dtype))
-        pending.append(vio.read_batch_async(loader, out, [locations[i] for i in rows]))
-        if len(pending) >= IN_FLIGHT:
-            pending.popleft().get()
-        done += len(rows)
-    while pending:
-        pending.popleft().get()
-    return done
+
+    def reads():
+        for rows in batches:
+            out = allocate((len(rows), *shape), np.dtype(dtype))
+            yield vio.read_batch_async(loader, out, [locations[i] for i in rows]), len(rows)
+
+    return in_flight(reads())
 
 
 def mmap_images(locations, batches, dtype="float32") -> int:
@@ -113,19 +108,14 @@ def mmap_images(locations, batches, dtype="float32") -> int:
 def vitrio_patches(loader, paths, picks, batches, side, allocate=np.empty) -> int:
     """Crops the batches of patches with IN_FLIGHT under way at once, each into an array `allocate` makes."""
     images = [(str(p), -1) for p in paths]
-    pending: deque = deque()
-    done = 0
-    for rows in batches:
-        out = allocate((len(rows), side, side), np.dtype(np.float32))
-        pending.append(
-            vio.read_patches_indexed_async(loader, out, images, picks[rows, 0], picks[rows, 1:], fill=0)
-        )
-        if len(pending) >= IN_FLIGHT:
-            pending.popleft().get()
-        done += len(rows)
-    while pending:
-        pending.popleft().get()
-    return done
+
+    def reads():
+        for rows in batches:
+            out = allocate((len(rows), side, side), np.dtype(np.float32))
+            ids, centres = picks[rows, 0], picks[rows, 1:]
+            yield vio.read_patches_indexed_async(loader, out, images, ids, centres, fill=0), len(rows)
+
+    return in_flight(reads())
 
 
 def mmap_patches(paths, picks, batches, side) -> int:

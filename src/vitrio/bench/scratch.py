@@ -14,31 +14,28 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
 
 import vitrio as vio
 
-from .workloads import Workloads, benchmark_parser, data_folder
+from .workloads import Workloads, benchmark_parser, data_folder, in_flight
 
 BATCH = 256
-IN_FLIGHT = 4
 
 
 def epoch(loader, locations, order, shape) -> float:
     """Images per second of one epoch in shuffled batches, IN_FLIGHT under way at once."""
+
+    def reads():
+        for first in range(0, len(order), BATCH):
+            rows = order[first : first + BATCH]
+            out = np.empty((len(rows), *shape), np.float32)
+            yield vio.read_batch_async(loader, out, [locations[i] for i in rows]), len(rows)
+
     start = time.perf_counter()
-    pending: deque = deque()
-    for first in range(0, len(order), BATCH):
-        rows = order[first : first + BATCH]
-        out = np.empty((len(rows), *shape), np.float32)
-        pending.append(vio.read_batch_async(loader, out, [locations[i] for i in rows]))
-        if len(pending) >= IN_FLIGHT:
-            pending.popleft().get()
-    while pending:
-        pending.popleft().get()
+    in_flight(reads())
     return len(order) / (time.perf_counter() - start)
 
 

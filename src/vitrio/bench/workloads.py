@@ -15,8 +15,10 @@ import stat
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +27,9 @@ from vitrio.formats import open_readonly
 
 __all__ = [
     "Workloads",
+    "IN_FLIGHT",
     "benchmark_parser",
+    "in_flight",
     "median_rate",
     "timed_rate",
     "data_folder",
@@ -65,6 +69,24 @@ def own_folder(path: Path) -> Path:
     if not stat.S_ISDIR(target.st_mode):
         raise NotADirectoryError(f"{path}: is not a folder")
     return path
+
+
+IN_FLIGHT = 4
+
+
+def in_flight(reads: Iterable[tuple[Any, int]]) -> int:
+    """Wait for each read (a Completion and how many items it reads), IN_FLIGHT under way at once; the
+    items read."""
+    pending: deque = deque()
+    done = 0
+    for completion, items in reads:
+        pending.append(completion)
+        if len(pending) >= IN_FLIGHT:
+            pending.popleft().get()
+        done += items
+    while pending:
+        pending.popleft().get()
+    return done
 
 
 def benchmark_parser(doc: str, quick: str, data: bool = False) -> argparse.ArgumentParser:
