@@ -52,7 +52,7 @@ from .._functions import reader_provider
 from .._storage import Storage
 from ..data import Compose, particle_optics, read_star, star_table, write_star
 from ..data._star import MAX_STAR_BYTES
-from ._cropping import Boxes, crop, crop_on
+from ._cropping import Boxes, Cropping, crop, crop_on
 from ._picks import header_pixel_size, match_picks, stack_names, stack_pixel_sizes, star_path
 
 if TYPE_CHECKING:
@@ -237,10 +237,11 @@ def extract_particles(
         report = progress or (lambda _: None)
         sizes = stack_pixel_sizes(found, table, optics)
         boxes = Boxes(box, dtype, workers, casting, prepare, storage)
+        cropping = Cropping(found, stacks, boxes, finished, report, sizes)
         if client is None:
-            crop(found, stacks, boxes, finished, report, sizes, readers)
+            crop(cropping, readers)
         else:
-            crop_on(client, found, stacks, boxes, finished, report, sizes)
+            crop_on(client, cropping)
         seconds = time.perf_counter() - start
         write_star({"optics": optics, "particles": table}, output)
     except BaseException:

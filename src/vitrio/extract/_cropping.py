@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from ._picks import Picks
 if TYPE_CHECKING:
     import distributed
 
-__all__ = ["Boxes", "crop", "crop_on"]
+__all__ = ["Boxes", "Cropping", "crop", "crop_on"]
 
 
 @dataclass(frozen=True)
@@ -53,23 +53,27 @@ class Boxes:
     storage: Storage = field(default_factory=Storage)
 
 
-def crop(
-    found: Picks,
-    stacks: list[Path],
-    boxes: Boxes,
-    finished: list[Path],
-    progress: Callable[[int], object],
-    pixel_sizes: Sequence[float | None],
-    readers: ImageReaderProvider | None = None,
-) -> None:
+class Cropping(NamedTuple):
+    """What an extraction crops: the picks matched with their micrographs, a stack each, how boxes are cut,
+    the stacks finished so far (for the caller to remove on a failure), what is told the particles done,
+    and the pixel size each stack's header says, in Å (None for none)."""
+
+    found: Picks
+    stacks: list[Path]
+    boxes: Boxes
+    finished: list[Path]
+    progress: Callable[[int], object]
+    pixel_sizes: Sequence[float | None]
+
+
+def crop(cropping: Cropping, readers: ImageReaderProvider | None = None) -> None:
     """Crop the particles into their stacks, a few batches under way; each stack done joins `finished`.
 
-    Each stack's header says its pixel size, `pixel_sizes[i]` Å (None for none). The micrographs are
-    read through `readers` (those `match_picks` opened), else a provider of the loader's own.
-
-    A failure or an interruption discards the stacks not finished; those
-    finished are for the caller to remove.
+    The micrographs are read through `readers` (those `match_picks` opened), else a provider of the
+    loader's own. A failure or an interruption discards the stacks not finished; those finished are
+    for the caller to remove.
     """
+    found, stacks, boxes, finished, progress, pixel_sizes = cropping
     box, dtype, threads, casting, prepare = (
         boxes.box,
         boxes.dtype,
@@ -168,23 +172,16 @@ def _crop_stack(job: _StackJob) -> int:
     count = len(job.centres)
     zeros, order = np.zeros(count, np.int64), np.arange(count)
     found = Picks(np.array([job.micrograph]), [job.micrograph], zeros, zeros, job.centres, order, order)
-    crop(found, [Path(job.stack)], job.boxes, [], lambda _: None, [job.pixel_size])
+    crop(Cropping(found, [Path(job.stack)], job.boxes, [], lambda _: None, [job.pixel_size]))
     return count
 
 
-def crop_on(
-    client: distributed.Client,
-    found: Picks,
-    stacks: list[Path],
-    boxes: Boxes,
-    finished: list[Path],
-    progress: Callable[[int], object],
-    pixel_sizes: Sequence[float | None],
-) -> None:
+def crop_on(client: distributed.Client, cropping: Cropping) -> None:
     """Crop the particles into their stacks on the cluster of `client`, one task per micrograph.
 
     A failure cancels the tasks left and counts every stack as finished, for the caller to remove.
     """
+    found, stacks, boxes, finished, progress, pixel_sizes = cropping
     centres = found.centres[found.order]
     ends = np.cumsum(np.bincount(found.images, minlength=len(stacks))).tolist()
     jobs = [
