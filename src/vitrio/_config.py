@@ -57,6 +57,8 @@ class Configuration:
         extract_batch_bytes: About how many bytes of particles an extraction crops in one batch.
         extract_in_flight: How many batches an extraction reads (and writes) at once.
         cluster_threads: The threads a task on a Dask cluster reads and writes with, unless told.
+        cluster_jobs_per_thread: How many bulk jobs (one file each) per thread of a Dask cluster are
+            handed out at once, so that a thread that ends one has the next at hand.
         montage_read_bytes: The most bytes one read of 2-D images for `vitrio montage` holds.
         montage_open_files: The most files `vitrio montage` keeps open while it reads.
         eer_batch_bytes: About how many bytes of an EER file's frames are read, then decoded into
@@ -91,6 +93,7 @@ class Configuration:
     extract_batch_bytes: int = 16 << 20
     extract_in_flight: int = 2
     cluster_threads: int = 2
+    cluster_jobs_per_thread: int = 2
     montage_read_bytes: int = 256 << 20
     montage_open_files: int = 256
     eer_batch_bytes: int = 64 << 20

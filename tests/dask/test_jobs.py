@@ -197,6 +197,40 @@ def test_run_jobs_results_in_order_and_failures(client):
         vd.run_jobs(client, fails_on_two, [1, 2, 3], "failing", retries=0)
 
 
+class _CountingClient:
+    """A client that counts the jobs submitted through it."""
+
+    def __init__(self, client: distributed.Client):
+        self.client = client
+        self.submitted = 0
+
+    def nthreads(self) -> dict[str, int]:
+        return self.client.nthreads()
+
+    def submit(self, *args, **kwargs) -> distributed.Future:
+        self.submitted += 1
+        return self.client.submit(*args, **kwargs)
+
+    def cancel(self, futures) -> None:
+        self.client.cancel(futures)
+
+
+@pytest.mark.parametrize("per_thread", [1, 3])
+def test_cluster_jobs_per_thread_bounds_the_jobs_handed_out_at_once(client, per_thread):
+    counting = _CountingClient(client)
+    in_flight = []  # as each job ends: those handed out and not yet ended, itself included
+    ended = []
+
+    def done(n: int, result: object) -> None:
+        in_flight.append(counting.submitted - len(ended))
+        ended.append(n)
+
+    with vio.configure(cluster_jobs_per_thread=per_thread):
+        assert vd.run_jobs(counting, abs, list(range(-12, 0)), "counted", done) == list(range(12, 0, -1))
+    at_once = per_thread * sum(client.nthreads().values())  # the cluster's two threads
+    assert in_flight[0] == at_once and max(in_flight) == at_once
+
+
 def _fails_first_or_writes_late(job: tuple[str, str]) -> str:
     kind, path = job
     if kind == "fail":

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._config import configuration
 from .._partial import partial_of
 
 if TYPE_CHECKING:
@@ -30,8 +31,9 @@ def run_jobs(
     Each job is one task, named `name` on the dashboard, retried up to
     `retries` times where it fails or its worker is lost: a job must leave the
     same files when run twice. `done(n, result)` is called here as job `n` ends.
-    Jobs are handed out as they end, no more at once than twice the
-    cluster's threads (a thread that ends one has the next at hand). At the
+    Jobs are handed out as they end, no more at once than
+    `cluster_jobs_per_thread` of the configuration per thread of the cluster
+    (a thread that ends one has the next at hand). At the
     first job that fails for good no more are handed out, and those handed
     out are waited for: once this raises, no job runs any more (a task cannot
     be stopped midway; one left running would write after its caller has
@@ -44,7 +46,7 @@ def run_jobs(
         return []
     finished: queue.SimpleQueue = queue.SimpleQueue()
     run = secrets.token_hex(8)  # the keys of two runs on one scheduler must differ, or they share results
-    at_once = 2 * max(1, sum(client.nthreads().values()))
+    at_once = configuration().cluster_jobs_per_thread * max(1, sum(client.nthreads().values()))
     waiting = iter(enumerate(jobs))
     running: dict[str, tuple[int, distributed.Future]] = {}
     results: list[Any] = [None] * len(jobs)
