@@ -65,6 +65,8 @@ class Configuration:
             events, at once (one frame at least).
         star_part_bytes: About how many bytes of a STAR file's plain rows are read into memory at once
             (whole lines, more where one is longer).
+        cs_part_bytes: About how many bytes of a numpy `.cs` file's rows are read into memory at once
+            (one row at least), each field asked for copied out of them.
     """
 
     remote_gap: int = 1 << 20
@@ -98,6 +100,7 @@ class Configuration:
     montage_open_files: int = 256
     eer_batch_bytes: int = 64 << 20
     star_part_bytes: int = 64 << 20
+    cs_part_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

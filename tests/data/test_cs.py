@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import vitrio as vio
 import vitrio._native
 from vitrio.data import as_columns, read_cs
 
@@ -169,6 +170,28 @@ def test_several_values_a_row_are_2d_arrays_and_only_the_fields_asked_for_are_re
     _assert_fields_equal(read_cs(cs, fields=wanted), table, ["blob/path", "blob/idx", "alignments3D/pose"])
     with pytest.raises(ValueError, match=r"J3_particles.cs: no field ctf/df2_A; it has uid, blob/path"):
         read_cs(cs, fields=["ctf/df2_A"])
+
+
+def test_cs_part_bytes_bounds_each_read_of_rows(tmp_path: Path, monkeypatch):
+    table = _particles(500)
+    cs = tmp_path / "J3_particles.cs"
+    with open(cs, "wb") as file:
+        np.save(file, table)
+    reads = []
+    preadv = os.preadv
+
+    def counted(fd: int, buffers: list, offset: int) -> int:
+        reads.append(sum(memoryview(b).nbytes for b in buffers))
+        return preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", counted)
+    read_cs(cs)
+    assert reads == [500 * table.dtype.itemsize]  # the default holds them all in one part
+    reads.clear()
+    part = 64 * table.dtype.itemsize
+    with vio.configure(cs_part_bytes=part):
+        _assert_fields_equal(read_cs(cs), table)
+    assert reads == [part] * 7 + [(500 - 7 * 64) * table.dtype.itemsize]
 
 
 @pytest.mark.parametrize("compressed", ["all but uid", "none"])

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from .. import _native
+from .._config import configuration
 from .._fs import open_named
 from ._extras import missing
 
@@ -52,9 +53,6 @@ MAX_CS_HEADER_BYTES = 1 << 20
 
 MAX_LZ4_RATIO = 255
 """The most bytes an LZ4 block makes of each of its own (a run's length grows 255 a byte)."""
-
-PART_BYTES = 8 << 20
-"""How many bytes of rows of a numpy `.cs` file are read at once."""
 
 _NUMPY, _STREAM = b"\x93NUMPY", b"\x95CSDAT"
 
@@ -146,7 +144,7 @@ def _numpy(file: BinaryIO, size: int, wanted: list[str] | None) -> dict[str, Any
         if field.base.kind != "S"
     }
     texts = {name: _Texts(rows) for name, field in fields.items() if field.base.kind == "S"}
-    step = max(1, PART_BYTES // dtype.itemsize)
+    step = max(1, configuration().cs_part_bytes // dtype.itemsize)
     part = np.empty(min(rows, step) * dtype.itemsize, np.uint8)
     for start in range(0, rows, step):
         count = min(step, rows - start)
