@@ -50,6 +50,9 @@ class Configuration:
             split threads.
         split_parts: The most parts such a run is copied in.
         zarr_cache_bytes: The bytes of decoded OME-Zarr chunks kept, shared by a process's stores.
+        zarr_chunks_at_once: How many chunks of an OME-Zarr level one read fetches and holds at a time.
+        zarr_levels_kept: How many opened OME-Zarr scale levels (their metadata) a process keeps, so
+            that opening one again reads no metadata (a local one's stamp is still checked).
         chunk_bytes: About how many bytes a chunk of a dask array of images holds, and a part of a
             file `vitrio convert` reads and writes at once.
         dask_open_files: How many files each task of a dask array keeps open.
@@ -89,6 +92,8 @@ class Configuration:
     split_bytes: int = 64 << 20
     split_parts: int = 8
     zarr_cache_bytes: int = 256 << 20
+    zarr_chunks_at_once: int = 64
+    zarr_levels_kept: int = 64
     chunk_bytes: int = 64 << 20
     dask_open_files: int = 16
     dask_blocks_per_worker: int = 2

@@ -17,6 +17,7 @@ from ome_zarr.writer import write_image
 from ome_zarr_models.v04.image import Image
 
 import vitrio as vio
+import vitrio.formats.zarr
 from vitrio._config import configuration, configure
 from vitrio.formats.zarr import ChunkCache, OmeZarrFormat, parse_key
 
@@ -397,6 +398,45 @@ def test_vitrio_convert_replaces_a_store_only_with_force_and_keeps_it_when_that_
     (tmp_path / "folder").mkdir()  # a folder that is no store is still refused
     assert main(["convert", "--force", str(tmp_path / "second.mrc"), str(tmp_path / "folder")]) == 1
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_zarr_chunks_at_once_sets_how_many_chunks_a_read_fetches_together(tomogram, monkeypatch):
+    path, values = tomogram
+    groups = []
+    get_many = ChunkCache.get_many
+
+    def counted(self, keys, load):
+        groups.append(len(keys))
+        return get_many(self, keys, load)
+
+    monkeypatch.setattr(ChunkCache, "get_many", counted)
+    chunks = 3 * 6 * 5  # SHAPE in chunks of 16
+    np.testing.assert_array_equal(vio.read(path), values)
+    assert groups == [64, chunks - 64]
+    groups.clear()
+    with configure(zarr_chunks_at_once=10):
+        np.testing.assert_array_equal(vio.read(path), values)
+    assert groups == [10] * 9
+
+
+def test_zarr_levels_kept_sets_how_many_levels_are_opened_once(tomogram, monkeypatch):
+    path, _ = tomogram
+    opened = []
+    open_level = vitrio.formats.zarr.open_level
+
+    def counted(store, number):
+        opened.append(number)
+        return open_level(store, number)
+
+    monkeypatch.setattr(vitrio.formats.zarr, "open_level", counted)
+    OmeZarrFormat.clear_cache()
+    for levels_kept, again in [(2, [0, 1]), (1, [0, 1, 0, 1])]:
+        opened.clear()
+        with configure(zarr_levels_kept=levels_kept):
+            for level in [0, 1, 0, 1]:
+                vio.query_metadata(f"{path}#{level}")
+        assert opened == again
+        OmeZarrFormat.clear_cache()
 
 
 def test_the_shared_chunk_cache_holds_what_the_configuration_says():

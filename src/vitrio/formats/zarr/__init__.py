@@ -51,8 +51,6 @@ from ._writer import CODECS, OmeZarrWriter
 
 __all__ = ["OmeZarrFormat", "OmeZarrReader", "OmeZarrWriter", "ChunkCache", "parse_key", "zarr_installed"]
 
-_LEVELS_KEPT = 64
-
 
 def zarr_installed() -> bool:
     """Whether the `zarr` extra (zarr, numcodecs, fsspec) is installed, found without importing it."""
@@ -168,7 +166,7 @@ class OmeZarrFormat(Format):
         with cls._metadata_lock:
             level = cls._metadata.get(index)
         if level is not None and parsed.remote:  # remote stores are taken as unchanging
-            return OmeZarrReader(key, level, cls.chunk_cache)
+            return OmeZarrReader(key, level, cls.chunk_cache, storage.configuration.zarr_chunks_at_once)
         try:
             store = open_store(parsed.store, parsed.remote, storage.options, storage.configuration)
         except NotADirectoryError as error:
@@ -177,9 +175,9 @@ class OmeZarrFormat(Format):
             level = open_level(store, number)
             with cls._metadata_lock:
                 cls._metadata[index] = level
-                while len(cls._metadata) > _LEVELS_KEPT:
+                while len(cls._metadata) > storage.configuration.zarr_levels_kept:
                     cls._metadata.popitem(last=False)
-        return OmeZarrReader(key, level, cls.chunk_cache)
+        return OmeZarrReader(key, level, cls.chunk_cache, storage.configuration.zarr_chunks_at_once)
 
     @classmethod
     def create(

@@ -4,7 +4,8 @@ A read gathers the chunks its boxes touch, takes those the store's chunk
 cache holds, fetches the others (one request each, many at once for a
 remote store) and decodes them on the calling thread, then copies the
 part of each chunk a box covers into its out. The chunks of one call are
-fetched in groups of `GROUP` so that a large read holds few at a time.
+fetched in groups of the configuration's `zarr_chunks_at_once`, so that a
+large read holds few at a time.
 What metadata may declare is bounded: a chunk's size (`MAX_CHUNK_BYTES`,
 and `MAX_OVERHANG` times what of it lies inside the array), and the chunks
 a read may decode for the values it returns (`FREE_CHUNKS`,
@@ -33,15 +34,11 @@ __all__ = [
     "Level",
     "open_level",
     "OmeZarrReader",
-    "GROUP",
     "MAX_CHUNK_BYTES",
     "MAX_OVERHANG",
     "FREE_CHUNKS",
     "VALUES_PER_CHUNK",
 ]
-
-GROUP = 64
-"""How many chunks one read fetches and holds at a time."""
 
 MAX_CHUNK_BYTES = 1 << 30
 """The largest decoded chunk read: a chunk past it is refused before anything is fetched."""
@@ -170,14 +167,16 @@ class OmeZarrReader(ImageReader):
         key: The key it was opened by.
         level: The level.
         cache: The cache of decoded chunks it shares with the other readers of its store.
+        chunks_at_once: How many chunks a read fetches and holds at a time.
     """
 
-    def __init__(self, key: str, level: Level, cache: ChunkCache):
+    def __init__(self, key: str, level: Level, cache: ChunkCache, chunks_at_once: int):
         super().__init__(key, level.descriptor)
         self.level = level
         self.voxel_size = level.voxel_size
         self.voxel_size_source = None if level.voxel_size is None else "OME-Zarr scale"
         self._cache = cache
+        self._chunks_at_once = chunks_at_once
         self._stack = level.descriptor.stack_extents
         self._token = (level.store.token, level.path, level.stamp)
 
@@ -228,7 +227,7 @@ class OmeZarrReader(ImageReader):
         while start < len(pairs):
             group: dict[tuple[int, ...], None] = {}
             end = start
-            while end < len(pairs) and (len(group) < GROUP or pairs[end][1] in group):
+            while end < len(pairs) and (len(group) < self._chunks_at_once or pairs[end][1] in group):
                 group[pairs[end][1]] = None
                 end += 1
             found = self._cache.get_many([(self._token, c) for c in group], self._load)
