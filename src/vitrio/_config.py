@@ -49,6 +49,8 @@ class Configuration:
         split_bytes: A run of a raw file of at least this many bytes is copied in parts, on the
             split threads.
         split_parts: The most parts such a run is copied in.
+        scratch_hinted_ahead: How many files ahead of the one a prefetch into a scratch takes in the
+            kernel is told will be read.
         zarr_cache_bytes: The bytes of decoded OME-Zarr chunks kept, shared by a process's stores.
         zarr_chunks_at_once: How many chunks of an OME-Zarr level one read fetches and holds at a time.
         zarr_levels_kept: How many opened OME-Zarr scale levels (their metadata) a process keeps, so
@@ -91,6 +93,7 @@ class Configuration:
     split_threads: int = max(1, (os.cpu_count() or 1) - 1)
     split_bytes: int = 64 << 20
     split_parts: int = 8
+    scratch_hinted_ahead: int = 4
     zarr_cache_bytes: int = 256 << 20
     zarr_chunks_at_once: int = 64
     zarr_levels_kept: int = 64

@@ -335,8 +335,11 @@ def test_threads_taking_in_the_same_run_read_it_once(kind, tmp_path):
     assert files.reads == [(0, 8)]
 
 
+@pytest.mark.parametrize("ahead", [4, 2], ids=["4 ahead (the default)", "2 ahead"])
 @pytest.mark.parametrize("whole", [False, True], ids=["images", "whole files"])
-def test_prefetch_tells_the_kernel_what_it_will_read_files_ahead(tmp_path: Path, monkeypatch, whole: bool):
+def test_prefetch_tells_the_kernel_what_it_will_read_files_ahead(
+    tmp_path: Path, monkeypatch, whole: bool, ahead: int
+):
     from vitrio.scratch import provider
 
     paths = [tmp_path / f"stack{i}.mrcs" for i in range(7)]
@@ -363,9 +366,10 @@ def test_prefetch_tells_the_kernel_what_it_will_read_files_ahead(tmp_path: Path,
     monkeypatch.setattr(provider, "advise", hinted_runs)
     monkeypatch.setattr(os, "posix_fadvise", hinted_file)
     monkeypatch.setattr(scratch, "take_in", taken_in)
-    vio.prefetch_scratch_async(scratch, locations, vio.SynchronousExecutor()).get()
+    assert vio.configuration().scratch_hinted_ahead == 4
+    with vio.configure(scratch_hinted_ahead=ahead):
+        vio.prefetch_scratch_async(scratch, locations, vio.SynchronousExecutor()).get()
 
-    ahead = provider.HINTED_AHEAD
     expected = [("hint", str(paths[i])) for i in range(ahead)]
     for i in range(len(paths)):
         if i + ahead < len(paths):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .._concurrency import Completion, SynchronousExecutor, ThreadPoolExecutor, run_tasks
+from .._config import configuration
 from .._counters import add_count
 from .._native import RUN_COUNT, RUN_FIELDS, RUN_OFFSET, advise
 from .._providers import (
@@ -124,7 +125,8 @@ def prefetch_scratch_async(
 ) -> Completion:
     """Take the images `locations` name into `scratch` ahead of need, one task per file.
 
-    Locations the scratch has no room for are left out.
+    Locations the scratch has no room for are left out. The kernel is told what a file's task reads
+    `scratch_hinted_ahead` (of the configuration) files before that task runs.
 
     Args:
         scratch: Where to take them in.
@@ -137,22 +139,19 @@ def prefetch_scratch_async(
     """
     files = files or FileImageReaderProvider()
     wanted = [(key, indices) for key, indices in group(locations).items() if scratch.holds(key)]
-    for key, indices in wanted[:HINTED_AHEAD]:
+    ahead = configuration().scratch_hinted_ahead
+    for key, indices in wanted[:ahead]:
         hint(files, key, indices)
 
     def task(number: int) -> None:
-        if number + HINTED_AHEAD < len(wanted):  # the kernel reads it while this one is copied
-            hint(files, *wanted[number + HINTED_AHEAD])
+        if number + ahead < len(wanted):  # the kernel reads it while this one is copied
+            hint(files, *wanted[number + ahead])
         key, indices = wanted[number]
         if indices[0] < 0:
             indices = scratch.indices(key)
         scratch.take_in(key, indices, files)
 
     return run_tasks(executor, [lambda number=number: task(number) for number in range(len(wanted))])
-
-
-HINTED_AHEAD = 4
-"""How many files ahead of the one being taken in the kernel is told will be read."""
 
 
 def hint(files: ImageReaderProvider, key: str, indices: np.ndarray) -> None:
