@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import mrcfile
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import tifffile
 
+import vitrio as vio
 from vitrio.testing.eer import random_movie
 
 from .helpers import assert_fails, leftovers
@@ -36,6 +38,23 @@ def test_fractions_are_sums_of_frames(vitrio, movie, tmp_path: Path):
     with mrcfile.open(tmp_path / "movie.mrc", permissive=False) as mrc:
         assert mrc.data.dtype == np.uint16
         np.testing.assert_array_equal(mrc.data, fractions(movie.counts(), 3))
+
+
+def test_threads_sets_the_pool_a_movie_is_rendered_on(vitrio, movie, tmp_path: Path, monkeypatch):
+    pools = []
+    pool = vio.ThreadPoolExecutor
+
+    def counted(threads: int) -> vio.ThreadPoolExecutor:
+        pools.append(threads)
+        return pool(threads)
+
+    monkeypatch.setattr(vio, "ThreadPoolExecutor", counted)
+    for options, threads in [((), os.cpu_count()), (("--threads", 3), 3), (("-j", 1), 1)]:
+        result = fractionate(vitrio, movie.path, tmp_path / "movie.mrc", 3, "--force", *options)
+        assert result.status == 0, result.err
+        assert pools.pop() == threads
+        with mrcfile.open(tmp_path / "movie.mrc", permissive=False) as mrc:
+            np.testing.assert_array_equal(mrc.data, fractions(movie.counts(), 3))
 
 
 def test_binning_gain_and_data_type(vitrio, movie, tmp_path: Path):

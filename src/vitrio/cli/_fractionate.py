@@ -25,6 +25,7 @@ from ._common import (
     CliError,
     add_cluster,
     add_force,
+    add_threads,
     check_output,
     data_type,
     describe_briefly,
@@ -67,9 +68,11 @@ def fractionate(
     superres: int = 1,
     gain: Path | None = None,
     data_type: np.dtype | None = None,
+    threads: int | None = None,
     force: bool = False,
 ) -> vio.ImageDescriptor:
-    """Render the EER movie at `movie` (a path or URL) into `fractions` images and write them to `output`.
+    """Render the EER movie at `movie` (a path or URL) into `fractions` images and write them to `output`,
+    on `threads` threads (None: the machine's cores).
 
     Cut by dose, the grouping of frames is written beside it (`write_grouping`).
 
@@ -88,7 +91,7 @@ def fractionate(
             raise CliError(f"{movie}: is not an EER file, it holds {describe_briefly(reader.descriptor)}")
     finally:
         readers.release(reader)
-    loader = vio.ImageLoader(vio.ThreadPoolExecutor(os.cpu_count() or 1), readers)
+    loader = vio.ImageLoader(vio.ThreadPoolExecutor(threads or os.cpu_count() or 1), readers)
     written = copy_images(loader, movie, output, data_type, force)
     if isinstance(fractions, vio.DetectorEventFractionation) and fractions.fraction_count is None:
         write_grouping(movie, output, fractions)
@@ -138,6 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o", "--output", type=Path, required=True, help="the movie to write, or the folder of several"
     )
     parser.add_argument("--data-type", type=data_type, help="the type to write (default: counts)")
+    add_threads(parser, "threads that render and write each movie (on a cluster, in each task)")
     add_force(parser)
     add_cluster(parser)
 
@@ -149,7 +153,7 @@ def run(args: argparse.Namespace) -> None:
         for output in outputs:
             check_output(output, args.force)
         args.output.mkdir(parents=True, exist_ok=True)
-    options = (_fractions(args), args.binning, args.superres, args.gain, args.data_type)
+    options = (_fractions(args), args.binning, args.superres, args.gain, args.data_type, args.threads)
     with cluster(args) as client:
         if client is None:
             [
@@ -166,7 +170,7 @@ def run(args: argparse.Namespace) -> None:
                     Path(os.path.abspath(output)),
                     *options[:3],
                     gain,
-                    args.data_type,
+                    *options[4:],
                 )
                 for movie, output in zip(args.input, outputs)
             ]
