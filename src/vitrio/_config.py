@@ -217,7 +217,11 @@ THREADS: dict[str, str] = {
     " process",
     "extract": "`extract_particles`' pool: `threads=` (the machine's cores, `cluster_threads` on a cluster)",
     "fsspec": "fsspec's event loop: one thread, started by the first read of a file at a URL",
-    "star": "the STAR reader's: one thread of the C extension reads the second half of a large loop,"
-    " while the caller's reads the first",
+    "star": "the STAR reader's and writer's: one thread of the C extension reads (or writes) the second"
+    " half of a large loop, while the caller's does the first",
+    "finisher": "`vitrio-finisher`: one per epoch under way of a DataLoader whose transforms run on the"
+    " loader's threads; it waits for each batch's reads and submits its finishing to the loader's pool",
+    "commands": "the pools of `vitrio montage` and `vitrio fractionate`: `--threads` (the machine's cores),"
+    " in each task on a cluster for `fractionate`",
 }
 """Every source of threads vitrio starts, and what sizes it (the loader's are the caller's choice)."""
