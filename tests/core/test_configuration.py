@@ -39,6 +39,34 @@ def test_every_field_is_documented_in_the_docstring_and_the_page():
         assert f"| `{threads}` |" in page, f"the threads {threads} are not on docs/configuration.md"
 
 
+# Where each file of src that starts threads is listed in THREADS; `_concurrency.py` defines the pool
+# class and `shared_pool`, and the conformance kit of `vitrio.testing` runs only under a plugin's tests.
+THREAD_SOURCES = {
+    "cryovit/dataset.py": "loader",
+    "vitrio/_functions.py": "loader",
+    "vitrio/_loading/_images.py": "opening",
+    "vitrio/extract/_picks.py": "opening",
+    "vitrio/formats/_raw.py": "split",
+    "vitrio/extract/_cropping.py": "extract",
+    "vitrio/native_src/star.c": "star",
+    "vitrio/data/_flights.py": "finisher",
+    "vitrio/cli/_montage.py": "commands",
+    "vitrio/cli/_fractionate.py": "commands",
+}
+NOT_SOURCES = {"vitrio/_concurrency.py", "vitrio/testing/conformance.py"}
+
+
+def test_every_file_that_starts_threads_is_listed():
+    starts = re.compile(r"threading\.Thread\(|ThreadPoolExecutor\(|shared_pool\(|pthread_create\(")
+    found = {
+        str(path.relative_to(ROOT / "src"))
+        for path in (ROOT / "src").rglob("*")
+        if path.suffix in (".py", ".c", ".cpp", ".h") and starts.search(path.read_text("utf8"))
+    }
+    assert found - NOT_SOURCES == set(THREAD_SOURCES), "a file starts threads THREADS does not list"
+    assert set(THREAD_SOURCES.values()) <= set(THREADS)
+
+
 def test_an_environment_variable_sets_a_field():
     code = "import vitrio; c = vitrio.configuration(); print(c.open_ahead, c.remote_timeout)"
     ran = _run(code, VITRIO_OPEN_AHEAD="7", VITRIO_REMOTE_TIMEOUT="2.5")
