@@ -51,7 +51,9 @@ class Configuration:
         split_parts: The most parts such a run is copied in.
         scratch_hinted_ahead: How many files ahead of the one a prefetch into a scratch takes in the
             kernel is told will be read.
-        zarr_cache_bytes: The bytes of decoded OME-Zarr chunks kept, shared by a process's stores.
+        zarr_cache_bytes: The most bytes of decoded OME-Zarr chunks kept, shared by a process's
+            stores: the cache holds the chunks read last up to it. By default a quarter of the
+            machine's physical memory, at least 256 MiB.
         zarr_chunks_at_once: How many chunks of an OME-Zarr level one read fetches and holds at a time.
         zarr_levels_kept: How many opened OME-Zarr scale levels (their metadata) a process keeps, so
             that opening one again reads no metadata (a local one's stamp is still checked).
@@ -94,7 +96,7 @@ class Configuration:
     split_bytes: int = 64 << 20
     split_parts: int = 8
     scratch_hinted_ahead: int = 4
-    zarr_cache_bytes: int = 256 << 20
+    zarr_cache_bytes: int = max(256 << 20, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4)
     zarr_chunks_at_once: int = 64
     zarr_levels_kept: int = 64
     chunk_bytes: int = 64 << 20

@@ -72,6 +72,11 @@ class ReadStats:
         readers_reused: Times a reader left open served a file without opening it.
         conversions: Images converted to the batch's type on the way.
         remote_requests: Requests made for the keys of remote stores; 0 for local files.
+        zarr_chunk_hits: OME-Zarr chunks found decoded in the chunk cache (or being decoded).
+        zarr_chunk_misses: OME-Zarr chunks fetched and decoded, not found in the chunk cache; misses
+            in an epoch that reads what the one before read say the cache is too small for it
+            (`zarr_cache_bytes` of the configuration).
+        zarr_decoded_bytes: The bytes of the OME-Zarr chunks decoded.
         formats: What the files of each format took, by format name.
         slowest: The files read slowest (seconds per image of their slowest read), the slowest first.
     """
@@ -84,6 +89,9 @@ class ReadStats:
     readers_reused: int = 0
     conversions: int = 0
     remote_requests: int = 0
+    zarr_chunk_hits: int = 0
+    zarr_chunk_misses: int = 0
+    zarr_decoded_bytes: int = 0
     formats: dict[str, FormatRate] = dataclasses.field(default_factory=dict)
     slowest: tuple[FileRead, ...] = ()
 
@@ -115,22 +123,25 @@ class _Tally:
     """What the reads of one thread did for one loader, added to by that thread alone."""
 
     __slots__ = ("images", "bytes", "patches", "scratch_images", "files_opened", "readers_reused")
-    __slots__ += ("conversions", "remote_requests", "formats", "slowest")
+    __slots__ += ("conversions", "remote_requests", "zarr_chunk_hits", "zarr_chunk_misses")
+    __slots__ += ("zarr_decoded_bytes", "formats", "slowest")
 
     def __init__(self) -> None:
         self.images = self.bytes = self.patches = self.scratch_images = 0
         self.files_opened = self.readers_reused = self.conversions = self.remote_requests = 0
+        self.zarr_chunk_hits = self.zarr_chunk_misses = self.zarr_decoded_bytes = 0
         self.formats: dict[str, list[float]] = {}
         self.slowest: list[tuple] = []
 
 
-_COUNTED = _Tally.__slots__[:8]
+_COUNTED = _Tally.__slots__[:-2]
 
 
 def add_count(name: str, number: int = 1) -> None:
     """Add `number` to the counter `name` of the task running on this thread, if it is counted.
 
-    The names: scratch_images, files_opened, readers_reused, conversions, remote_requests.
+    The names: scratch_images, files_opened, readers_reused, conversions, remote_requests,
+    zarr_chunk_hits, zarr_chunk_misses, zarr_decoded_bytes.
     """
     tally = getattr(_local, "tally", None)
     if tally is not None:

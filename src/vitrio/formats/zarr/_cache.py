@@ -5,6 +5,11 @@ first; the others wait for it, and have it as soon as it is decoded. Past its ca
 recently used chunks are dropped; a capacity of 0 keeps none (chunks are
 still shared by the threads that asked for them at the same time). A chunk
 counts as the whole buffer it views, which keeping it keeps alive.
+
+Each chunk asked for counts, in the counters of the loader whose task asks
+(`add_count`), as a hit (kept, or being decoded by another thread) or a
+miss, with the bytes a miss decoded: a loader's `stats()` shows whether
+its cache holds what its epochs read again.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from ..._config import configuration
+from ..._counters import add_count
 
 __all__ = ["ChunkCache", "held_bytes"]
 
@@ -39,7 +45,7 @@ class ChunkCache:
 
     Args:
         capacity: How many bytes of decoded chunks to keep; None: the configuration's
-            `zarr_cache_bytes`, as in force when the cache is first used.
+            `zarr_cache_bytes`, as in force each time a chunk is kept.
 
     Raises:
         ValueError: If `capacity` is negative.
@@ -57,9 +63,7 @@ class ChunkCache:
     @property
     def capacity(self) -> int:
         """How many bytes of decoded chunks are kept at most."""
-        if self._capacity is None:
-            self._capacity = configuration().zarr_cache_bytes
-        return self._capacity
+        return configuration().zarr_cache_bytes if self._capacity is None else self._capacity
 
     @property
     def nbytes(self) -> int:
@@ -91,11 +95,15 @@ class ChunkCache:
                     waiting.append((key, self._loading[key]))
                 else:
                     mine[key] = self._loading[key] = Future()
+        add_count("zarr_chunk_hits", len(found) + len(waiting))
         if mine:
+            add_count("zarr_chunk_misses", len(mine))
+            capacity = self.capacity
             try:
                 for key, chunk in load(list(mine)):
+                    add_count("zarr_decoded_bytes", chunk.nbytes)
                     with self._lock:
-                        self._keep(key, chunk)
+                        self._keep(key, chunk, capacity)
                         del self._loading[key]
                     mine.pop(key).set_result(chunk)
                     found[key] = chunk
@@ -110,13 +118,13 @@ class ChunkCache:
             found[key] = future.result()
         return found
 
-    def _keep(self, key: Hashable, chunk: np.ndarray) -> None:
+    def _keep(self, key: Hashable, chunk: np.ndarray, capacity: int) -> None:
         size = held_bytes(chunk)
-        if size > self.capacity:
+        if size > capacity:
             return
         self._chunks[key] = chunk
         self._bytes += size
-        while self._bytes > self.capacity:
+        while self._bytes > capacity:
             _, dropped = self._chunks.popitem(last=False)
             self._bytes -= held_bytes(dropped)
 
