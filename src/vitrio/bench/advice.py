@@ -4,7 +4,9 @@ The model of an image's time, on one thread: opening its file (once a batch
 per file, so a share of an open when files are many and no reader is kept
 open), reading it from disk (cold less warm), decoding and converting it
 (warm less copying), and copying it (its bytes at one thread's memcpy rate).
-Threads share the disk and split the rest, up to the cores.
+Threads share the disk and split the rest, up to the cores. An OME-Zarr
+store decodes each chunk it reads: the chunk cache holds the chunks an
+epoch reads again only if it is as large as the stores' decoded bytes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ BATCH = 256
 """The batch size the model assumes: a shuffled batch opens up to this many files."""
 CACHE = 1024
 """The most readers recommended to keep open."""
+MIB = 1 << 20
+ZARR_SPARE = 1.25
+"""The chunk cache recommended, as a multiple of the stores' decoded bytes: room for chunks that reach
+past a volume's edges."""
 
 
 def size(count: float) -> str:
@@ -159,16 +165,47 @@ def _convert(figures: dict[str, Any], parts: dict[str, float]) -> dict[str, Any]
     return {"setting": "convert", "value": True, "reason": why}
 
 
+def _zarr_cache(figures: dict[str, Any]) -> dict[str, Any]:
+    zarr, memory = figures["zarr"], figures["machine"]["memory"]
+    now, needed, misses = zarr["cache_bytes"], zarr["working_set"], zarr["warm_misses"]
+    value = -(-int(needed * ZARR_SPARE) // MIB) * MIB
+    thrashing = misses > 0 or needed > now
+    if misses:
+        state = f"the chunk cache ({size(now)}) thrashes: the sample read again decoded {misses:,} chunks"
+    elif needed > now:
+        state = f"the chunk cache ({size(now)}) thrashes: it holds less than the stores' decoded chunks"
+    else:
+        state = f"the chunk cache ({size(now)}) holds the stores' decoded chunks"
+    if not thrashing:
+        value = now
+        why = f"{state} ({size(needed)}): the epochs after the first decode nothing"
+    elif value > memory / 2:
+        why = (
+            f"{state} ({size(needed)}), more than half the memory available ({size(memory)}): read the "
+            "subvolumes of one store (or one region) together, so that an epoch reads each chunk once"
+        )
+        value = now
+    else:
+        why = (
+            f"{state} ({size(needed)}): set zarr_cache_bytes={value} (vio.configure, or the environment "
+            f"variable VITRIO_ZARR_CACHE_BYTES={value}) so that later epochs decode nothing"
+        )
+    return {"setting": "zarr_cache_bytes", "value": value, "thrashing": thrashing, "reason": why}
+
+
 def advise(figures: dict[str, Any]) -> list[dict[str, Any]]:
     """The settings to read the dataset with, each a dict of setting, value and reason (and the
-    scratch's budget in bytes)."""
+    scratch's budget in bytes); the OME-Zarr chunk cache's last, where the dataset has stores."""
     parts = _parts(figures)
     scratch = _scratch(figures)
     fits = scratch["value"] != "none"
-    return [
+    settings = [
         _workers(figures, parts, fits),
         _cache(figures, parts),
         scratch,
         _read_ahead(parts),
         _convert(figures, parts),
     ]
+    if figures.get("zarr"):
+        settings.append(_zarr_cache(figures))
+    return settings

@@ -10,8 +10,12 @@ reader opens it, so a FIFO or a link in a store is passed over), reads up to
 16 of the images the dataset reads on one thread (cold), reads them again
 (warm), and opens the file alone. With one thread's memcpy rate, that splits the time of
 an image into opening, disk, decoding and copying, and gives the images a
-second to expect on 1, 2 and N threads. `advise` turns the figures into the
-settings to read with, each with its reason. It writes nothing.
+second to expect on 1, 2 and N threads. An OME-Zarr store's sample starts
+with the process's chunk cache emptied, and the cache's misses are counted
+in each pass: misses in the warm pass, over chunks the cold pass decoded,
+say the cache (`zarr_cache_bytes`) is too small for even the sample. `advise`
+turns the figures into the settings to read with, each with its reason. It
+writes nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from vitrio._fs import open_beneath, open_readonly
 from vitrio._locations import index_locations
 from vitrio._providers import NO_LAYOUT
 from vitrio._storage import is_url
+from vitrio.formats.zarr import OmeZarrFormat
 
 from .advice import advise, expected_rates
 from .workloads import memcpy_rate
@@ -65,7 +70,8 @@ class Dataset:
 @dataclasses.dataclass
 class Sample:
     """What reading some images of one file took, on one thread: seconds to open it, and seconds an
-    image cold (its pages evicted first) and warm, the opens left out."""
+    image cold (its pages evicted first) and warm, the opens left out; and the OME-Zarr chunks decoded
+    (their bytes) in the cold pass and missed in the warm one (0 for other formats)."""
 
     key: str
     format: str
@@ -77,6 +83,8 @@ class Sample:
     open_seconds: float
     cold_seconds: float
     warm_seconds: float
+    chunk_bytes_cold: int = 0
+    chunk_misses_warm: int = 0
 
 
 def _is_store(path: Path) -> bool:
@@ -227,7 +235,12 @@ def _sample(key: str, wanted: np.ndarray | None) -> Sample:
         return max(perf_counter() - begun - opens * open_seconds, 1e-9) * scale / count
 
     _evict(key)
+    if _kind(key) == "store":
+        OmeZarrFormat.chunk_cache.clear()
+    loader.counters.reset()
     cold = read()
+    decoded = loader.counters.stats(reset=True).zarr_decoded_bytes
+    warm = read()
     return Sample(
         key=key,
         format=format_name,
@@ -238,7 +251,9 @@ def _sample(key: str, wanted: np.ndarray | None) -> Sample:
         stored_bytes=math.prod(core) * descriptor.data_type.dtype.itemsize,
         open_seconds=open_seconds,
         cold_seconds=cold,
-        warm_seconds=read(),
+        warm_seconds=warm,
+        chunk_bytes_cold=decoded,
+        chunk_misses_warm=loader.counters.stats().zarr_chunk_misses,
     )
 
 
@@ -275,8 +290,9 @@ def diagnose(
         Plain values, which JSON takes: `dataset` (files, images, bytes on disk and as images, by
         kind of file), `machine` (memcpy rate, memory, the scratch directory's free space,
         threads), `formats` (what the sample took, by format), `time_shares` (where an image's time
-        goes), `expected` (images a second for 1, 2 and N threads, cold and warm) and
-        `recommendations` (setting, value, reason).
+        goes), `expected` (images a second for 1, 2 and N threads, cold and warm), `zarr` (for
+        OME-Zarr stores: the chunk cache's bytes, the stores' decoded bytes, the sample's chunk
+        misses in its warm pass) and `recommendations` (setting, value, reason).
 
     Raises:
         ValueError, FileNotFoundError: As `find_dataset` raises them, or a sampled file is malformed.
@@ -353,6 +369,17 @@ def _figures(dataset: Dataset, samples: list[Sample], machine: dict[str, Any]) -
         }
     per_image = _mean(samples, weights)
     images = sum(part["images"] for part in kinds.values())
+    stores = [s for s in samples if _kind(s.key) == "store"]
+    zarr = {}
+    if stores:
+        sampled = max(s.chunk_bytes_cold for s in stores)
+        each = sum(s.stored_bytes for s in stores) / len(stores)
+        zarr = {
+            "cache_bytes": OmeZarrFormat.chunk_cache.capacity,
+            "working_set": max(round(kinds["store"]["images"] * each), sampled),
+            "sample_decoded_bytes": sampled,
+            "warm_misses": sum(s.chunk_misses_warm for s in stores),
+        }
     return {
         "dataset": {
             "files": len(dataset.indices),
@@ -365,4 +392,5 @@ def _figures(dataset: Dataset, samples: list[Sample], machine: dict[str, Any]) -
         "sample": {"files": len(samples), "images": sum(s.images for s in samples)},
         "formats": formats,
         "per_image": per_image,
+        "zarr": zarr,
     }
