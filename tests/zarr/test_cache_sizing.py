@@ -3,7 +3,9 @@ counted in a DataLoader's stats."""
 
 from __future__ import annotations
 
+import io
 import os
+import sys
 
 import numpy as np
 
@@ -14,12 +16,12 @@ from vitrio.formats.zarr import OmeZarrFormat
 from .conftest import CHUNKS, SHAPE
 
 
-def _epochs(path, values, epochs: int) -> list[vio.data.LoaderStats]:
+def _epochs(path, values, epochs: int, progress: bool = False) -> list[vio.data.LoaderStats]:
     """The stats of each epoch of a DataLoader over patches of the store's whole volume."""
     centres = [[z, y, x] for z in (8, 24) for y in (8, 40, 72) for x in (8, 40, 72)]
     source = vio.data.PatchSource([str(path)] * len(centres), centres, (16, 16, 16), "float32")
     loader = vio.data.DataLoader(
-        vio.data.Dataset({"image": source}), batch_size=6, loader=vio.loader(workers=2)
+        vio.data.Dataset({"image": source}), batch_size=6, loader=vio.loader(workers=2), progress=progress
     )
     found = []
     for _ in range(epochs):
@@ -48,6 +50,19 @@ def test_a_second_epoch_finds_its_chunks_in_the_cache_and_the_stats_say_so(tomog
     figures = second.as_dict()
     assert figures["reads/zarr_chunk_misses"] == 0
     assert figures["reads/zarr_chunk_hits"] == second.reads.zarr_chunk_hits
+
+
+def test_the_progress_line_shows_the_share_of_chunks_decoded(tomogram, monkeypatch):
+    path, values = tomogram
+    OmeZarrFormat.clear_cache()
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    lines = []
+    for _ in range(2):
+        monkeypatch.setattr(sys, "stderr", io.StringIO())
+        _epochs(path, values, 1, progress=True)
+        lines.append(sys.stderr.getvalue().rstrip("\n").split("\r")[-1])
+    assert "chunks decoded 100%" in lines[0]
+    assert lines[1].endswith("chunks decoded 0%")
 
 
 def test_a_cache_too_small_misses_in_every_epoch_and_configure_changes_it_at_once(tomogram):

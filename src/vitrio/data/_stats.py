@@ -176,12 +176,16 @@ class _TqdmBar:
 
 
 def _figures(stats: LoaderStats) -> str:
-    return f"{stats.images_per_second:,.0f} images/s, waiting for data {stats.waiting_share:.0%}"
+    shown = f"{stats.images_per_second:,.0f} images/s, waiting for data {stats.waiting_share:.0%}"
+    reads = stats.reads
+    asked = reads.zarr_chunk_hits + reads.zarr_chunk_misses
+    return f"{shown}, chunks decoded {reads.zarr_chunk_misses / asked:.0%}" if asked else shown
 
 
 def progress_bar(total: int | None) -> _TqdmBar | _TextBar:
-    """A bar of an epoch's batches on standard error, showing images a second and the share of the time
-    the program waited for data: tqdm's where it is installed, else a line of text."""
+    """A bar of an epoch's batches on standard error, showing images a second, the share of the time
+    the program waited for data and, where OME-Zarr chunks were read, the share of them decoded (not
+    found in the chunk cache): tqdm's where it is installed, else a line of text."""
     try:
         import tqdm
     except ModuleNotFoundError as error:
