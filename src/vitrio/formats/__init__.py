@@ -5,8 +5,8 @@ A format is a `Format` subclass registered with `register_format`; see
 file finds its format. A format reads a file's bytes through the
 `ByteSource` it is given, local or at a URL alike. Importing this package registers the built-in
 formats of `_BUILT_IN`, in the order they are tried: OME-Zarr
-(`OmeZarrFormat`, of `vitrio.formats.zarr`) where the `zarr` extra is
-installed, its stores claimed by key before any file is opened; EER before
+(`OmeZarrFormat`, of `vitrio.formats.zarr`; reading needs no zarr), its
+stores claimed by key before any file is opened; EER before
 TIFF, as an EER file is a TIFF container; then MRC and DM.
 `PartialFile` and `new_file` are how a format's writer creates its
 file: privately beside its path, moved there when complete; `writing_in`
@@ -44,10 +44,10 @@ from .dm import DigitalMicrographFormat
 from .eer import EerFormat
 from .mrc import MrcFormat
 from .tiff import TiffFormat
-from .zarr import OmeZarrFormat, zarr_installed
+from .zarr import OmeZarrFormat
 
 _BUILT_IN: tuple[type[Format], ...] = (
-    *((OmeZarrFormat,) if zarr_installed() else ()),
+    OmeZarrFormat,
     EerFormat,
     TiffFormat,
     MrcFormat,

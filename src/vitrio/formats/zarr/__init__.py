@@ -1,4 +1,4 @@
-"""OME-Zarr images (NGFF 0.4 and 0.5, Zarr v2 and v3), local or in object storage: the `zarr` extra.
+"""OME-Zarr images (NGFF 0.4 and 0.5, Zarr v2 and v3), local or in object storage.
 
 A key names an image group and optionally a scale level: `tomo.zarr`
 (level 0, the finest), `tomo.zarr#2` or `tomo.zarr#scale=2` (level 2, the
@@ -20,10 +20,14 @@ with the options of the `Storage` it is opened through (fsspec's
 by its configuration. `OmeZarrFormat.configured` sets the scale level, the
 cache's size and the writing options.
 
-The format registers where the extra is installed; its modules import
-zarr, numcodecs and fsspec when a store is first opened or written, so
-that `import vitrio` stays quick. Writing makes a local NGFF 0.4 store (Zarr v2) with a pyramid of `levels`
-levels, `chunks` and a compression; see `_writer`. Modules: `_keys` (key
+The format is always registered. Reading needs no zarr package (its
+metadata is parsed and its chunks decoded here, so it works beside zarr 2):
+numcodecs decodes the compressors other than gzip and zlib, google-crc32c
+checks crc32c checksums (of sharded arrays), fsspec fetches remote stores
+(the `zarr-read` extra). Writing needs zarr 3 (the `zarr` extra). Each is
+imported when first needed, so that `import vitrio` stays quick. Writing
+makes a local NGFF 0.4 store (Zarr v2) with a pyramid of `levels` levels,
+`chunks` and a compression; see `_writer`. Modules: `_keys` (key
 spelling), `_ngff` (NGFF metadata), `_store` (fetching), `_metadata` (Zarr
 metadata), `_codecs` (decoding), `_cache` (the chunk cache), `_reader`,
 `_writer`. Hostile stores are bounded: nothing under a local store is read
@@ -34,7 +38,6 @@ more chunks than it returns values (see `_reader`).
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
@@ -53,8 +56,14 @@ __all__ = ["OmeZarrFormat", "OmeZarrReader", "OmeZarrWriter", "ChunkCache", "par
 
 
 def zarr_installed() -> bool:
-    """Whether the `zarr` extra (zarr, numcodecs, fsspec) is installed, found without importing it."""
-    return all(importlib.util.find_spec(name) is not None for name in ("zarr", "numcodecs", "fsspec"))
+    """Whether zarr 3, which writing a store needs (the `zarr` extra), can be imported; reading needs
+    no zarr."""
+    try:
+        import zarr
+    except ImportError:
+        return False
+    major = str(getattr(zarr, "__version__", "")).partition(".")[0]
+    return major.isdigit() and int(major) >= 3
 
 
 class OmeZarrFormat(Format):
@@ -190,10 +199,17 @@ class OmeZarrFormat(Format):
 
         Raises:
             ValueError: If `key` is a URL or names a level, or the descriptor or an option does not fit.
+            ModuleNotFoundError: If zarr 3 is not installed (`pip install 'vitrio[zarr]'`).
         """
         parsed = parse_key(key)
         if parsed.remote or parsed.level is not None:
             raise ValueError(f"{key}: OME-Zarr stores are written to local paths, without a level")
+        if not zarr_installed():
+            raise ModuleNotFoundError(
+                f"{key}: writing OME-Zarr needs zarr 3 or later, which is not installed (reading needs no "
+                "zarr): pip install 'vitrio[zarr]'",
+                name="zarr",
+            )
         size = cls.voxel_size if voxel_size is None else voxel_size
         return OmeZarrWriter(key, descriptor, cls.levels, cls.chunks, cls.codec, size)
 

@@ -23,6 +23,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._metadata import ArrayMetadata, Codec
+
 __all__ = ["CODECS", "ChunkCodec", "codec_names", "chunk_codec"]
 
 CODECS = frozenset(
@@ -66,24 +68,17 @@ class _Stage(NamedTuple):
     bound: Callable[[int], int]
 
 
-def _name(codec: Any) -> str:
-    return str(codec.to_dict()["name"]).removeprefix("numcodecs.")
-
-
-def codec_names(metadata: Any) -> list[str]:
+def codec_names(metadata: ArrayMetadata) -> list[str]:
     """The names of the codecs of an array's metadata (v2 filters and compressor, or v3 codecs)."""
-    if getattr(metadata, "zarr_format", None) == 2:
-        codecs = [*(metadata.filters or ()), *([metadata.compressor] if metadata.compressor else [])]
-        return [str(codec.codec_id) for codec in codecs]
-    return _v3_names(metadata.codecs)
+    return _names(metadata.codecs)
 
 
-def _v3_names(codecs: Sequence[Any]) -> list[str]:
+def _names(codecs: Sequence[Codec]) -> list[str]:
     names = []
     for codec in codecs:
-        names.append(_name(codec))
-        if names[-1] == "sharding_indexed":  # the codecs of the inner chunks, and of the index
-            names += _v3_names(codec.codecs) + _v3_names(codec.index_codecs)
+        names.append(codec.name)
+        if codec.name == "sharding_indexed":  # the codecs of the inner chunks, and of the index
+            names += _names(codec.configuration["codecs"]) + _names(codec.configuration["index_codecs"])
     return names
 
 
@@ -132,13 +127,30 @@ def _inflate(buf: Any, wbits: int, nbytes: int) -> bytes:
     return data
 
 
-def _decompressor(name: str) -> Callable[[Any, int], Any]:
-    import numcodecs
+def _numcodecs(name: str, configuration: dict[str, Any]) -> Any:
+    """numcodecs' codec `name` configured as `configuration`.
 
+    Raises:
+        ValueError: If numcodecs is not installed, or the configuration is not one it takes.
+    """
+    try:
+        import numcodecs
+    except ModuleNotFoundError:
+        raise ValueError(
+            f"uses codec {name!r}, read with numcodecs, which is not installed: "
+            "pip install 'vitrio[zarr-read]'"
+        ) from None
+    try:
+        return numcodecs.get_codec({**configuration, "id": name})
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"a codec {name!r} configured as {configuration!r}: {error}") from None
+
+
+def _decompressor(name: str) -> Callable[[Any, int], Any]:
     if name in ("gzip", "zlib"):
         wbits = 31 if name == "gzip" else 15
         return lambda buf, size: _inflate(buf, wbits, size)
-    codec = numcodecs.get_codec({"id": name})
+    codec = _numcodecs(name, {})
 
     def decode(buf: Any, size: int) -> Any:
         buf = memoryview(buf).cast("B")
@@ -150,29 +162,41 @@ def _decompressor(name: str) -> Callable[[Any, int], Any]:
     return decode
 
 
-def _crc32c(buf: Any, size: int) -> Any:
-    import google_crc32c
+def _crc32c() -> Callable[[Any, int | None], Any]:
+    """The check of a crc32c checksum (with google-crc32c), stripping it.
 
-    data = bytes(buf)
-    if len(data) < 4 or google_crc32c.value(data[:-4]) != int.from_bytes(data[-4:], "little"):
-        raise ValueError("its crc32c checksum does not match")
-    return data[:-4]
+    Raises:
+        ValueError: If google-crc32c is not installed.
+    """
+    try:
+        import google_crc32c
+    except ModuleNotFoundError:
+        raise ValueError(
+            "uses codec 'crc32c', read with google-crc32c, which is not installed: "
+            "pip install 'vitrio[zarr-read]'"
+        ) from None
+
+    def check(buf: Any, size: int | None) -> Any:
+        data = bytes(buf)
+        if len(data) < 4 or google_crc32c.value(data[:-4]) != int.from_bytes(data[-4:], "little"):
+            raise ValueError("its crc32c checksum does not match")
+        return data[:-4]
+
+    return check
 
 
 def _stage(name: str, configuration: dict[str, Any]) -> _Stage:
     """The stage of the bytes codec `name` (numcodecs' id) configured as `configuration`."""
-    import numcodecs
-
     if name in _COMPRESSORS:
         return _Stage(name, _decompressor(name), lambda n: None, lambda n: n + n // 16 + (1 << 16))
     if name in _CHECKSUMS:
-        check = _crc32c if name == "crc32c" else numcodecs.get_codec({**configuration, "id": name}).decode
+        check = _crc32c() if name == "crc32c" else _numcodecs(name, configuration).decode
         return _Stage(name, check, lambda n: None if n is None else n + 4, lambda n: n + 4)
     if name == "shuffle":
-        shuffle = numcodecs.get_codec({**configuration, "id": name})
+        shuffle = _numcodecs(name, configuration)
         return _Stage(name, lambda buf, size: shuffle.decode(buf), lambda n: n, lambda n: n)
     if name == "delta":
-        delta = numcodecs.get_codec({**configuration, "id": name})
+        delta = _numcodecs(name, configuration)
         before, after = np.dtype(delta.dtype).itemsize, np.dtype(delta.astype).itemsize
         return _Stage(
             name,
@@ -209,11 +233,10 @@ def _chain(
     return decode, stored, bound
 
 
-def _v2(metadata: Any, shape: tuple[int, ...]) -> ChunkCodec:
-    dtype = np.dtype(metadata.dtype.to_native_dtype())
+def _v2(metadata: ArrayMetadata, shape: tuple[int, ...]) -> ChunkCodec:
+    dtype = metadata.dtype
     nbytes = int(np.prod(shape)) * dtype.itemsize
-    codecs = [*(metadata.filters or ()), *([metadata.compressor] if metadata.compressor else [])]
-    stages = [_stage(str(c.codec_id), c.get_config()) for c in codecs]
+    stages = [_stage(c.name, c.configuration) for c in metadata.codecs]
     decode_bytes, stored, limit = _chain(stages, nbytes, nbytes)
     order = metadata.order
 
@@ -223,19 +246,23 @@ def _v2(metadata: Any, shape: tuple[int, ...]) -> ChunkCodec:
     return ChunkCodec(decode, limit, stored, 1)
 
 
-def _v3(codecs: Sequence[Any], shape: tuple[int, ...], dtype: np.dtype, fill: Any) -> ChunkCodec:
+def _v3(codecs: Sequence[Codec], shape: tuple[int, ...], dtype: np.dtype, fill: Any) -> ChunkCodec:
     """The decoding of chunks of `shape` through the Zarr v3 `codecs`."""
     orders = []
-    while codecs and _name(codecs[0]) == "transpose":
-        order = tuple(int(i) for i in codecs[0].order)
+    while codecs and codecs[0].name == "transpose":
+        order = tuple(codecs[0].configuration.get("order") or ())
+        if sorted(order) != list(range(len(shape))) or not all(type(i) is int for i in order):
+            raise ValueError(f"a transpose to {order}, not an order of the {len(shape)} axes")
         orders.append(order)
         shape = tuple(shape[i] for i in order)
         codecs = codecs[1:]
     if not codecs:
         raise ValueError("no codec turning an array into bytes")
     first, rest = codecs[0], codecs[1:]
-    if _name(first) == "bytes":
-        endian = getattr(first.endian, "value", first.endian) or "little"
+    if first.name == "bytes":
+        endian = first.configuration.get("endian") or "little"
+        if endian not in ("little", "big"):
+            raise ValueError(f"bytes of endian {endian!r}, not 'little' or 'big'")
         stored_type = dtype.newbyteorder("<" if endian == "little" else ">")
         nbytes = int(np.prod(shape)) * dtype.itemsize
 
@@ -243,12 +270,12 @@ def _v3(codecs: Sequence[Any], shape: tuple[int, ...], dtype: np.dtype, fill: An
             return np.frombuffer(buf, dtype=stored_type).reshape(shape)
 
         size, bound, pieces = nbytes, nbytes, 1
-    elif _name(first) == "sharding_indexed":
+    elif first.name == "sharding_indexed":
         to_array, bound, pieces = _shards(first, shape, dtype, fill)
         size = None
     else:
-        raise ValueError(f"uses codec {_name(first)!r}, not read (only {sorted(CODECS)})")
-    stages = [_stage(_name(c), dict(c.to_dict().get("configuration") or {})) for c in rest]
+        raise ValueError(f"uses codec {first.name!r}, not read (only {sorted(CODECS)})")
+    stages = [_stage(c.name, c.configuration) for c in rest]
     decode_bytes, stored, limit = _chain(stages, size, bound)
 
     def decode(buf: Any) -> np.ndarray:
@@ -261,20 +288,28 @@ def _v3(codecs: Sequence[Any], shape: tuple[int, ...], dtype: np.dtype, fill: An
 
 
 def _shards(
-    codec: Any, shape: tuple[int, ...], dtype: np.dtype, fill: Any
+    codec: Codec, shape: tuple[int, ...], dtype: np.dtype, fill: Any
 ) -> tuple[Callable[[Any], np.ndarray], int, int]:
     """Decoding shards of `shape`: the function, the most bytes a shard takes, its inner chunks."""
-    inner_shape = tuple(int(n) for n in codec.chunk_shape)
-    if len(inner_shape) != len(shape) or any(n < 1 or s % n for s, n in zip(shape, inner_shape)):
+    configuration = codec.configuration
+    inner_shape = tuple(configuration.get("chunk_shape") or ())
+    if (
+        not all(type(n) is int for n in inner_shape)
+        or len(inner_shape) != len(shape)
+        or any(n < 1 or s % n for s, n in zip(shape, inner_shape))
+    ):
         raise ValueError(f"shards of {shape} values do not split into inner chunks of {inner_shape}")
     grid = tuple(s // n for s, n in zip(shape, inner_shape))
     count = int(np.prod(grid))
-    inner = _v3(list(codec.codecs), inner_shape, dtype, fill)
-    index = _v3(list(codec.index_codecs), (*grid, 2), np.dtype(np.uint64), 0)
+    inner = _v3(configuration["codecs"], inner_shape, dtype, fill)
+    index = _v3(configuration["index_codecs"], (*grid, 2), np.dtype(np.uint64), 0)
     index_bytes = index.stored
     if index_bytes is None:
         raise ValueError("a shard index whose size is not known (compressed), not read")
-    at_end = getattr(codec.index_location, "value", codec.index_location) == "end"
+    location = configuration.get("index_location", "end")
+    if location not in ("start", "end"):
+        raise ValueError(f"a shard index at {location!r}, not 'start' or 'end'")
+    at_end = location == "end"
 
     def decode(buf: Any) -> np.ndarray:
         buf = memoryview(buf).cast("B")
@@ -296,12 +331,12 @@ def _shards(
     return decode, index_bytes + count * inner.limit, count * inner.pieces
 
 
-def chunk_codec(metadata: Any, chunk_shape: tuple[int, ...], fill: Any) -> ChunkCodec:
+def chunk_codec(metadata: ArrayMetadata, chunk_shape: tuple[int, ...], fill: Any) -> ChunkCodec:
     """How chunks (shards) of `chunk_shape` of an array of `metadata` decode.
 
     Raises:
         ValueError: If the array uses a codec not read, or one whose decoded size is not known.
     """
-    if getattr(metadata, "zarr_format", None) == 2:
+    if metadata.zarr_format == 2:
         return _v2(metadata, chunk_shape)
-    return _v3(list(metadata.codecs), chunk_shape, np.dtype(metadata.dtype.to_native_dtype()), fill)
+    return _v3(metadata.codecs, chunk_shape, metadata.dtype, fill)

@@ -26,7 +26,7 @@ from ..._types import ImageDescriptor, as_numerical_type
 from .._contract import FormatError, ImageReader
 from ._cache import ChunkCache
 from ._codecs import CODECS, ChunkCodec, chunk_codec, codec_names
-from ._metadata import array_metadata, group_attributes
+from ._metadata import ArrayMetadata, array_metadata, group_attributes
 from ._ngff import parse_multiscales
 from ._store import Store
 
@@ -114,16 +114,16 @@ def open_level(store: Store, level: int) -> Level:
     unsafe = [name for name in codec_names(metadata) if name not in CODECS]
     if unsafe:
         raise FormatError(f"{where}: uses codecs {unsafe}, not read (only {sorted(CODECS)})")
+    dtype = metadata.dtype
     try:
-        dtype = np.dtype(metadata.dtype.to_native_dtype())
         data_type = as_numerical_type(dtype)
-    except (TypeError, AttributeError):
-        raise FormatError(f"{where}: holds values of type {metadata.dtype}, not numbers") from None
-    shape = tuple(int(n) for n in metadata.shape)
+    except TypeError:
+        raise FormatError(f"{where}: holds values of type {metadata.data_type}, not numbers") from None
+    shape = metadata.shape
     if len(shape) != len(multiscale.axes):
         raise FormatError(f"{where}: has {len(shape)} axes, the metadata names {len(multiscale.axes)}")
     chunks = _chunk_shape(metadata, shape, dtype.itemsize, where)
-    fill = np.asarray(metadata.fill_value if metadata.fill_value is not None else 0).astype(dtype)
+    fill = metadata.fill_value
     try:
         codec = chunk_codec(metadata, chunks, fill)
     except ValueError as error:
@@ -141,13 +141,11 @@ def open_level(store: Store, level: int) -> Level:
     )
 
 
-def _chunk_shape(metadata: Any, shape: tuple[int, ...], itemsize: int, where: str) -> tuple[int, ...]:
+def _chunk_shape(
+    metadata: ArrayMetadata, shape: tuple[int, ...], itemsize: int, where: str
+) -> tuple[int, ...]:
     """The extents of the array's chunks (shards), refused if too large or far larger than the array."""
-    grid = getattr(metadata, "chunk_grid", None)
-    chunks = getattr(grid, "chunk_shape", None) if metadata.zarr_format == 3 else metadata.chunks
-    if chunks is None:
-        raise FormatError(f"{where}: a chunk grid {grid!r}, not read (only regular grids)")
-    chunks = tuple(int(n) for n in chunks)
+    chunks = metadata.chunks
     nbytes = math.prod(chunks) * itemsize
     if len(chunks) != len(shape) or min(chunks, default=1) < 1 or nbytes > MAX_CHUNK_BYTES:
         raise FormatError(f"{where}: chunks of {chunks} values, not read (at most {MAX_CHUNK_BYTES} bytes)")
