@@ -16,7 +16,29 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["THREADS", "Configuration", "configuration", "configure", "open_files"]
+__all__ = ["THREADS", "Configuration", "configuration", "configure", "open_files", "usable_memory"]
+
+
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+"""Where a Linux control group (v2, then v1) says how much memory its processes may use."""
+
+
+def usable_memory() -> int:
+    """The bytes of memory the process may use: the machine's physical memory, or less where its control
+    group's memory limit or its limit on address space (`ulimit -v`) is lower."""
+    limits = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path, "rb") as limit:
+                text = limit.read(64).strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft)
+    return min(limits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +75,7 @@ class Configuration:
             kernel is told will be read.
         zarr_cache_bytes: The most bytes of decoded OME-Zarr chunks kept, shared by a process's
             stores: the cache holds the chunks read last up to it. By default a quarter of the
-            machine's physical memory, at least 256 MiB.
+            memory the process may use (`usable_memory`), at least 256 MiB.
         zarr_chunks_at_once: How many chunks of an OME-Zarr level one read fetches and holds at a time.
         zarr_levels_kept: How many opened OME-Zarr scale levels (their metadata) a process keeps, so
             that opening one again reads no metadata (a local one's stamp is still checked).
@@ -96,7 +118,7 @@ class Configuration:
     split_bytes: int = 64 << 20
     split_parts: int = 8
     scratch_hinted_ahead: int = 4
-    zarr_cache_bytes: int = max(256 << 20, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4)
+    zarr_cache_bytes: int = max(256 << 20, usable_memory() // 4)
     zarr_chunks_at_once: int = 64
     zarr_levels_kept: int = 64
     chunk_bytes: int = 64 << 20

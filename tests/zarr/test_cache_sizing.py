@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import vitrio as vio
 from vitrio import configuration, configure
+from vitrio._config import usable_memory
 from vitrio.formats.zarr import OmeZarrFormat
 
 from .conftest import CHUNKS, SHAPE
@@ -35,7 +38,20 @@ def _epochs(path, values, epochs: int, progress: bool = False) -> list[vio.data.
 
 def test_the_default_cache_is_a_quarter_of_the_memory_and_at_least_256_mib():
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    assert vio.Configuration().zarr_cache_bytes == max(256 << 20, memory // 4)
+    assert 0 < usable_memory() <= memory
+    assert vio.Configuration().zarr_cache_bytes == max(256 << 20, usable_memory() // 4)
+
+
+@pytest.mark.parametrize(("limit", "expected"), [(8 << 30, 2 << 30), (6 << 29, 3 << 28)])
+def test_a_limit_on_address_space_bounds_the_default_cache(limit, expected):
+    """`ulimit -v` of 8 GiB gives a cache of 2 GiB; of 3 GiB, 768 MiB (on a machine of more memory)."""
+    if usable_memory() < limit:
+        expected = max(256 << 20, usable_memory() // 4)
+    shown = "import vitrio; print(vitrio.Configuration().zarr_cache_bytes)"
+    limited = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit})); {shown}"
+    result = subprocess.run([sys.executable, "-c", limited], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) == expected
 
 
 def test_a_second_epoch_finds_its_chunks_in_the_cache_and_the_stats_say_so(tomogram):
