@@ -1,5 +1,6 @@
 """Reading OME-Zarr needs no zarr package (so it works beside zarr 2, as copick pins): stores zarr 3 writes,
-Zarr v2 and v3, read in an interpreter where zarr cannot be imported give the values they hold; writing
+Zarr v2 and v3, local and over HTTP, read in an interpreter where zarr cannot be imported give the values
+they hold; metadata not understood is refused naming the store; writing
 without zarr 3 is refused with an error naming the extra that installs it."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import zarr
 from zarr.codecs import BytesCodec, GzipCodec, TransposeCodec, ZstdCodec
 
 import vitrio as vio
+
+from .test_http import served  # noqa: F401 (a fixture: the tomogram's store over HTTP)
 
 SHAPE = (20, 30, 28)
 
@@ -99,18 +102,23 @@ def _read_without_zarr(keys: list[str], tmp_path: Path) -> tuple[list[np.ndarray
         return [saved[f"arr_{i}"] for i in range(len(keys))], result.stdout
 
 
-def test_stores_of_zarr_v2_and_v3_read_without_zarr_equal_what_they_hold(tmp_path: Path, tomogram):
+def test_stores_of_zarr_v2_and_v3_read_without_zarr_equal_what_they_hold(
+    tmp_path: Path,
+    tomogram,
+    served,  # noqa: F811 (the fixture imported)
+):
     values = np.random.default_rng(3).normal(size=SHAPE).astype(np.float32)
     integers = np.random.default_rng(4).integers(-1000, 1000, size=SHAPE, dtype=np.int16)
     old = v2_store(tmp_path / "old.zarr", values)
     new = v3_store(tmp_path / "new.zarr", integers)
-    ours, tomogram_values = tomogram  # written by vitrio: Zarr v2, zstd
-    keys = [str(old), str(new), f"{new}#1", str(ours)]
+    ours, tomogram_values = tomogram  # written by vitrio: Zarr v2, zstd; and served over HTTP
+    keys = [str(old), str(new), f"{new}#1", str(ours), served]
     with_zarr = [vio.read(key) for key in keys]
     read, printed = _read_without_zarr(keys, tmp_path)
     unsharded = np.full(SHAPE, -1, np.int16)
     unsharded[:, :, :14] = integers[:, :, :14]
-    for got, expected, same in zip(read, [values, unsharded, integers, tomogram_values], with_zarr):
+    expected_values = [values, unsharded, integers, tomogram_values, tomogram_values]
+    for got, expected, same in zip(read, expected_values, with_zarr, strict=True):
         np.testing.assert_array_equal(got, expected)
         np.testing.assert_array_equal(got, same)
         assert got.dtype == expected.dtype

@@ -206,8 +206,8 @@ class OmeZarrFormat(Format):
             raise ValueError(f"{key}: OME-Zarr stores are written to local paths, without a level")
         if not zarr_installed():
             raise ModuleNotFoundError(
-                f"{key}: writing OME-Zarr needs zarr 3 or later, which is not installed (reading needs no "
-                "zarr): pip install 'vitrio[zarr]'",
+                f"{key}: writing OME-Zarr needs zarr 3 or later, and none is installed here (reading needs "
+                "no zarr): pip install 'vitrio[zarr]'",
                 name="zarr",
             )
         size = cls.voxel_size if voxel_size is None else voxel_size

@@ -249,12 +249,9 @@ def _fill(value: Any, dtype: np.dtype | None) -> np.ndarray | None:
         value = complex(_float(value[0], dtype), _float(value[1], dtype))
     elif dtype.kind in "fc":
         value = _float(value, dtype)
-    elif (
-        dtype.kind == "b"
-        and not isinstance(value, (bool, int))
-        or dtype.kind in "iu"
-        and type(value) is not int
-    ):
+    elif isinstance(value, float) and value.is_integer() and dtype.kind in "biu":
+        value = int(value)
+    elif not isinstance(value, int) or isinstance(value, bool) and dtype.kind != "b":
         raise ValueError(f"a fill value {value!r} for values of type {dtype}")
     return np.array(value, dtype)
 
