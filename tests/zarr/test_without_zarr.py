@@ -162,3 +162,20 @@ def test_metadata_not_understood_is_refused_naming_the_store(tmp_path: Path, cha
     metadata.write_text(json.dumps({**document, **change}))
     with pytest.raises(vio.FormatError, match=rf"odd\.zarr: .*{complaint}"):
         vio.read(str(store))
+
+
+def test_an_integral_float_fill_value_of_integers_is_read(tmp_path: Path):
+    store = tmp_path / "filled.zarr"
+    group = zarr.open_group(str(store), mode="w", zarr_format=3)
+    group.create_array("0", shape=SHAPE, chunks=(10, 10, 10), dtype=np.int16, fill_value=5)
+    group.attrs["ome"] = {"version": "0.5", "multiscales": [_multiscale("0")]}
+    metadata = store / "0" / "zarr.json"
+    metadata.write_text(json.dumps({**json.loads(metadata.read_text()), "fill_value": 3.0}))
+    np.testing.assert_array_equal(vio.read(str(store)), np.full(SHAPE, 3, np.int16))
+
+
+def test_a_compressed_store_without_numcodecs_is_refused_naming_the_extra(tmp_path: Path, monkeypatch):
+    store = v2_store(tmp_path / "blosc.zarr", np.zeros(SHAPE, np.float32))
+    monkeypatch.setitem(sys.modules, "numcodecs", None)
+    with pytest.raises(vio.FormatError, match=r"blosc\.zarr: .*numcodecs.*vitrio\[zarr-read\]"):
+        vio.read(str(store))
