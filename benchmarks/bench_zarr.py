@@ -10,7 +10,8 @@ three ways, with each number of threads:
 - vitrio: `vio.read_patches_async` in batches of 32 crops, on a loader of
   that many threads, with a chunk cache of its own for each run: as large as
   the tomogram (`--cache-mib`; a training run over a tomogram sets that), and
-  the format's default of 256 MiB (`vitrio-256`);
+  256 MiB, the least the default (a quarter of the machine's memory) takes
+  (`vitrio-256`);
 - zarr: `zarr.open_array(...)[z0:z1, y0:y1, x0:x1]` per crop in a loop, zarr's
   own pool and concurrency set to that many threads;
 - dask: `dask.array.from_zarr` sliced per crop, the slices of each batch of 32
@@ -20,11 +21,22 @@ Prints crops per second and vitrio's speed-up over each, then crops per
 CPU-second of this process (all its threads; the S3 server's are not
 counted), which a machine shared with other work changes less; and checks
 that the three read the same values. Needs the `zarr` extra, `moto[server]` and `dask`.
+
+`--copick-like` measures instead what a CryoET training epoch costs at the
+defaults: two float32 tomograms of 256 x 512 x 512 in chunks of 256^3 (zstd;
+`--quick`: 128 x 256 x 256 in chunks of 128^3), 600 subvolumes of 48^3 at
+random centres in a shuffled `DataLoader` of `vio.loader(workers=2)` with no
+format configured, for `--epochs` epochs, the process's chunk cache at its
+default, at a tuned 1 GiB, and at 256 MiB (the old default; `--quick`:
+32 MiB, as short of the smaller tomograms); `--repeats` times each, in turn.
+Prints the median first and later epochs' seconds, and the later epochs'
+chunk misses (`DataLoader.stats`).
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 import time
 
@@ -95,6 +107,73 @@ def run_dask(key, options, origins, crop, threads):
     return first
 
 
+COPICK = {"shape": (256, 512, 512), "chunks": 256, "small_cache": 256 << 20}
+COPICK_QUICK = {"shape": (128, 256, 256), "chunks": 128, "small_cache": 32 << 20}
+SUBVOLUMES, SUBVOLUME = 600, 48
+
+
+def copick_epochs(keys: list[str], centres: np.ndarray, epochs: int) -> tuple[list[float], int]:
+    """Seconds of each epoch of a shuffled DataLoader over the subvolumes at the defaults, and the chunk
+    misses of the epochs after the first."""
+    OmeZarrFormat.clear_cache()
+    images = [keys[i % len(keys)] for i in range(len(centres))]
+    source = vio.data.PatchSource(images, centres, (SUBVOLUME,) * 3, "float32")
+    reading = vio.loader(workers=2)
+    loader = vio.data.DataLoader(
+        vio.data.Dataset({"image": source}), batch_size=8, shuffle=True, loader=reading
+    )
+    seconds, misses = [], 0
+    for _ in range(epochs):
+        started = time.perf_counter()
+        for _batch in loader:
+            pass
+        seconds.append(time.perf_counter() - started)
+        misses += loader.stats.reads.zarr_chunk_misses if len(seconds) > 1 else 0
+    reading.executor.shutdown()
+    OmeZarrFormat.clear_cache()
+    return seconds, misses
+
+
+def copick_like(quick: bool, codec: str, epochs: int, repeats: int) -> None:
+    size = COPICK_QUICK if quick else COPICK
+    shape, chunks = size["shape"], size["chunks"]
+    with tempfile.TemporaryDirectory(prefix="bench-zarr-") as folder:
+        keys = []
+        for number in range(2):
+            os.mkdir(os.path.join(folder, str(number)))
+            keys.append(make_store(os.path.join(folder, str(number)), shape, chunks, codec))
+        rng = np.random.default_rng(2)
+        half = SUBVOLUME // 2
+        centres = np.stack([rng.integers(half, n - half + 1, SUBVOLUMES) for n in shape], axis=1)
+        caches = {
+            f"default ({vio.configuration().zarr_cache_bytes >> 20} MiB)": None,
+            "tuned 1 GiB": 1 << 30,
+            f"{size['small_cache'] >> 20} MiB": size["small_cache"],
+        }
+        print(
+            f"2 tomograms {shape} float32, chunks {chunks}^3 {codec}; {SUBVOLUMES} subvolumes of "
+            f"{SUBVOLUME}^3, batches of 8 on 2 threads; {epochs} epochs, {repeats} runs each"
+        )
+        firsts: dict[str, list[float]] = {name: [] for name in caches}
+        laters: dict[str, list[float]] = {name: [] for name in caches}
+        missed: dict[str, list[int]] = {name: [] for name in caches}
+        for _ in range(repeats):
+            for name, cache in caches.items():
+                changes = {} if cache is None else {"zarr_cache_bytes": cache}
+                with vio.configure(**changes):
+                    seconds, misses = copick_epochs(keys, centres, epochs)
+                firsts[name].append(seconds[0])
+                laters[name] += seconds[1:]
+                missed[name].append(misses)
+        print(f"{'chunk cache':24} {'first epoch s':>14} {'later epoch s':>14} {'later misses':>13}")
+        for name in caches:
+            first, later = statistics.median(firsts[name]), statistics.median(laters[name])
+            print(f"{name:24} {first:14.2f} {later:14.2f} {statistics.median(missed[name]):13.0f}")
+        tuned = statistics.median(laters["tuned 1 GiB"])
+        default = statistics.median(laters[next(iter(caches))])
+        print(f"later epochs at the defaults: {default / tuned:.2f}x the tuned cache's time")
+
+
 def main() -> None:
     parser = benchmark_parser(__doc__, "a small tomogram and few crops")
     parser.add_argument("--threads", type=int, nargs="+", default=[2, 8])
@@ -102,7 +181,13 @@ def main() -> None:
     parser.add_argument("--crops", type=int, help="how many crops (default 256, --quick 64)")
     parser.add_argument("--where", nargs="+", choices=["local", "s3"], default=["local", "s3"])
     parser.add_argument("--cache-mib", type=int, help="vitrio's chunk cache (default: the tomogram's size)")
+    parser.add_argument("--copick-like", action="store_true", help="a CryoET epoch at the defaults instead")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs of each --copick-like run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each --copick-like cache")
     args = parser.parse_args()
+    if args.copick_like:
+        copick_like(args.quick, args.codec, args.epochs, args.repeats)
+        return
     size = QUICK if args.quick else FULL
     count = args.crops or size["crops"]
     crop = size["crop"]
