@@ -60,7 +60,7 @@ def report(figures: dict[str, Any]) -> str:
         value = advice["value"]
         if advice["setting"] == "scratch" and value != "none":
             value = f"{value} ({size(advice['budget'])})"
-        head = f"  {advice['setting']:<11}{value!s:<20} "
+        head = f"  {advice['setting']:<17}{value!s:<20} "
         lines += textwrap.wrap(advice["reason"], 100, initial_indent=head, subsequent_indent=" " * len(head))
     return "\n".join(lines)
 
