@@ -179,3 +179,16 @@ def test_a_compressed_store_without_numcodecs_is_refused_naming_the_extra(tmp_pa
     monkeypatch.setitem(sys.modules, "numcodecs", None)
     with pytest.raises(vio.FormatError, match=r"blosc\.zarr: .*numcodecs.*vitrio\[zarr-read\]"):
         vio.read(str(store))
+
+
+def test_what_metadata_declares_is_quoted_cut_short(tmp_path: Path):
+    store = tmp_path / "long.zarr"
+    group = zarr.open_group(str(store), mode="w", zarr_format=3)
+    group.create_array("0", shape=SHAPE, chunks=(10, 10, 10), dtype=np.float32)
+    group.attrs["ome"] = {"version": "0.5", "multiscales": [_multiscale("0")]}
+    metadata = store / "0" / "zarr.json"
+    long = {"name": "bytes", "configuration": {"endian": "x" * 100_000}}
+    metadata.write_text(json.dumps({**json.loads(metadata.read_text()), "codecs": [long]}))
+    with pytest.raises(vio.FormatError, match=r"long\.zarr: .*endian 'xxx") as caught:
+        vio.read(str(store))
+    assert len(str(caught.value)) < 1000

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._metadata import ArrayMetadata, Codec
+from ._metadata import ArrayMetadata, Codec, brief
 
 __all__ = ["CODECS", "ChunkCodec", "codec_names", "chunk_codec"]
 
@@ -137,13 +137,13 @@ def _numcodecs(name: str, configuration: dict[str, Any]) -> Any:
         import numcodecs
     except ModuleNotFoundError:
         raise ValueError(
-            f"uses codec {name!r}, read with numcodecs, which is not installed: "
+            f"uses codec {brief(name)}, read with numcodecs, which is not installed: "
             "pip install 'vitrio[zarr-read]'"
         ) from None
     try:
         return numcodecs.get_codec({**configuration, "id": name})
     except (TypeError, ValueError, KeyError) as error:
-        raise ValueError(f"a codec {name!r} configured as {configuration!r}: {error}") from None
+        raise ValueError(f"a codec {brief(name)} configured as {brief(configuration)}: {error}") from None
 
 
 def _decompressor(name: str) -> Callable[[Any, int], Any]:
@@ -204,7 +204,7 @@ def _stage(name: str, configuration: dict[str, Any]) -> _Stage:
             lambda n: None if n is None else n // before * after,
             lambda n: n // before * after,
         )
-    raise ValueError(f"uses codec {name!r}, not read (only {sorted(CODECS)})")
+    raise ValueError(f"uses codec {brief(name)}, not read (only {sorted(CODECS)})")
 
 
 def _chain(
@@ -252,7 +252,7 @@ def _v3(codecs: Sequence[Codec], shape: tuple[int, ...], dtype: np.dtype, fill: 
     while codecs and codecs[0].name == "transpose":
         order = tuple(codecs[0].configuration.get("order") or ())
         if sorted(order) != list(range(len(shape))) or not all(type(i) is int for i in order):
-            raise ValueError(f"a transpose to {order}, not an order of the {len(shape)} axes")
+            raise ValueError(f"a transpose to {brief(order)}, not an order of the {len(shape)} axes")
         orders.append(order)
         shape = tuple(shape[i] for i in order)
         codecs = codecs[1:]
@@ -262,7 +262,7 @@ def _v3(codecs: Sequence[Codec], shape: tuple[int, ...], dtype: np.dtype, fill: 
     if first.name == "bytes":
         endian = first.configuration.get("endian") or "little"
         if endian not in ("little", "big"):
-            raise ValueError(f"bytes of endian {endian!r}, not 'little' or 'big'")
+            raise ValueError(f"bytes of endian {brief(endian)}, not 'little' or 'big'")
         stored_type = dtype.newbyteorder("<" if endian == "little" else ">")
         nbytes = int(np.prod(shape)) * dtype.itemsize
 
@@ -274,7 +274,7 @@ def _v3(codecs: Sequence[Codec], shape: tuple[int, ...], dtype: np.dtype, fill: 
         to_array, bound, pieces = _shards(first, shape, dtype, fill)
         size = None
     else:
-        raise ValueError(f"uses codec {first.name!r}, not read (only {sorted(CODECS)})")
+        raise ValueError(f"uses codec {brief(first.name)}, not read (only {sorted(CODECS)})")
     stages = [_stage(c.name, c.configuration) for c in rest]
     decode_bytes, stored, limit = _chain(stages, size, bound)
 
@@ -298,7 +298,7 @@ def _shards(
         or len(inner_shape) != len(shape)
         or any(n < 1 or s % n for s, n in zip(shape, inner_shape))
     ):
-        raise ValueError(f"shards of {shape} values do not split into inner chunks of {inner_shape}")
+        raise ValueError(f"shards of {shape} values do not split into inner chunks of {brief(inner_shape)}")
     grid = tuple(s // n for s, n in zip(shape, inner_shape))
     count = int(np.prod(grid))
     inner = _v3(configuration["codecs"], inner_shape, dtype, fill)
@@ -308,7 +308,7 @@ def _shards(
         raise ValueError("a shard index whose size is not known (compressed), not read")
     location = configuration.get("index_location", "end")
     if location not in ("start", "end"):
-        raise ValueError(f"a shard index at {location!r}, not 'start' or 'end'")
+        raise ValueError(f"a shard index at {brief(location)}, not 'start' or 'end'")
     at_end = location == "end"
 
     def decode(buf: Any) -> np.ndarray:

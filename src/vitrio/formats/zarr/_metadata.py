@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import re
+import reprlib
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,7 +20,7 @@ import numpy as np
 from ..._errors import ImageFileNotFoundError
 from ._store import Store
 
-__all__ = ["METADATA_LIMIT", "Codec", "ArrayMetadata", "group_attributes", "array_metadata"]
+__all__ = ["METADATA_LIMIT", "Codec", "ArrayMetadata", "group_attributes", "array_metadata", "brief"]
 
 METADATA_LIMIT = 16 << 20
 """The largest metadata file read: 16 MiB."""
@@ -122,6 +123,15 @@ _V3_TYPES = frozenset(
     | {"float16", "float32", "float64", "complex64", "complex128"}
 )
 _SPECIAL_FLOATS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+_BRIEF = reprlib.Repr()
+_BRIEF.maxstring = _BRIEF.maxother = 80
+
+
+def brief(value: Any) -> str:
+    """`value` as repr writes it, cut short: what metadata declares, quoted in an error message."""
+    return _BRIEF.repr(value)
+
+
 _SHARD_INDEX_CODECS = (Codec("bytes", {"endian": "little"}), Codec("crc32c", {}))
 
 
@@ -150,21 +160,21 @@ def array_metadata(store: Store, path: str) -> ArrayMetadata:
 
 def _v2(document: dict[str, Any]) -> ArrayMetadata:
     if document.get("zarr_format") != 2:
-        raise ValueError(f"zarr_format {document.get('zarr_format')!r}, not 2")
+        raise ValueError(f"zarr_format {brief(document.get('zarr_format'))}, not 2")
     shape = _extents(document["shape"], "shape", 0)
     chunks = _extents(document["chunks"], "chunks", 1)
     kind = document["dtype"]
     dtype = np.dtype(kind) if isinstance(kind, str) and _V2_TYPE.match(kind) else None
     order = document.get("order", "C")
     if order not in ("C", "F"):
-        raise ValueError(f"order {order!r}, not 'C' or 'F'")
+        raise ValueError(f"order {brief(order)}, not 'C' or 'F'")
     separator = document.get("dimension_separator", ".")
     if separator not in (".", "/"):
-        raise ValueError(f"dimension_separator {separator!r}, not '.' or '/'")
+        raise ValueError(f"dimension_separator {brief(separator)}, not '.' or '/'")
     filters = document.get("filters") or []
     compressor = document.get("compressor")
     if not isinstance(filters, list):
-        raise ValueError(f"filters {filters!r}, not a list")
+        raise ValueError(f"filters {brief(filters)}, not a list")
     codecs = tuple(_v2_codec(c) for c in [*filters, *([compressor] if compressor is not None else [])])
     fill = _fill(document.get("fill_value"), dtype)
     return ArrayMetadata(2, shape, str(kind), dtype, chunks, order, fill, codecs, separator, "")
@@ -172,15 +182,14 @@ def _v2(document: dict[str, Any]) -> ArrayMetadata:
 
 def _v2_codec(entry: Any) -> Codec:
     if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-        raise ValueError(f"a codec {entry!r} without an id")
+        raise ValueError(f"a codec {brief(entry)} without an id")
     return Codec(entry["id"], {k: v for k, v in entry.items() if k != "id"})
 
 
 def _v3(document: dict[str, Any]) -> ArrayMetadata:
     if document.get("zarr_format") != 3 or document.get("node_type") != "array":
-        raise ValueError(
-            f"a {document.get('node_type')!r} of zarr_format {document.get('zarr_format')!r}, not an array"
-        )
+        node, version = brief(document.get("node_type")), brief(document.get("zarr_format"))
+        raise ValueError(f"a {node} of zarr_format {version}, not an array")
     if document.get("storage_transformers"):
         raise ValueError("storage transformers, not read")
     shape = _extents(document["shape"], "shape", 0)
@@ -188,14 +197,14 @@ def _v3(document: dict[str, Any]) -> ArrayMetadata:
     dtype = np.dtype(kind) if isinstance(kind, str) and kind in _V3_TYPES else None
     grid_name, grid = _named(document["chunk_grid"], "chunk_grid")
     if grid_name != "regular":
-        raise ValueError(f"a chunk grid {grid_name!r}, not read (only regular grids)")
+        raise ValueError(f"a chunk grid {brief(grid_name)}, not read (only regular grids)")
     chunks = _extents(grid["chunk_shape"], "chunk_shape", 1)
     encoding, keys = _named(document["chunk_key_encoding"], "chunk_key_encoding")
     if encoding not in ("default", "v2"):
-        raise ValueError(f"a chunk key encoding {encoding!r}, not read (only 'default' and 'v2')")
+        raise ValueError(f"a chunk key encoding {brief(encoding)}, not read (only 'default' and 'v2')")
     separator = keys.get("separator", "/" if encoding == "default" else ".")
     if separator not in (".", "/"):
-        raise ValueError(f"a chunk key separator {separator!r}, not '.' or '/'")
+        raise ValueError(f"a chunk key separator {brief(separator)}, not '.' or '/'")
     codecs = _v3_codecs(document["codecs"])
     fill = _fill(document["fill_value"], dtype)
     prefix = "c" if encoding == "default" else ""
@@ -207,10 +216,10 @@ def _named(entry: Any, what: str) -> tuple[str, dict[str, Any]]:
     if isinstance(entry, str):
         return entry, {}
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-        raise ValueError(f"{what} {entry!r}, not a name or an object with one")
+        raise ValueError(f"{what} {brief(entry)}, not a name or an object with one")
     configuration = entry.get("configuration", {})
     if not isinstance(configuration, dict):
-        raise ValueError(f"{what} {entry['name']!r} configured as {configuration!r}, not an object")
+        raise ValueError(f"{what} {brief(entry['name'])} configured as {brief(configuration)}, not an object")
     return entry["name"], configuration
 
 
@@ -235,7 +244,7 @@ def _v3_codecs(entries: Any) -> tuple[Codec, ...]:
 
 def _extents(value: Any, what: str, least: int) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(type(n) is int and least <= n < 1 << 63 for n in value):
-        raise ValueError(f"{what} {value!r}, not a list of integers of at least {least}")
+        raise ValueError(f"{what} {brief(value)}, not a list of integers of at least {least}")
     return tuple(value)
 
 
@@ -252,7 +261,7 @@ def _fill(value: Any, dtype: np.dtype | None) -> np.ndarray | None:
     elif isinstance(value, float) and value.is_integer() and dtype.kind in "biu":
         value = int(value)
     elif not isinstance(value, int) or isinstance(value, bool) and dtype.kind != "b":
-        raise ValueError(f"a fill value {value!r} for values of type {dtype}")
+        raise ValueError(f"a fill value {brief(value)} for values of type {dtype}")
     return np.array(value, dtype)
 
 
@@ -264,4 +273,4 @@ def _float(value: Any, dtype: np.dtype) -> float:
     size = dtype.itemsize // (2 if dtype.kind == "c" else 1)
     if isinstance(value, str) and re.fullmatch(rf"0x[0-9a-fA-F]{{{2 * size}}}", value):
         return float(np.frombuffer(bytes.fromhex(value[2:]), f">f{size}")[0])
-    raise ValueError(f"a fill value {value!r} for values of type {dtype}")
+    raise ValueError(f"a fill value {brief(value)} for values of type {dtype}")
