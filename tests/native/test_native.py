@@ -181,6 +181,33 @@ def test_runs_into_a_large_destination_stream_exactly_at_any_alignment(
     np.testing.assert_array_equal(out, expected)
 
 
+@pytest.mark.parametrize("source", [*SOURCES, "bfloat16"])
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize("target", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("mapped", [False, True], ids=["pread", "map"])
+def test_runs_at_odd_bytes_of_the_file_and_of_the_destination(
+    tmp_path: Path, source: str, order: str, target: str, mapped: bool, simd: bool
+):
+    """Every conversion reads a run that starts at an odd byte and writes it at an odd byte."""
+    stored = np.dtype(ml_dtypes.bfloat16 if source == "bfloat16" else source).newbyteorder(order)
+    values = _values(np.dtype(stored.type), 4099, seed=5).astype(stored)
+    data = b"\x7f" + values.tobytes()
+    path, check = _file(tmp_path, data)
+    check[0, _native.CHECK_KIND] = value_kind(stored)
+    wanted = np.dtype(ml_dtypes.bfloat16 if target == "bfloat16" else target)
+    out = np.zeros((len(values) + 2) * wanted.itemsize, np.uint8)
+    table = np.array([[0, 1, len(values), 1]], np.int64)
+    maps = None
+    if mapped:
+        fd = os.open(path, os.O_RDONLY)
+        maps = (_native.map_file(fd, len(data)),)
+        os.close(fd)
+    assert _native.read_runs((path,), check, table, out, KINDS[wanted], maps) is None
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = values.astype(wanted)
+    np.testing.assert_array_equal(out[1 : 1 + len(values) * wanted.itemsize].view(wanted), expected)
+
+
 @pytest.mark.parametrize(
     "run",
     [

@@ -40,11 +40,18 @@ static int streaming = 1;                           /* non-temporal stores in us
 #endif
 
 /* Integers to float32: one loop the compiler vectorizes, built twice on x86 (baseline and AVX2) and
- * chosen at run time. */
+ * chosen at run time. Values are loaded and stored through memcpy, as every loop here does: a run
+ * may start at any byte of a file and land at any byte of its destination. */
 #define TO_F32_LOOP(NAME, TYPE, ATTRIBUTES)                                                 \
     ATTRIBUTES static void NAME(const void *restrict src, float *restrict dst, size_t n) { \
-        const TYPE *s = (const TYPE *)src;                                                 \
-        for (size_t i = 0; i < n; i++) dst[i] = (float)s[i];                               \
+        const uint8_t *s = (const uint8_t *)src;                                           \
+        uint8_t *d = (uint8_t *)dst;                                                       \
+        for (size_t i = 0; i < n; i++) {                                                   \
+            TYPE value;                                                                    \
+            memcpy(&value, s + i * sizeof value, sizeof value);                            \
+            float wide = (float)value;                                                     \
+            memcpy(d + i * 4, &wide, 4);                                                   \
+        }                                                                                  \
     }
 #ifdef X86
 #define TO_F32(NAME, TYPE)                                                          \
@@ -63,9 +70,11 @@ TO_F32(i16_f32, int16_t)
 
 /* float16 to float32, exact (F. Giesen's half_to_float). */
 VECTORIZE static void f16_f32_portable(const void *restrict src, float *restrict dst, size_t n) {
-    const uint16_t *s = (const uint16_t *)src;
+    const uint8_t *s = (const uint8_t *)src;
     for (size_t i = 0; i < n; i++) {
-        uint32_t h = s[i], o = (h & 0x7fffu) << 13, exponent = o & (0x7c00u << 13);
+        uint16_t half;
+        memcpy(&half, s + 2 * i, 2);
+        uint32_t h = half, o = (h & 0x7fffu) << 13, exponent = o & (0x7c00u << 13);
         o += (uint32_t)(127 - 15) << 23;
         if (exponent == (0x7c00u << 13)) {
             o += (uint32_t)(128 - 16) << 23; /* infinity, NaN */
@@ -108,17 +117,18 @@ VECTORIZE static void f32_f16_portable(const float *restrict src, uint16_t *rest
             u += ((uint32_t)(15 - 127) << 23) + 0xfff + ((u >> 13) & 1);
             o = (uint16_t)(u >> 13);
         }
-        dst[i] = o | (uint16_t)(sign >> 16);
+        o |= (uint16_t)(sign >> 16);
+        memcpy(dst + i, &o, 2);
     }
 }
 
 #ifdef X86
 __attribute__((target("avx,f16c"))) static void f16_f32_f16c(const void *restrict src, float *restrict dst,
                                                              size_t n) {
-    const uint16_t *s = (const uint16_t *)src;
+    const uint8_t *s = (const uint8_t *)src;
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
-    f16_f32_portable(s + i, dst + i, n - i);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i))));
+    f16_f32_portable(s + 2 * i, dst + i, n - i);
 }
 
 __attribute__((target("avx,f16c"))) static void f32_f16_f16c(const float *restrict src, uint16_t *restrict dst,
@@ -147,18 +157,23 @@ static void f32_f16(const float *restrict src, uint16_t *restrict dst, size_t n)
 static void f32_f32(const void *restrict src, float *restrict dst, size_t n) { memcpy(dst, src, n * 4); }
 
 VECTORIZE static void bf16_f32(const void *restrict src, float *restrict dst, size_t n) {
-    const uint16_t *s = (const uint16_t *)src;
-    uint32_t *d = (uint32_t *)dst;
-    for (size_t i = 0; i < n; i++) d[i] = (uint32_t)s[i] << 16;
+    const uint8_t *s = (const uint8_t *)src;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t half;
+        memcpy(&half, s + 2 * i, 2);
+        uint32_t wide = (uint32_t)half << 16;
+        memcpy(dst + i, &wide, 4);
+    }
 }
 
 /* float32 to bfloat16, rounding to nearest even as ml_dtypes does; NaN stays NaN (made quiet). */
 VECTORIZE static void f32_bf16(const float *restrict src, uint16_t *restrict dst, size_t n) {
-    const uint32_t *s = (const uint32_t *)src;
     for (size_t i = 0; i < n; i++) {
-        uint32_t u = s[i];
+        uint32_t u;
+        memcpy(&u, src + i, 4);
         uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+        uint16_t o = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+        memcpy(dst + i, &o, 2);
     }
 }
 
