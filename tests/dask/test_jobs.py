@@ -16,6 +16,7 @@ import starfile
 
 import vitrio as vio
 import vitrio.dask as vd
+from vitrio._partial import partial_of
 from vitrio.cli import main
 from vitrio.extract import extract_particles
 from vitrio.testing.eer import random_movie
@@ -267,3 +268,22 @@ def test_remove_leftovers_removes_what_a_killed_writer_left(tmp_path):
     vd.remove_leftovers([target])
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left[0].startswith(".other.mrcs.") and left[1:] == ["particles.mrcs"], left
+
+
+def test_remove_leftovers_leaves_what_is_not_this_users_regular_file(tmp_path, monkeypatch):
+    target = tmp_path / "particles.mrcs"
+    script = "import os, sys\nfrom vitrio._partial import PartialFile\nPartialFile(sys.argv[1])\nos._exit(0)"
+    subprocess.run([sys.executable, "-c", script, str(target)], check=True)
+    (left,) = [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("kept")
+    token = "0" * 16 if not left.name.endswith("0" * 16 + ".partial") else "1" * 16
+    link = tmp_path / (left.name[: -len(".partial") - 16] + token + ".partial")
+    link.symlink_to(elsewhere)
+    assert partial_of(link.name) is not None  # a link named as a write's hidden file
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(left).st_uid + 1)  # as another user sees it
+    vd.remove_leftovers([target])
+    assert left.exists() and link.is_symlink()  # another user's file, and a link, are left
+    monkeypatch.undo()
+    vd.remove_leftovers([target])
+    assert not left.exists() and link.is_symlink() and elsewhere.read_text() == "kept"

@@ -7,11 +7,13 @@ import itertools
 import os
 import queue
 import secrets
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._config import configuration
+from .._fs import FOLDER
 from .._partial import partial_of
 
 if TYPE_CHECKING:
@@ -84,15 +86,27 @@ def remove_leftovers(paths: Sequence[str | os.PathLike[str]]) -> None:
     """Remove what writes of the files at `paths` left beside them when their process was killed.
 
     vitrio writes a file beside its path under a hidden name (`vitrio._partial.PartialFile`); a process
-    killed before moving it into place leaves it there.
+    killed before moving it into place leaves it there. Only regular files of that naming owned by
+    this user are removed, each by its name in its folder opened once, never through a link.
     """
     by_folder: dict[Path, set[str]] = {}
     for path in map(Path, paths):
         by_folder.setdefault(path.parent, set()).add(path.name)
+    user = os.getuid()
     for folder, names in by_folder.items():
-        with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
-            for entry in entries:
-                partial = partial_of(entry.name)
-                if partial and partial[0] in names and entry.is_file(follow_symlinks=False):
+        try:
+            descriptor = os.open(folder, FOLDER)
+        except FileNotFoundError:
+            continue
+        try:
+            with os.scandir(descriptor) as entries:
+                for entry in entries:
+                    partial = partial_of(entry.name)
+                    if partial is None or partial[0] not in names:
+                        continue
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
+                        status = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(status.st_mode) and status.st_uid == user:
+                            os.unlink(entry.name, dir_fd=descriptor)
+        finally:
+            os.close(descriptor)
