@@ -281,6 +281,14 @@ def new_file(target: str | os.PathLike[str]) -> Iterator[PartialFile]:
     partial.publish()
 
 
+def write_new(target: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` as the file at `target`, made as `PartialFile` makes files: whole or not at all."""
+    with new_file(target) as partial:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(partial.fd, view) :]
+
+
 def still_at(folder: int, name: str, made: int) -> bool:
     """Whether `name` in the folder open at `folder` is the folder open at `made` (not a link to it)."""
     try:

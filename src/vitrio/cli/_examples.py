@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import vitrio as vio
+from vitrio._partial import write_new
 from vitrio.data import write_star
 from vitrio.extract import extract_particles
 from vitrio.testing.eer import random_movie
@@ -85,7 +86,7 @@ def _particles(folder: Path, rng: np.random.Generator) -> None:
     )
     (folder / "Refine3D/job010").mkdir(parents=True)
     write_star({"optics": optics, "particles": particles}, folder / "Refine3D/job010/run_data.star")
-    (folder / "stacks.txt").write_text("\n".join(STACKS) + "\n")
+    write_new(folder / "stacks.txt", ("\n".join(STACKS) + "\n").encode())
 
 
 def _tomograms(folder: Path, rng: np.random.Generator) -> bool:

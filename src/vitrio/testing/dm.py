@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vitrio._partial import write_new
+
 __all__ = [
     "DATA_TYPES",
     "dm_file",
@@ -221,5 +223,5 @@ def write_dm(path: str | Path, values: np.ndarray, version: int = 4, little: boo
     if values.dtype not in DATA_TYPES:
         raise ValueError(f"{path}: DM images do not hold values of type {values.dtype}")
     path = Path(path)
-    path.write_bytes(dm_file(version, [thumbnail(little), image_entry(values, little=little)], [0], little))
+    write_new(path, dm_file(version, [thumbnail(little), image_entry(values, little=little)], [0], little))
     return path

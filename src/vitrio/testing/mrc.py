@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vitrio._partial import write_new
+
 __all__ = ["MODE_DTYPES", "STAMP_BIG", "STAMP_LITTLE", "mrc_header", "read_header_field", "write_mrc_by_hand"]
 
 MODE_DTYPES = {
@@ -114,7 +116,7 @@ def write_mrc_by_hand(
     header = mrc_header(
         nx, ny, nz, mode, order=order, nsymbt=len(extended) if nsymbt is None else nsymbt, **fields
     )
-    Path(path).write_bytes(header + extended + values.tobytes())
+    write_new(path, header + extended + values.tobytes())
 
 
 def read_header_field(path: str | Path, fmt: str, offset: int) -> tuple:
