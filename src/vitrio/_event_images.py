@@ -164,6 +164,13 @@ class DetectorEventImageReaderProvider(ImageReaderProvider):
     def release(self, reader: ImageReader) -> None:
         reader.close()
 
+    def configuration(self) -> str | None:
+        """The events' provider, the fractionation and the renderer, each by its `configuration()`;
+        None where one of them cannot tell (a renderer without `configuration`)."""
+        renderer = getattr(self._renderer, "configuration", None)
+        parts = (self._events.configuration(), self._fractionation.configuration(), renderer and renderer())
+        return None if None in parts else f"events {parts[0]}; {parts[1]}; {parts[2]}"
+
     def __repr__(self) -> str:
         return (
             f"DetectorEventImageReaderProvider({self._events!r}, {self._fractionation!r}, {self._renderer!r})"

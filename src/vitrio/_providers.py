@@ -249,8 +249,7 @@ class FileImageReaderProvider(ImageReaderProvider):
     def configuration(self) -> str:
         """The formats tried, in order, with their settings (`formats_configuration`), and the digest of
         the storage's options where it has any."""
-        described = formats_configuration(self.formats)
-        return f"{described}; storage {self._storage.digest()}" if self._storage.options else described
+        return formats_configuration(self.formats, self._storage)
 
     def __repr__(self) -> str:
         return f"FileImageReaderProvider(formats={[f.name for f in self.formats]})"

@@ -286,6 +286,38 @@ def test_event_image_provider_refuses_wrong_arguments():
             vio.DetectorEventImageReaderProvider(*arguments)
 
 
+def test_event_image_providers_describe_what_decides_their_images():
+    """Providers that render alike describe themselves alike, so a scratch kept across programs keeps
+    their images; any setting that changes the images changes the description."""
+    described = _movie_provider(4).configuration()
+    assert described is not None and described == _movie_provider(4).configuration()
+    assert described == vio.CachingImageReaderProvider(_movie_provider(4), 2).configuration()
+    assert _movie_provider(2).configuration() != described
+    assert _movie_provider(4, binning=2).configuration() != described
+    elsewhere = vio.DetectorEventImageReaderProvider(
+        vio.detector_event_timeline_reader_provider(storage_options={"anon": True}),
+        vio.DetectorEventFractionation(4),
+        vio.CountingDetectorEventRenderer(vio.DetectorEventBinning(1)),
+    )
+    assert elsewhere.configuration() != described and "anon" not in elsewhere.configuration()
+
+
+def test_an_event_image_provider_whose_renderer_cannot_tell_describes_nothing():
+    class Unknown:
+        data_type = vio.NumericalType.float64
+
+        def get_image_extents(self, events):
+            return (1, 1)
+
+        def render(self, descriptor, events, destination):
+            np.asarray(destination)[...] = 0
+
+    provider = vio.DetectorEventImageReaderProvider(
+        vio.detector_event_timeline_reader_provider(), vio.DetectorEventFractionation(2), Unknown()
+    )
+    assert provider.configuration() is None
+
+
 def test_a_renderer_written_in_python(movie):
     class Total(vio.DetectorEventRenderer):
         data_type = vio.NumericalType.float64

@@ -16,7 +16,7 @@ import os
 import threading
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from .._errors import redact, redact_error
 from .._storage import ByteSource, Storage
 from .._types import ImageDescriptor, as_key, as_voxel_size
 from ._contract import Format, FormatError, ImageReader, ImageWriter
+
+if TYPE_CHECKING:
+    from .._storage import Storage
 
 __all__ = [
     "load_plugin_formats",
@@ -129,11 +132,15 @@ def resolve_formats(formats: Iterable[type[Format]] | None) -> tuple[type[Format
     return resolved
 
 
-def formats_configuration(formats: Iterable[type[Format]]) -> str:
+def formats_configuration(formats: Iterable[type[Format]], storage: Storage | None = None) -> str:
     """A stable description of what `formats` make of a file, for a cache kept across programs to tell
     readers apart: each format, in order, by its class and its settings (its public class attributes,
-    those of `configured` formats included: EER fractions, binning, gain by its contents...)."""
-    return "; ".join(_format_configuration(candidate) for candidate in formats)
+    those of `configured` formats included: EER fractions, binning, gain by its contents...), and the
+    digest of `storage`'s options where it has any."""
+    described = "; ".join(_format_configuration(candidate) for candidate in formats)
+    if storage is None or not storage.options:
+        return described
+    return f"{described}; storage {storage.digest()}"
 
 
 def _format_configuration(candidate: type[Format]) -> str:

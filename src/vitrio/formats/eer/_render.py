@@ -263,6 +263,11 @@ class DetectorEventRenderer(ABC):
             IndexError: If an event lies outside the grid.
         """
 
+    def configuration(self) -> str | None:
+        """A stable description of what decides the images it renders, equal for renderers that render
+        alike; None (the default) where it cannot tell."""
+        return None
+
 
 class CountingDetectorEventRenderer(DetectorEventRenderer):
     """Counts, for each image pixel, the events in its block of `binning.factor`² detector pixels.
@@ -332,6 +337,10 @@ class CountingDetectorEventRenderer(DetectorEventRenderer):
         if len(counts) and counts.max() > _MOST_COUNT:
             raise OverflowError(f"a pixel counts {int(counts.max())} events, more than 2**32 - 1")
         np.copyto(out, counts.reshape(shape), casting="unsafe")
+
+    def configuration(self) -> str:
+        """The renderer by its binning: renderers of one binning count alike."""
+        return repr(self)
 
     def __repr__(self) -> str:
         return f"CountingDetectorEventRenderer({self._binning!r})"

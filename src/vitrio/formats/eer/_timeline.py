@@ -24,7 +24,7 @@ from ..._errors import redact
 from ..._storage import ByteSource, Storage
 from ..._types import as_key
 from .._contract import Format, FormatError
-from .._registry import resolve_formats
+from .._registry import formats_configuration, resolve_formats
 from .._selectors import DetectorEventTimelineFileReadFormatSelector
 from ._events import DetectorEventTimeline, decode_frames
 from ._layout import Layout
@@ -256,6 +256,11 @@ class DetectorEventTimelineReaderProvider(ABC):
             FormatError: If no format reads the file, or it is malformed (a `RuntimeError`).
         """
 
+    def configuration(self) -> str | None:
+        """A stable description of what decides the events this provider reads, for a cache kept
+        across programs to tell providers apart; None (the default) where it cannot tell."""
+        return None
+
 
 class FileDetectorEventTimelineReaderProvider(DetectorEventTimelineReaderProvider):
     """Opens the file at the path (or URL) a key is, with the event format `formats` picks; keeps no reader.
@@ -299,6 +304,11 @@ class FileDetectorEventTimelineReaderProvider(DetectorEventTimelineReaderProvide
         except BaseException:
             source.close()
             raise
+
+    def configuration(self) -> str:
+        """The event formats tried, in order, with their settings, and the digest of the storage's
+        options where it has any (`formats_configuration`)."""
+        return formats_configuration(resolve_formats(self._formats), self._storage)
 
     def __repr__(self) -> str:
         return f"FileDetectorEventTimelineReaderProvider({self._formats!r})"
