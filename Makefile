@@ -2,7 +2,8 @@
 #   about 9 minutes on 2 cores, a process a core, and 3 more the first time for the installs. The tests of the DM reader
 #   read real DigitalMicrograph files (DM3, DM4, from rosettasciio's public test data, with the arrays
 #   rosettasciio reads from them) from ../shared/testdata/dm-samples.tar.xz beside the repository;
-#   without it they are skipped, saying so (in CI, with CI set, they fail).
+#   without it they are skipped, saying so (in CI, with CI set, they fail). Then tests/copick in .venv-copick, an
+#   environment of its own (copick pins zarr<3): about 3 minutes to install the first time, 15 seconds to run.
 # make test-differential: tests/differential with 20 times the examples make test draws of each test (every
 #   way of reading a file against numpy's read of its bytes; new examples each run), a few minutes a core.
 # make test-wheel: build the wheel and install it into a fresh virtual environment with no C compiler
@@ -38,11 +39,26 @@ $(STAMP): pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps cryodrgn==4.3.0 igraph==1.0.0 texttable==1.7.2
 	touch $(STAMP)
 
-test: $(STAMP)
+# copick's own environment: copick pins zarr<3 and numcodecs<0.16, which the test environment's zarr 3 cannot
+# live beside. No torch: the tests of copick projects read their boxes as numpy arrays. hypothesis: tests/conftest.py.
+COPICK_VENV := .venv-copick
+COPICK_STAMP := $(COPICK_VENV)/.installed
+
+$(COPICK_STAMP): pyproject.toml setup.py
+	@echo "installing into $(COPICK_VENV) vitrio[copick] (copick, zarr 2) and pytest: about 3 minutes the first time"
+	$(PYTHON) -m venv $(COPICK_VENV)
+	$(COPICK_VENV)/bin/pip install --quiet --upgrade pip
+	rm -f src/vitrio/_native.cpython-*.so
+	$(COPICK_VENV)/bin/pip install --quiet -e '.[copick]' 'pytest>=8' 'pytest-timeout>=2.3' 'hypothesis>=6.100'
+	touch $(COPICK_STAMP)
+
+test: $(STAMP) $(COPICK_STAMP)
 	@echo "ruff, then the whole suite: about 9 minutes on 2 cores. The DM tests read real DM files from"
 	@echo "../shared/testdata/dm-samples.tar.xz beside the repository and are skipped, saying so, without it."
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4
+	@echo "tests/copick, in $(COPICK_VENV) (copick pins zarr<3): about 15 seconds"
+	$(COPICK_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/copick
 
 test-differential: $(STAMP)
 	VITRIO_DIFFERENTIAL=long $(BIN)/python -m pytest -q -n auto --maxprocesses=4 --timeout=1800 tests/differential
@@ -101,4 +117,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) build dist src/*.egg-info demo-output site
+	rm -rf $(VENV) $(DEMO_VENV) $(COPICK_VENV) build dist src/*.egg-info demo-output site

@@ -49,6 +49,7 @@ from ._augment3d import (
     RandomLowPass,
     RandomRot90,
 )
+from ._copick import copick_picks
 from ._cs import read_cs
 from ._dataset import Dataset, PendingBatch
 from ._images import ImageSource
@@ -100,6 +101,7 @@ __all__ = [
     "as_columns",
     "background_centres",
     "class_weights",
+    "copick_picks",
     "make_locations",
     "parse_locations",
     "particle_locations",
