@@ -33,7 +33,11 @@ memory map with numpy fancy indexing. vitrio reads with 2 threads and keeps
 4 batches in flight, as a training loop's loader would, each batch into the
 memory of one read before and let go of (`vitrio.data.RecyclingAllocator`);
 the rows "W1 new arrays" and "W3 new arrays" read each into a new array
-(`numpy.empty`), whose pages the kernel faults in and clears first.
+(`numpy.empty`), whose pages the kernel faults in and clears first. The rows
+"W1 at defaults" and "W3 at defaults" read whole epochs as the code a user
+writes first: a shuffled `vitrio.data.DataLoader` on `vio.loader(workers=2)`,
+with no cache, allocator or format configured, against whole epochs of the
+tuned reads ("tuned") in the same run.
 """
 
 from __future__ import annotations
@@ -116,6 +120,21 @@ def vitrio_patches(loader, paths, picks, batches, side, allocate=np.empty) -> in
             yield vio.read_patches_indexed_async(loader, out, images, ids, centres, fill=0), len(rows)
 
     return in_flight(reads())
+
+
+def defaults_loader(source, threads: int):
+    """The code a user writes first: a shuffled `DataLoader` of batches of BATCH over `source`, on
+    `vio.loader(workers=threads)` with nothing tuned (no cache, allocator or format configured); the
+    last batch short of BATCH is left out, as the tuned reads leave it."""
+    dataset = vio.data.Dataset({"image": source})
+    return vio.data.DataLoader(
+        dataset, BATCH, shuffle=True, seed=0, drop_last=True, loader=vio.loader(workers=threads)
+    )
+
+
+def epoch_of(loader) -> int:
+    """The next epoch of the DataLoader `loader`, whole; the items read."""
+    return sum(len(batch["image"]) for batch in loader)
 
 
 def mmap_patches(paths, picks, batches, side) -> int:
@@ -241,6 +260,13 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
         )
 
     recycled = RecyclingAllocator()
+
+    def tuned(loader, locations) -> int:
+        """A whole epoch of `locations` in tuned reads, as the rows at defaults read one."""
+        return vitrio_images(
+            loader, locations, batches_of(len(locations), len(locations), rng), shape, allocate=recycled
+        )
+
     stacks = (("W1", "W1 one stack", work.w1, 8), ("W2", "W2 1000 stacks", work.w2, 64))
     for key, name, files, cache in stacks:
         if key not in args.only:
@@ -256,6 +282,14 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
                 image_bytes,
                 [],
                 every_image(loader, locations),
+            )
+        if key == "W1":
+            users = defaults_loader(vio.data.ImageSource(locations), threads)
+            measure(
+                "W1 at defaults",
+                lambda users=users: epoch_of(users),
+                image_bytes,
+                [("tuned", lambda loader=loader, locations=locations: tuned(loader, locations))],
             )
         measure(
             name,
@@ -277,6 +311,21 @@ def _run(args: argparse.Namespace, folder: Path) -> None:
     if "W3" in args.only:
         paths, picks = work.w3()
         loader = vio.loader(workers=threads, cache=64)
+        patches = vio.data.PatchSource([str(paths[m]) for m in picks[:, 0]], picks[:, 1:], (256, 256))
+        users = defaults_loader(patches, threads)
+        measure(
+            "W3 at defaults",
+            lambda: epoch_of(users),
+            256 * 256 * 4,
+            [
+                (
+                    "tuned",
+                    lambda: vitrio_patches(
+                        loader, paths, picks, batches_of(len(picks), len(picks), rng), 256, allocate=recycled
+                    ),
+                )
+            ],
+        )
         measure(
             "W3 new arrays",
             lambda: vitrio_patches(loader, paths, picks, batches_of(len(picks), batches, rng), 256),
