@@ -33,7 +33,7 @@ A read given no loader goes through `shared_loader()`, the process's own.
 A RecyclingAllocator, the DataLoader's default, reads batches into the
 memory of those the program has let go of. A DataLoader's `stats` (a LoaderStats) say how long the
 program waited for data and what the reads did (a ReadStats, as the core's
-`ImageLoader.stats()` gives it). FourierCrop, Normalize and Invert (or their
+`ImageLoader.stats()` gives it). FourierCrop, Normalize, Standardize and Invert (or their
 Compose) prepare a batch of images, as a DataLoader's transform or, through a
 PreparedSource, once for every epoch (docs/preparing.md).
 
@@ -64,6 +64,7 @@ from ._recycling import RecyclingAllocator
 from ._sampler import BatchSampler
 from ._shared import shared_loader
 from ._source import ArraySource, Source
+from ._standardize import Standardize
 from ._star import particle_optics, read_star, read_star_particles, star_table, write_star
 from ._stats import LoaderStats, ReadStats
 from ._tables import as_columns, make_locations, parse_locations
@@ -96,6 +97,7 @@ __all__ = [
     "ReadStats",
     "RecyclingAllocator",
     "Source",
+    "Standardize",
     "TomogramPicks",
     "Transform",
     "as_columns",

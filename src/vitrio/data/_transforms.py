@@ -159,13 +159,15 @@ def prepare_batch(transform: Callable[[Any], Any], images: Any, executor: Execut
     return out
 
 
-def _on_batch(batch: Any, field: str, function: Callable[[Any], Any]) -> Any:
-    """`function` applied to `batch`, an array of images, or to its field `field` if it is a dict."""
+def _on_batch(batch: Any, field: str, function: Callable[[Any], Any], in_rows: bool = True) -> Any:
+    """`function` applied to `batch`, an array of images, or to its field `field` if it is a dict; as
+    `prepare_batch` does, a few rows at a time, if `in_rows`, else to the whole array at once."""
+    prepare = prepare_batch if in_rows else lambda transform, images: transform(images)
     if isinstance(batch, Mapping):
         if field not in batch:
             raise KeyError(f"the batch has no field {field!r} to transform; its fields are {list(batch)}")
-        return {**batch, field: prepare_batch(function, batch[field])}
-    return prepare_batch(function, batch)
+        return {**batch, field: prepare(function, batch[field])}
+    return prepare(function, batch)
 
 
 class Transform(ABC):

@@ -9,7 +9,8 @@
  * - batch reads of raw images (read_runs, advise): runs.c;
  * - the plain rows of the loops of STAR files (star_scan, star_fill): star.c;
  * - RELION's image names split (split_image_names): image_names.c;
- * - LZ4 blocks decoded (lz4_decode): lz4.c.
+ * - LZ4 blocks decoded (lz4_decode): lz4.c;
+ * - each item of a batch standardised (standardize): standardize.c.
  *
  * The numbers of the interface (kinds, statuses, the fields of rows) are the module's constants,
  * named as in the comments of those files (native.h defines them); vitrio/_native.pyi types the
@@ -37,6 +38,7 @@ static PyMethodDef methods[] = {
     {"star_fill", vitrio_star_fill, METH_VARARGS, "Write the values of the plain rows of a STAR loop into arrays."},
     {"split_image_names", vitrio_split_image_names, METH_VARARGS, "Split RELION's index@path names into indices and paths."},
     {"lz4_decode", vitrio_lz4_decode, METH_VARARGS, "Decode an LZ4 block into a buffer it fills."},
+    {"standardize", vitrio_standardize, METH_VARARGS, "Give each item of a batch a mean of 0 and a deviation of 1."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -72,6 +72,9 @@ PyObject *vitrio_split_image_names(PyObject *self, PyObject *args);
 /* lz4.c */
 PyObject *vitrio_lz4_decode(PyObject *self, PyObject *args);
 
+/* standardize.c */
+PyObject *vitrio_standardize(PyObject *self, PyObject *args);
+
 /* module.c */
 void vitrio_release_views(Py_buffer *const *views);
 
