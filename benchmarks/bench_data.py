@@ -11,7 +11,8 @@ T1: an epoch of 600 subvolumes of 48^3 cropped out of a 256x512x512 float32
     normalisation applied in the program's loop, one batch after another, as
     a transform ran before (`transform_threads=False` does the same). After:
     `transform=`, run on the loader's threads while the program takes the
-    batches before.
+    batches before. A third row has the same before (numpy's normalisation in
+    the program's loop) and, after, `transform=Standardize()`, vitrio's own.
 M3: W3 through the `DataLoader` (256x256 patches around 300 centres on each
     of 20 micrographs of 4096x4096 float32, batches of 256, numpy output).
     Before: every batch read into new memory (`allocator=numpy.empty`).
@@ -34,7 +35,7 @@ import numpy as np
 import vitrio as vio
 from vitrio.bench.data import main
 from vitrio.bench.workloads import Workloads, benchmark_parser, data_folder
-from vitrio.data import DataLoader, Dataset, PatchSource
+from vitrio.data import DataLoader, Dataset, PatchSource, Standardize
 
 SUBVOLUMES, SIDE, BATCH = 600, 48, 16
 
@@ -85,10 +86,15 @@ def transforms(work: Workloads, repeats: int) -> None:
     read = epoch_seconds({"read": (data_loader("numpy"), lambda batch: None)}, repeats)["read"]
     print(f"T1 {SUBVOLUMES} subvolumes of {SIDE}^3, batches of {BATCH}: read alone {read:.3f} s an epoch")
     print(f"{'normalisation':<16}{'in the loop s':>15}{'transform= s':>14}{'speed-up':>10}")
-    for name, output, normalise in (("numpy", "numpy", normalise_numpy), ("torch", "torch", normalise_torch)):
+    rows = (
+        ("numpy", "numpy", normalise_numpy, normalise_numpy),
+        ("torch", "torch", normalise_torch, normalise_torch),
+        ("Standardize", "numpy", normalise_numpy, Standardize()),
+    )
+    for name, output, normalise, transform in rows:
         ways = {
             "before": (data_loader(output, allocator=np.empty), normalise),
-            "after": (data_loader(output, transform=normalise), lambda batch: None),
+            "after": (data_loader(output, transform=transform), lambda batch: None),
         }
         seconds = epoch_seconds(ways, repeats)
         before, after = seconds["before"], seconds["after"]
