@@ -40,7 +40,8 @@ $(STAMP): pyproject.toml setup.py | $(BIN)/python
 	touch $(STAMP)
 
 # copick's own environment: copick pins zarr<3 and numcodecs<0.16, which the test environment's zarr 3 cannot
-# live beside. No torch: the tests of copick projects read their boxes as numpy arrays. hypothesis: tests/conftest.py.
+# live beside. No torch: the tests of copick projects read their boxes as numpy arrays. hypothesis: tests/conftest.py;
+# moto: the S3 server a project's static root lies in (tests/zarr/s3.py).
 COPICK_VENV := .venv-copick
 COPICK_STAMP := $(COPICK_VENV)/.installed
 
@@ -50,6 +51,8 @@ $(COPICK_STAMP): pyproject.toml setup.py
 	$(COPICK_VENV)/bin/pip install --quiet --upgrade pip
 	rm -f src/vitrio/_native.cpython-*.so
 	$(COPICK_VENV)/bin/pip install --quiet -e '.[copick]' 'pytest>=8' 'pytest-timeout>=2.3' 'hypothesis>=6.100'
+	# apart: resolved with copick's pins at once, pip backtracks through versions of moto's dependencies for minutes
+	$(COPICK_VENV)/bin/pip install --quiet 'moto[server]>=5'
 	touch $(COPICK_STAMP)
 
 test: $(STAMP) $(COPICK_STAMP)

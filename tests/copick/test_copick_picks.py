@@ -195,8 +195,14 @@ def test_unknown_objects_runs_and_projects_are_errors_naming_them(project: Path,
         vio.data.copick_picks(project, 5, voxel_spacing=SPACING, tomogram_type="wbp", objects=["virus"])
     with pytest.raises(ValueError, match=r"has no run 'TS_77'"):
         vio.data.copick_picks(project, 5, voxel_spacing=SPACING, tomogram_type="wbp", runs=["TS_77"])
+    with pytest.raises(ValueError, match=r"runs \['TS_00', 'TS_00'\] name one twice"):
+        vio.data.copick_picks(project, 5, voxel_spacing=SPACING, tomogram_type="wbp", runs=["TS_00"] * 2)
     with pytest.raises(FileNotFoundError, match="nothing.json"):
         vio.data.copick_picks(tmp_path / "nothing.json", 5, voxel_spacing=SPACING, tomogram_type="wbp")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"config_type": "filesystem", "name": ')
+    with pytest.raises(ValueError, match=r"broken.json: not a copick configuration: Expecting value"):
+        vio.data.copick_picks(broken, 5, voxel_spacing=SPACING, tomogram_type="wbp")
 
 
 def test_a_loader_of_picks_background_balance_split_and_augmentation_resumes(project: Path) -> None:

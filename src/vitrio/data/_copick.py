@@ -31,7 +31,6 @@ __all__ = ["copick_picks"]
 # How far the voxel size of a tomogram's OME-Zarr metadata may be from the spacing asked, relatively:
 # copick names a voxel spacing by its size rounded to the third decimal.
 _VOXEL_SIZE_TOLERANCE = 1e-3
-_IDENTITY = np.eye(4)
 
 
 def copick_picks(
@@ -91,15 +90,18 @@ def copick_picks(
         data_type: The type to read the boxes as. Defaults to the one the first tomogram holds.
         fill: The value of a box beyond its tomogram.
         storage_options: What fsspec takes to reach a tomogram at a URL (`s3://`), such as the
-            project's `static_fs_args`; the `DataLoader` reading the boxes needs a loader made
-            with them too (`vio.loader(storage_options=...)`).
+            project's `static_fs_args`. `.patches` reads with the credentials fsspec finds by
+            itself; with options of their own, read the boxes of `.files` and `.centres` through
+            a `PatchSource` given `readers=vio.reader_provider(storage_options=...)`, in a
+            `DataLoader` given `loader=vio.loader(storage_options=...)` (docs/cryoet.md).
 
     Returns:
         The picks: `.patches` (a PatchSource), `.labels`, `.classes` (the object names),
         `.tomograms` (run names), `.files` (the tomograms' keys), `.table`.
 
     Raises:
-        ValueError: Naming the project: if an object or run named is not in it, no object is a
+        ValueError: Naming the project: if it is no copick configuration, an object or run named is
+            not in it or named twice, no object is a
             particle, a run with picks has no tomogram of that type at that spacing, a tomogram's
             voxel size is not the spacing, or a pick is not in Å, not a number, or outside its
             tomogram (naming its run and object).
@@ -141,7 +143,10 @@ def _open(project: Any) -> tuple[Any, str]:
             "copick_picks needs copick: pip install 'vitrio[copick]'", name="copick"
         ) from None
     path = os.fspath(project)
-    return copick.from_file(path), path
+    try:
+        return copick.from_file(path), path
+    except ValueError as error:  # JSON or a configuration copick's model refuses, which name no file
+        raise ValueError(f"{path}: not a copick configuration: {error}") from None
 
 
 def _classes(root: Any, name: str, objects: Sequence[str] | None) -> list[str]:
@@ -166,11 +171,13 @@ def _runs(root: Any, name: str, runs: Sequence[str] | None) -> list[Any]:
     if runs is None:
         return sorted(root.runs, key=lambda run: run.name)
     chosen = [runs] if isinstance(runs, str) else list(runs)
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"{name}: runs {chosen} name one twice")
     found = []
     for run_name in chosen:
         run = root.get_run(run_name)
         if run is None:
-            raise ValueError(f"{name}: has no run {run_name!r}")
+            raise ValueError(f"{name}: the project has no run {run_name!r}")
         found.append(run)
     return found
 
