@@ -101,18 +101,9 @@ def crop(
     /,
 ) -> None: ...
 def simd(enabled: bool, /) -> bool: ...
-def star_scan(
-    text: Buffer, start: int, columns: int, /
-) -> tuple[int, int, int, bytes, tuple[int, ...], tuple[int, int, tuple[int, ...]]] | None: ...
-def star_fill(
-    text: Buffer,
-    start: int,
-    end: int,
-    kinds: bytes,
-    outs: tuple[Buffer | tuple[Buffer, Buffer], ...],
-    half: tuple[int, int, tuple[int, ...]],
-    /,
-) -> None: ...
+def star_read(
+    text: Buffer, start: int, kinds: bytes, outs: tuple[Buffer, ...], /
+) -> tuple[int, int, int, bytes, bool, list[list[tuple[int, Buffer, Buffer]]]] | None: ...
 def split_image_names(
     offsets: Buffer, data: Buffer, indices: Buffer, codes: Buffer, /
 ) -> list[str] | None: ...

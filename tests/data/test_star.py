@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import starfile
 
+import vitrio
 import vitrio._fs
 import vitrio._native
 import vitrio.data._star
@@ -255,16 +256,16 @@ def test_plain_rows_are_read_star_part_bytes_at_a_time(tmp_path: Path, monkeypat
     path = tmp_path / "run_data.star"
     starfile.write({"particles": particles}, path)
     parts = []
-    scan = vitrio._native.star_scan
+    read = vitrio._native.star_read
     monkeypatch.setattr(
-        vitrio._native, "star_scan", lambda text, *rest: parts.append(len(text)) or scan(text, *rest)
+        vitrio._native, "star_read", lambda text, *rest: parts.append(len(text)) or read(text, *rest)
     )
     with vitrio.configure(star_part_bytes=4096):
         pd.testing.assert_frame_equal(read_star(path)["particles"], particles, check_exact=True)
     assert len(parts) >= path.stat().st_size // 4096 and max(parts) <= 4096
     parts.clear()
     pd.testing.assert_frame_equal(read_star(path)["particles"], particles, check_exact=True)
-    assert len(parts) == 1  # the file's tens of kilobytes at once
+    assert len(parts) == 1  # the file's tens of kilobytes at once, in one pass
 
 
 @pytest.mark.parametrize(
@@ -331,3 +332,85 @@ def test_a_star_file_is_read_whole_where_no_map_can_be_guarded(tmp_path: Path):
         os.close(fd)
     expected = starfile.read(path, always_dict=True)["particles"]
     pd.testing.assert_frame_equal(table, expected, check_dtype=False)
+
+
+def _numbers_file(path: Path, texts: list[str]) -> Path:
+    """A STAR file of a loop of one column of `texts` and a column of text beside it."""
+    rows = "".join(f"{i}@a.mrcs {text}\n" for i, text in enumerate(texts, 1))
+    path.write_text(f"data_particles\n\nloop_\n_rlnImageName #1\n_rlnDefocusU #2\n{rows}")
+    return path
+
+
+def _bits(numbers) -> list[int]:
+    return np.asarray(numbers, np.float64).view(np.int64).tolist()
+
+
+# Where the conversion of decimal text is hardest: the edges of the exact powers of ten and of 2^53,
+# halfway cases, more digits than a double holds, the smallest and largest doubles, and zero.
+EDGES = [
+    *("0", "-0.0", "0.000", "-0e5", "+0.0", "1", "-1", "+1.5", ".5", "5.", "-.25e1", "1E5", "1e+05", "1e-05"),
+    *("0.1", "0.2", "0.3", "1e22", "1e23", "1e-22", "1e-23", "9007199254740992", "9007199254740993.0"),
+    *("9007199254740993e-10", "9007199254740991e22", "9007199254740993e22", "123456789012345678e-3"),
+    *("1234567890123456789.5", "12345678901234567890e-5", "0.30000000000000004", "2.5e-16"),
+    *("1.7976931348623157e308", "1.7976931348623159e308", "2e308", "4.9e-324", "2.4e-324", "2.5e-324"),
+    *("2.2250738585072011e-308", "2.2250738585072014e-308", "1e-400", "1e00000000000000000005", "1e0000022"),
+    *("4.35679e-4", "8.589973e9", "0.000000000000000000000000000000000000000000000001", "7.038531e-26"),
+    *(
+        "1.00000000000000011102230246251565404236316680908203125",
+        "1.00000000000000011102230246251565404236316680908203124",
+    ),
+    *(
+        "9999999999999999e22",
+        "179769313486231580793728971405303415079934132710037826936173778980444968292764750946649017977587207096330286416692887910946555547851940402630657488671505820681908902000708383676273854845817711531764475730270069855571366959622842914819860834936475292719074168444365510704342711559699508093042880177904174497791.9999999999999999999999999999999999999999999999999999999999999999999999",
+        "-1.5e-310",
+    ),
+]
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_numbers_read_bit_for_bit_as_strtod_reads_them(tmp_path: Path, plain: bool, monkeypatch):
+    # Python's float() rounds decimal text to the nearest double, as strtod does: every number read must
+    # be that double, bit for bit, whether the rows are plain (read in one pass by the C extension, never
+    # by pandas) or left to pandas.
+    rng = np.random.default_rng(11)
+    texts = [text for text in EDGES if len(text) < 128]
+    for _ in range(3000):
+        digits = "".join(map(str, rng.integers(0, 10, rng.integers(1, 25))))
+        point = int(rng.integers(0, len(digits) + 1))
+        sign = ["", "-", "+"][int(rng.integers(0, 3))]
+        exponent = f"e{int(rng.integers(-330, 330))}" if rng.random() < 0.3 else ""
+        texts.append(f"{sign}{digits[:point]}.{digits[point:]}{exponent}")
+    texts += [repr(float(x)) for x in rng.normal(0, 1e4, 500)]
+    texts += [f"{x:12.6f}".strip() for x in rng.uniform(-1e4, 1e4, 500)]
+    texts += [repr(float(x)) for x in rng.uniform(-1, 1, 300) * 10.0 ** rng.integers(-320, 300, 300)]
+    path = _numbers_file(tmp_path / "numbers.star", texts)
+    if plain:
+        monkeypatch.setattr(
+            vitrio.data._star_text, "_parsed_rows", lambda *args: pytest.fail("read by pandas")
+        )
+    read_plain_rows(monkeypatch, plain)
+    values = read_star(path)["particles"]["rlnDefocusU"]
+    assert values.dtype == np.float64
+    pd.testing.assert_series_equal(
+        values, starfile.read(path)["rlnDefocusU"], check_exact=True, check_names=False
+    )
+    expected = [float(text) for text in texts]
+    wrong = [(t, v, e) for t, v, e in zip(texts, values, expected) if _bits([v]) != _bits([e])]
+    assert not wrong, wrong[:5]
+
+
+def test_numbers_longer_than_strtod_is_given_are_left_to_pandas(tmp_path: Path):
+    texts = ["1.5", *(text for text in EDGES if len(text) >= 128)]
+    values = read_star(_numbers_file(tmp_path / "numbers.star", texts))["particles"]["rlnDefocusU"]
+    assert _bits(values) == _bits([float(text) for text in texts])
+
+
+def test_an_integer_written_minus_zero_is_minus_zero_where_its_column_holds_other_numbers(tmp_path: Path):
+    # read a part at a time: "-0" among the integers of the first part, "1.5" in a later one
+    texts = ["-0", *map(str, range(1, 400)), "1.5", "-0"]
+    path = _numbers_file(tmp_path / "numbers.star", texts)
+    with vitrio.configure(star_part_bytes=1024):
+        values = read_star(path)["particles"]["rlnDefocusU"]
+    assert _bits(values) == _bits([float(text) for text in texts])
+    integers = read_star(_numbers_file(tmp_path / "integers.star", ["-0", "2"]))["particles"]["rlnDefocusU"]
+    assert integers.dtype == np.int64 and integers.tolist() == [0, 2]

@@ -1,4 +1,4 @@
-"""The C extension's STAR reading against the general parser: the rows of loops (star_scan, star_fill)
+"""The C extension's STAR reading against the general parser: the rows of loops (star_read)
 give the tables pandas gives or are left to it, and RELION's image names split (split_image_names) as
 `ImageLocation.from_string` parses them; each function refuses what does not fit instead of reading or
 writing past it."""
@@ -154,55 +154,71 @@ def test_plain_rows_are_read_without_pandas_parser(monkeypatch):
     assert table["rlnA"].dtype == pd.Series(["text"]).dtype
 
 
-def test_star_scan_and_fill_refuse_what_does_not_fit():
-    text = b"1 2.5 m1\n3 4 m2\n"
-    end, rows, lines, kinds, sizes, half = _native.star_scan(text, 0, 3)
-    assert (end, rows, lines, kinds, sizes, half) == (
-        len(text),
-        2,
-        2,
-        b"ift",
-        (2, 4, 4),
-        (len(text), 2, sizes),
+def _texts(texts: list) -> list[list[bytes]]:
+    """The values of each column of text `star_read` gave, as bytes, checked against their offsets."""
+    columns = []
+    for parts in texts:
+        values = []
+        for rows, offsets, data in parts:
+            offsets, data = np.frombuffer(offsets, np.int64), bytes(data)
+            assert len(offsets) == rows + 1 and offsets[0] == 0 and offsets[-1] == len(data)
+            values += [data[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+        columns.append(values)
+    return columns
+
+
+def test_star_read_reads_the_rows_in_one_pass_and_refuses_what_does_not_fit():
+    text = b"1 2.5 m1\n# note\n3 4 m2\n"
+    outs = (np.empty(2, np.int64), np.empty(2, np.int64), np.empty(2, np.int64))
+    end, rows, lines, kinds, block, texts = _native.star_read(text, 0, b"???", outs)
+    assert (end, rows, lines, kinds, block) == (len(text), 2, 3, b"ift", False)
+    assert outs[0].tolist() == [1, 3] and outs[1].view(np.float64).tolist() == [2.5, 4.0]
+    assert _texts(texts) == [[b"m1", b"m2"]]
+    # outs of room for one row: the reading stops at the second, and goes on from there
+    small = (np.empty(1, np.int64), np.empty(1), b"")
+    end, rows, lines, kinds, block, texts = _native.star_read(text, 0, b"??t", small)
+    assert (text[end:], rows, lines, kinds) == (b"3 4 m2\n", 1, 2, b"ift")
+    end, rows, lines, kinds, block, texts = _native.star_read(text, end, kinds, small)
+    assert (end, rows, lines, kinds, small[0][0], small[1][0]) == (len(text), 1, 1, b"ift", 3, 4.0)
+    assert _texts(texts) == [[b"m2"]]
+    # integers so far become numbers where a number comes, and NaN makes them numbers too
+    outs = (np.empty(2, np.int64), np.empty(2, np.int64), b"")
+    assert _native.star_read(b"7 1 m\n", 0, b"fit", outs)[3] == b"fit" and outs[0].view(np.float64)[0] == 7.0
+    assert _native.star_read(b"7 nan m\n", 0, b"iit", outs)[3] == b"ift" and np.isnan(
+        outs[1].view(np.float64)[0]
     )
-    with pytest.raises(ValueError):
-        _native.star_scan(text, len(text) + 1, 3)
-    with pytest.raises(ValueError):
-        _native.star_scan(text, 0, 0)
-    fits = (np.empty(2, np.int64), np.empty(2), (np.empty(3, np.int64), np.empty(4, np.uint8)))
-    _native.star_fill(text, 0, end, kinds, fits, half)
-    assert fits[0].tolist() == [1, 3] and fits[1].tolist() == [2.5, 4.0]
-    assert bytes(fits[2][1]) == b"m1m2" and fits[2][0].tolist() == [0, 2, 4]
-    halves = tuple(
-        np.zeros_like(out) if isinstance(out, np.ndarray) else tuple(map(np.zeros_like, out)) for out in fits
-    )
-    _native.star_fill(text, 0, end, kinds, halves, (9, 1, (1, 3, 2)))  # the second row on its own
-    assert all(np.array_equal(a, b) for a, b in zip(np.hstack(fits[:2]), np.hstack(halves[:2])))
-    assert bytes(halves[2][1]) == b"m1m2" and halves[2][0].tolist() == [0, 2, 4]
-    too_small = [
-        (np.empty(1, np.int64), np.empty(2), (np.empty(3, np.int64), np.empty(4, np.uint8))),
-        (np.empty(2, np.int64), np.empty(2), (np.empty(3, np.int64), np.empty(3, np.uint8))),
-        (np.empty(2, np.int64), np.empty(2), (np.empty(2, np.int64), np.empty(4, np.uint8))),
-        (np.empty(2, np.int64), np.empty(2, np.int32), (np.empty(3, np.int64), np.empty(4, np.uint8))),
-    ]
-    for outs in too_small:
+    assert _native.star_read(b"7 1 m\n8.5 2 x\n", 0, b"??t", outs)[3] == b"fit"
+    assert outs[0].view(np.float64).tolist() == [7.0, 8.5]
+    # a block ends the rows
+    found = _native.star_read(b"1 2 m\n data_x\n5 6 n\n", 0, b"???", (np.empty(2, np.int64),) * 3)
+    assert found[:5] == (6, 1, 1, b"iit", True)
+    for kinds, text in [
+        (b"??t", b"1 2 3\n"),  # numbers in a column of text
+        (b"i??", b"m 2 3\n"),  # text in a column of integers
+        (b"???", b"1 2\n"),  # a row too short
+        (b"???", b"1 2 3 4\n"),  # too long
+        (b"???", b"1 'a b' 3\n"),  # quotes
+        (b"???", b"1 -0 3\n"),  # -0 among integers
+        (b"???", b"1 1.2.3 3\n"),
+        (b"???", b"1 inf 3\n"),
+        (b"???", b"1 True m\n"),
+        (b"??t", b"1 2 <NA>\n"),
+        (b"???", b"1 12345678901234567890 m\n"),  # more than int64 is read as
+        (b"???", b"1 2 m\r3 4 n\n"),
+        (b"???", "1 2 é\n".encode()),
+    ]:
+        assert _native.star_read(text, 0, kinds, (np.empty(2, np.int64),) * 3) is None, text
+    for start, kinds, outs in [
+        (len(text) + 1, b"???", (np.empty(2, np.int64),) * 3),
+        (0, b"", ()),
+        (0, b"??", (np.empty(2, np.int64),) * 3),
+        (0, b"?x?", (np.empty(2, np.int64),) * 3),
+        (0, b"???", (np.empty(2, np.int64), np.empty(3, np.uint8), np.empty(2))),
+    ]:
         with pytest.raises(ValueError):
-            _native.star_fill(text, 0, end, kinds, outs, half)
-    for wrong_half in (
-        (0, 1, (1, 3, 2)),
-        (9, 3, (1, 3, 2)),
-        (9, 1, (1, 3, 9)),
-        (len(text) + 1, 1, (1, 3, 2)),
-    ):
-        with pytest.raises(ValueError):
-            _native.star_fill(text, 0, end, kinds, fits, wrong_half)
-    for wrong in (b"iii", b"tfi", b"if", b"ifx"):
-        outs = tuple(
-            (np.empty(3, np.int64), np.empty(8, np.uint8)) if kind == ord("t") else np.empty(2)
-            for kind in wrong
-        )
-        with pytest.raises(ValueError):
-            _native.star_fill(text, 0, end, wrong, outs, half)
+            _native.star_read(b"1 2 3\n", start, kinds, outs)
+    with pytest.raises(BufferError):
+        _native.star_read(b"1 2 3\n", 0, b"???", (np.empty(2, np.int64), b"", np.empty(2)))  # not writable
 
 
 @pytest.mark.parametrize(
@@ -210,7 +226,7 @@ def test_star_scan_and_fill_refuse_what_does_not_fit():
 )
 def test_a_long_loop_read_in_two_halves_as_pandas_reads_it(ending: str, monkeypatch):
     rng = np.random.default_rng(5)
-    rows = 40_000  # halves of more than a megabyte: each is scanned and written by a thread of its own
+    rows = 40_000  # halves of more than a megabyte: each is read by a thread of its own
     values = rng.normal(0, 1e4, (rows, 3))
     lines = [
         f"{i:06d}@Movies/m{i // 200}.mrcs {a!r} {b:12.6f} {c:.3e} {i % 7}\n"
@@ -223,11 +239,11 @@ def test_a_long_loop_read_in_two_halves_as_pandas_reads_it(ending: str, monkeypa
     elif ending == "a block near the start":
         lines[10:] = ["data_next\nloop_\n_rlnX\n", *(f"{i}\n" for i in range(rows * 10))]
     text = ("data_\nloop_\n" + "".join(f"_rlnC{c}\n" for c in range(5)) + "".join(lines)).encode()
-    found = _native.star_scan(text, text.index(b"000000@"), 5)
+    outs = tuple(np.empty(rows, np.int64) for _ in range(5))
+    found = _native.star_read(text, text.index(b"000000@"), b"?????", outs)
     assert (found is None) == (ending == "a quote at the end")
-    if ending == "plain":
-        end, _, _, _, _, half = found
-        assert half[0] < end and 0 < half[1] < rows  # scanned and written in two halves
+    if ending == "plain":  # read in two halves, the text of each a part of its own
+        assert found[1] == rows and found[5] and all(len(parts) == 2 for parts in found[5])
     ours, general = _parse(text, True, monkeypatch), _parse(text, False, monkeypatch)
     assert list(ours) == list(general)
     for name in general:

@@ -3,9 +3,9 @@
 The file is mapped whole (it is at most `limit` bytes). The lines around the
 loops (block names, column names, single values) are taken one by one. The
 rows of a loop, nearly all of the file, are read by the C extension where
-they are plain (`vitrio._native.star_scan`: printable ASCII, no quotes, each
-column all integers, all numbers or all text), numbers straight into arrays
-and text into Arrow strings, as pandas would make them: a part of
+they are plain (`vitrio._native.star_read`: printable ASCII, no quotes, each
+column all integers, all numbers or all text), in one pass, numbers straight
+into arrays and text into Arrow strings, as pandas would make them: a part of
 `star_part_bytes` (of the configuration in force) at a time, read into memory let go of once its rows are
 in the table, so that the rows cost the table and not the table and the
 file (a map's pages read stay in the process's memory until it is unmapped). Other rows go to
@@ -41,7 +41,7 @@ PANDAS_CHUNK_BYTES = 1 << 20
 """How much of a loop's body pandas is given at once (whole lines, more if one is longer)."""
 
 MAX_LOOP_COLUMNS = 65536
-"""The most columns a loop may have (RELION's have tens), as many as `vitrio._native.star_scan` takes."""
+"""The most columns a loop may have (RELION's have tens), as many as `vitrio._native.star_read` takes."""
 
 _TAIL = 1 << 16
 """How much of the end of a part is searched for its last line end (a part of a longer line is read again)."""
@@ -234,9 +234,8 @@ def _loop(path: str | os.PathLike[str], lines: _Lines, name: str) -> pd.DataFram
 
 
 def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
-    """The rows of a loop read by `vitrio._native.star_scan` and `star_fill`, as pandas reads them, a part
-    of the file at a time; None if they are not plain, or pandas does not hold text in Arrow strings
-    (pyarrow missing)."""
+    """The rows of a loop read by `vitrio._native.star_read`, as pandas reads them, a part of the file at
+    a time; None if they are not plain, or pandas does not hold text in Arrow strings (pyarrow missing)."""
     import pandas as pd
 
     strings = pd.Series(["text"]).dtype
@@ -245,26 +244,22 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
     import pyarrow as pa
 
     columns = _PlainColumns(len(names))
-    position, line_ends = lines.position, 0
-    while position < len(lines):
-        text = lines.part(position)
-        found = _native.star_scan(text, 0, len(names))
-        if found is None:
-            if columns.rows and _NO_ROWS.match(text):  # the loop ended where this part starts
-                break
-            return None
-        end, rows, ends, kinds, sizes, half = found
-        outs = columns.outs(kinds, sizes, rows, (len(lines) - position) / end)
-        if outs is None:
-            return None
-        try:
-            _native.star_fill(text, 0, end, kinds, outs, half)
-        except ValueError:  # a value of a column of numbers is not one (1.2.3), or of more than 127 bytes
-            return None
-        columns.filled(outs)
-        position, line_ends = position + end, line_ends + ends
-        if end < len(text):  # a block starts
-            break
+    position, line_ends, block = lines.position, 0, False
+    while position < len(lines) and not block:
+        text, start = lines.part(position), 0
+        while start < len(text) and not block:
+            found = _native.star_read(text, start, columns.kinds, columns.outs(len(text) - start))
+            if found is None:
+                return None
+            end, rows, ends, kinds, block, texts = found
+            columns.filled(rows, kinds, texts)
+            left = len(lines) - position - end
+            if (
+                position == lines.position and start == 0 and left and not block
+            ):  # rows to come as long as these
+                columns.foretell(rows * left / max(end, 1))
+            start, line_ends = end, line_ends + ends
+        position += start
     if not columns.rows:
         return None
     lines.take(position, line_ends)
@@ -272,81 +267,69 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
     for name, values in zip(names, columns.values):
         if isinstance(values, list):
             texts = [
-                pa.LargeStringArray.from_buffers(len(o) - 1, pa.py_buffer(o), pa.py_buffer(d))
-                for o, d in values
+                pa.LargeStringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(data))
+                for rows, offsets, data in values
             ]
-            table[name] = pd.arrays.ArrowStringArray(pa.chunked_array(texts), dtype=strings)
+            table[name] = pd.arrays.ArrowStringArray(
+                pa.chunked_array(texts, pa.large_string()), dtype=strings
+            )
         else:
             table[name] = values[: columns.rows]
     return pd.DataFrame(table, copy=False)
 
 
 class _PlainColumns:
-    """The columns of a loop's plain rows as they are read a part at a time: the numbers of a column in
-    one array, allocated for the rows the first part foretells (pages never written cost nothing) and
-    grown if more come, its integers made numbers if a later part has other numbers; the text of a
-    column a part of Arrow strings each."""
+    """The columns of a loop's plain rows as they are read: the numbers of a column in one array, first
+    of the most rows the first part may hold, then of the rows its rows foretell (pages never written
+    cost nothing), grown if more come; the text of a column as the Arrow strings of each reading."""
 
     def __init__(self, count: int):
+        self.kinds = b"?" * count
+        """What the rows read make of each column, as `star_read` takes and gives them."""
         self.values: list[Any] = [None] * count
-        """Of each column, an int64 or float64 array, or a list of the (offsets, data) of each part."""
+        """Of each column, an int64 or float64 array, or a list of (rows, offsets, data) of text."""
         self.rows = 0
         """How many rows were read."""
-        self._kinds = b""
-        self._parted: list[tuple[int, np.ndarray]] = []
 
-    def outs(
-        self, kinds: bytes, sizes: tuple[int, ...], rows: int, foretold: float
-    ) -> tuple[Any, ...] | None:
-        """Where `star_fill` writes the next part, of `rows` rows of `kinds`, its text of `sizes`; the
-        first part of the loop is `foretold` times smaller than what is left of the text. None if a
-        column is text in one part and numbers in another (pandas reads the whole column as text)."""
-        text = ord("t")
-        if not self._kinds:
-            self._kinds = kinds
-            capacity = int(rows * foretold * 1.05) + 1024
-            self.values = [[] if kind == text else np.empty(capacity, _DTYPES[kind]) for kind in kinds]
-        if any((kind == text) != (known == text) for kind, known in zip(kinds, self._kinds)):
-            return None
+    def outs(self, size: int) -> tuple[Any, ...]:
+        """Where `star_read` writes the rows of the next `size` bytes: the columns of numbers from the
+        rows read on, with room for at least one row."""
+        if self.values[0] is None:  # the most rows of `size` bytes: a value and a space each
+            self.values = [np.empty(size // (2 * len(self.values)) + 1, np.int64) for _ in self.values]
         for number, values in enumerate(self.values):
-            if not isinstance(values, list) and len(values) < self.rows + rows:  # more rows than foretold
-                grown = np.empty(2 * (self.rows + rows), values.dtype)
-                grown[: self.rows] = values[: self.rows]
-                self.values[number] = grown
-        outs: list[Any] = []
-        self._parted = []
-        for number, (kind, size, values) in enumerate(zip(kinds, sizes, self.values)):
-            if kind == text:
-                outs.append((np.empty(rows + 1, np.int64), np.empty(size, np.uint8)))
-            elif values.dtype == _DTYPES[kind]:
-                outs.append(values[self.rows : self.rows + rows])
-            elif kind == ord("f"):  # integers so far, other numbers now: all are numbers
-                self.values[number] = values.astype(np.float64)
-                outs.append(self.values[number][self.rows : self.rows + rows])
-            else:  # integers among numbers: read apart, made numbers
-                outs.append(np.empty(rows, np.int64))
-                self._parted.append((number, outs[-1]))
-        return tuple(outs)
+            if not isinstance(values, list) and len(values) <= self.rows:
+                self._resize(number, 2 * len(values))
+        return tuple(b"" if isinstance(values, list) else values[self.rows :] for values in self.values)
 
-    def filled(self, outs: tuple[Any, ...]) -> None:
-        """Take the part `star_fill` wrote into `outs`."""
-        rows = 0
-        for number, out in enumerate(outs):
-            if isinstance(out, tuple):
-                self.values[number].append(out)
-                rows = len(out[0]) - 1
-            else:
-                rows = len(out)
-        for number, out in self._parted:
-            self.values[number][self.rows : self.rows + rows] = out
+    def foretell(self, rows: float) -> None:
+        """Make room for about `rows` rows more than were read."""
+        for number, values in enumerate(self.values):
+            if not isinstance(values, list):
+                self._resize(number, self.rows + int(rows * 1.05) + 1024)
+
+    def _resize(self, number: int, capacity: int) -> None:
+        resized = np.empty(capacity, self.values[number].dtype)
+        resized[: self.rows] = self.values[number][: self.rows]
+        self.values[number] = resized
+
+    def filled(self, rows: int, kinds: bytes, texts: list[list[tuple[int, Any, Any]]]) -> None:
+        """Take the `rows` rows `star_read` read: their kinds of columns, the texts of those of text."""
+        texts_of = iter(texts)
+        for number, (kind, known) in enumerate(zip(kinds, self.kinds)):
+            values = self.values[number]
+            if kind == ord("t"):
+                self.values[number] = values if isinstance(values, list) else []
+                self.values[number].extend(next(texts_of))
+            elif kind == ord("f") and known == ord(
+                "i"
+            ):  # integers so far, other numbers now: all are numbers
+                numbers = values.view(np.float64)
+                numbers[: self.rows] = values[: self.rows]
+                self.values[number] = numbers
+            elif kind == ord("f") and known == ord("?"):
+                self.values[number] = values.view(np.float64)
+        self.kinds = kinds
         self.rows += rows
-
-
-_DTYPES = {ord("i"): np.dtype(np.int64), ord("f"): np.dtype(np.float64)}
-
-
-_NO_ROWS = re.compile(rb"(?:[ \t\r\v\f]*(?:#[^\n]*)?\n)*[ \t\r\v\f]*(?:data_|\Z)")
-"""Text of no row of a loop before the line that starts a block, or its end: blank lines and comments."""
 
 
 def _parsed_rows(path: str | os.PathLike[str], lines: _Lines, name: str, names: list[str]) -> pd.DataFrame:

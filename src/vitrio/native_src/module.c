@@ -7,7 +7,7 @@
  * - file maps whose pages read as zeros instead of raising SIGBUS (map_file, advise_map): maps.c;
  * - conversions of values and crops of patches (convert, crop, simd): convert.c;
  * - batch reads of raw images (read_runs, advise): runs.c;
- * - the plain rows of the loops of STAR files (star_scan, star_fill): star.c;
+ * - the plain rows of the loops of STAR files (star_read): star.c;
  * - RELION's image names split (split_image_names): image_names.c;
  * - LZ4 blocks decoded (lz4_decode): lz4.c;
  * - each item of a batch standardised (standardize): standardize.c.
@@ -34,8 +34,7 @@ static PyMethodDef methods[] = {
     {"convert", vitrio_convert, METH_VARARGS, "Convert values of one kind into another."},
     {"crop", vitrio_crop, METH_VARARGS, "Crop patches out of an image, converting them."},
     {"simd", vitrio_simd, METH_VARARGS, "Whether conversions use the processor's vector extensions (for tests)."},
-    {"star_scan", vitrio_star_scan, METH_VARARGS, "Find the end, rows and kinds of columns of the plain rows of a STAR loop."},
-    {"star_fill", vitrio_star_fill, METH_VARARGS, "Write the values of the plain rows of a STAR loop into arrays."},
+    {"star_read", vitrio_star_read, METH_VARARGS, "Read the plain rows of a STAR loop into arrays in one pass."},
     {"split_image_names", vitrio_split_image_names, METH_VARARGS, "Split RELION's index@path names into indices and paths."},
     {"lz4_decode", vitrio_lz4_decode, METH_VARARGS, "Decode an LZ4 block into a buffer it fills."},
     {"standardize", vitrio_standardize, METH_VARARGS, "Give each item of a batch a mean of 0 and a deviation of 1."},

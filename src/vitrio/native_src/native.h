@@ -63,8 +63,7 @@ PyObject *vitrio_advise(PyObject *self, PyObject *args);
 
 /* star.c */
 int vitrio_star_init(void);
-PyObject *vitrio_star_scan(PyObject *self, PyObject *args);
-PyObject *vitrio_star_fill(PyObject *self, PyObject *args);
+PyObject *vitrio_star_read(PyObject *self, PyObject *args);
 
 /* image_names.c */
 PyObject *vitrio_split_image_names(PyObject *self, PyObject *args);

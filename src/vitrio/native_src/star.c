@@ -6,29 +6,37 @@
  * tabs, `#` starting a comment, LF or CRLF line ends, no quotes. The loop ends before the first line
  * that starts (after spaces and tabs) with `data_`, or at the end of the text. Anything else (another
  * byte, a row of more or fewer values than the loop has columns, a column whose values pandas would
- * take in a way this does not: booleans, infinities, text among numbers, NaN among text) is left to
- * the general parser, which also says what is wrong. Both functions release the GIL while they run;
- * star_fill writes the rows from `half` on in a thread of its own.
+ * take in a way this does not: booleans, infinities, text among numbers, NaN among text, an integer
+ * written -0) is left to the general parser, which also says what is wrong.
  *
- *   star_scan(text, start, columns) -> None | (end, rows, lines, kinds, sizes, half)
- *     Reads the rows from byte `start` of `text`: the loop ends at byte `end`, after `lines` line
- *     ends, and holds `rows` rows. `kinds` has a byte per column: b'i' integers (int64), b'f' numbers
- *     (float64; "nan", "NaN" and "<NA>" are NaN), b't' text; `sizes`, the bytes of each column's
- *     values. `half`, (offset, rows, sizes): the first line at or past the middle of the text from
- *     `start` (or `end`), the rows before it and the sizes of their values, where a second thread
- *     starts writing. None if the rows are not plain, or there are none.
+ *   star_read(text, start, kinds, outs) -> None | (end, rows, lines, kinds, block, texts)
+ *     Reads the rows from byte `start` of `text` (a line's start) in one pass, each value converted as
+ *     it is met, and stops at the line that starts a block (`block` true), at the end of the text, or
+ *     at the row that `outs` have no room for: at byte `end`, after `rows` rows and `lines` line ends.
+ *     `kinds` has a byte per column, what the loop's earlier rows made of it: b'i' integers (int64),
+ *     b'f' numbers (float64; "nan", "NaN" and "<NA>" are NaN), b't' text, b'?' not known yet; the
+ *     kinds returned are what these rows make of them (integers become numbers where a number comes,
+ *     and the column's integers written here with them). `outs` has a writable array of 8-byte values
+ *     per column not of text, a value a row from its start (bytes ignored for text). `texts` has, of
+ *     each column of text, a list of (rows, offsets, data): the Arrow layout of a string array
+ *     (offsets int64, rows + 1 of them; data, the values one after another) in memory of its own.
+ *     None if the rows are not plain. The GIL is released while it reads; a text of more than
+ *     2 MiB is read in two halves, the second by a thread of its own.
  *
- *   star_fill(text, start, end, kinds, outs, half)
- *     Writes the values of the rows star_scan read into `outs`, one per column: an int64 or float64
- *     array of a value per row for b'i' and b'f', a pair (offsets, data) for b't', the Arrow layout
- *     of a string array (offsets int64, rows + 1 of them; data, the values one after another).
- *     Numbers are converted as pandas converts them: to the nearest double. Raises ValueError if the
- *     rows are not what `kinds` says or do not fit `outs`.
+ * Numbers are converted to the double nearest to their decimal value, as strtod converts them (±inf
+ * past the largest, 0 or a subnormal below the smallest), bit for bit: of up to 19 digits making
+ * at most 2^53 and a power of ten up to 22, the digits as an integer times or divided by that power,
+ * each exact, so that the one rounding is the IEEE operation's (Clinger's fast path); else strtod in
+ * the C locale.
  */
 #include "native.h"
+#include <float.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 enum { STAR_INT = 1, STAR_FLOAT = 2, STAR_NA = 4, STAR_TEXT = 8, STAR_OTHER = 16 };
-#define STAR_THREAD_BYTES (1 << 20) /* a half of rows at least this long is written by a thread of its own */
+#define STAR_THREAD_BYTES (1 << 20) /* a half of rows at least this long is read by a thread of its own */
 #define STAR_MAX_COLUMNS 65536
 
 /* What each byte is to the rows: a byte of a value has SB_VALUE and the bits of its kind of character
@@ -46,9 +54,46 @@ enum {
     SB_CR = 512,
     SB_HASH = 1024,
 };
+#define SB_AFTER (SB_SPACE | SB_LINE | SB_CR | SB_HASH) /* what may follow a value */
 
 static uint16_t star_bytes[256];
 static locale_t star_locale; /* "C": numbers read the same whatever the process's locale */
+
+/* Memory of the extension's own (a column's text, its offsets), read-only to Python through the
+ * buffer protocol, freed with the object. */
+typedef struct {
+    PyObject_HEAD
+    void *data;
+    Py_ssize_t length;
+} StarBuffer;
+
+static int star_buffer_get(PyObject *self, Py_buffer *view, int flags) {
+    StarBuffer *buffer = (StarBuffer *)self;
+    return PyBuffer_FillInfo(view, self, buffer->data, buffer->length, 1, flags);
+}
+
+static void star_buffer_dealloc(PyObject *self) {
+    free(((StarBuffer *)self)->data);
+    PyTypeObject *type = Py_TYPE(self);
+    ((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
+    Py_DECREF(type);
+}
+
+static PyType_Slot star_buffer_slots[] = {
+    {Py_tp_dealloc, star_buffer_dealloc},
+    {Py_bf_getbuffer, star_buffer_get},
+    {Py_tp_doc, "Read-only memory of the values of a column of a STAR loop, or their offsets."},
+    {0, NULL},
+};
+
+static PyType_Spec star_buffer_spec = {
+    .name = "vitrio._native.StarBuffer",
+    .basicsize = sizeof(StarBuffer),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = star_buffer_slots,
+};
+
+static PyTypeObject *StarBufferType;
 
 int vitrio_star_init(void) {
     for (int c = '!'; c <= '~'; c++)
@@ -64,7 +109,8 @@ int vitrio_star_init(void) {
     star_bytes['\n'] = SB_LINE;
     star_bytes['\r'] = SB_CR;
     star_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
-    return star_locale != (locale_t)0;
+    StarBufferType = (PyTypeObject *)PyType_FromSpec(&star_buffer_spec);
+    return star_locale != (locale_t)0 && StarBufferType != NULL;
 }
 
 typedef struct {
@@ -119,7 +165,7 @@ static inline int star_block(const uint8_t *p, const uint8_t *end) {
 /* What a value may be: STAR_NA, STAR_INT (of at most 18 bytes,
  * which int64 holds), STAR_FLOAT, STAR_TEXT (a number in no spelling), or STAR_OTHER (left to the general
  * parser: booleans, infinities, NaN in another spelling). Numbers are told by their bytes alone:
- * star_fill checks them whole, and refuses what is not. */
+ * star_read parses them whole, and refuses what is not. */
 static inline int star_class(const StarValue *value) {
     const uint8_t *s = value->start;
     size_t n = value->length;
@@ -142,35 +188,84 @@ static inline int star_class(const StarValue *value) {
 static const double star_exact[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* A number as pandas' C parser converts it: the double nearest to its decimal value (±inf past the
- * largest, 0 below the smallest). Of up to 15 digits and a power of ten up to 22, the digits as an
- * integer times or divided by that power, each exact, rounded once; else strtod in the C locale.
- * Returns 0 if the value is not a number of the spelling [+-]digits[.digits][e[+-]digits]. */
-static int star_number(const uint8_t *s, size_t n, double *out) {
-    const uint8_t *p = s, *e = s + n;
-    int negative = 0, digits = 0, decimals = 0, exponent = 0, exponent_digits = 0, minus = 0;
-    uint64_t sum = 0;
-    if (p < e && (*p == '+' || *p == '-')) negative = *p++ == '-';
-    for (; p < e && vitrio_digit(*p); p++, digits++) sum = sum * 10 + (uint64_t)(*p - '0');
-    if (p < e && *p == '.')
-        for (p++; p < e && vitrio_digit(*p); p++, digits++, decimals++) sum = sum * 10 + (uint64_t)(*p - '0');
-    if (digits == 0) return 0;
+/* A number spelled [+-]digits[.digits][(e|E)[+-]digits], as it is read. */
+typedef struct {
+    uint64_t sum;           /* the digits as an integer, where there are at most 19 of them */
+    int64_t digits, scale;  /* the number is sum * 10^scale */
+    int negative, whole;    /* whole: spelled as an integer, without a point or an exponent */
+    int exponent_digits;
+} StarDecimal;
+
+static const uint64_t star_tens[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+
+/* The digits at *p, at most 8, read at once where 8 bytes can be read (the first in the lowest byte of
+ * a word, as x86 and ARM load them): their count, *sum then sum * 10^count + their value. */
+static inline int star_digits(const uint8_t **p, const uint8_t *e, uint64_t *sum) {
+    const uint8_t *q = *p;
+    int n = 0;
+    if (e - q >= 8 && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
+        uint64_t word, values;
+        memcpy(&word, q, 8);
+        values = word - 0x3030303030303030ull; /* a byte below '0' borrows only from those after it */
+        uint64_t others = (values | (word + 0x4646464646464646ull)) & 0x8080808080808080ull;
+        n = others ? __builtin_ctzll(others) >> 3 : 8;
+        if (n == 0) return 0;
+        values <<= 64 - 8 * n; /* the digits alone, zeros before them */
+        values = values * 10 + (values >> 8);
+        values = (((values & 0x000000FF000000FFull) * (100 + (1000000ull << 32))) +
+                  (((values >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32)))) >>
+                 32;
+        *sum = *sum * star_tens[n] + values;
+    } else {
+        for (; n < 8 && q + n < e && vitrio_digit(q[n]); n++) *sum = *sum * 10 + (uint64_t)(q[n] - '0');
+    }
+    *p = q + n;
+    return n;
+}
+
+/* The end of the number spelled from p, or NULL where no number is spelled there. */
+static inline const uint8_t *star_decimal(const uint8_t *p, const uint8_t *e, StarDecimal *d) {
+    int64_t digits = 0, decimals = 0; /* of a value of up to the text's length */
+    int exponent = 0, exponent_digits = 0, minus = 0, n;
+    uint64_t sum = 0; /* wraps past 19 digits, where it is not used */
+    d->negative = p < e && *p == '-';
+    p += p < e && (*p == '-' || *p == '+');
+    do digits += n = star_digits(&p, e, &sum);
+    while (n == 8);
+    d->whole = !(p < e && (*p == '.' || *p == 'e' || *p == 'E'));
+    if (p < e && *p == '.') {
+        p++;
+        do decimals += n = star_digits(&p, e, &sum);
+        while (n == 8);
+        digits += decimals;
+    }
+    if (digits == 0) return NULL;
     if (p < e && (*p == 'e' || *p == 'E')) {
         p++;
         if (p < e && (*p == '+' || *p == '-')) minus = *p++ == '-';
-        for (; p < e && vitrio_digit(*p); p++, exponent_digits++)
-            if (exponent_digits < 6) exponent = exponent * 10 + (*p - '0');
-        if (exponent_digits == 0) return 0;
+        for (; p < e && vitrio_digit(*p); p++) /* 6 counts as more than 5: only strtod reads those */
+            if (exponent_digits < 6) exponent = exponent * 10 + (*p - '0'), exponent_digits++;
+        if (exponent_digits == 0) return NULL;
     }
-    if (p != e) return 0;
-    int scale = (minus ? -exponent : exponent) - decimals;
-    if (digits <= 15 && exponent_digits <= 5 && scale >= -22 && scale <= 22) {
-        double number = (double)sum;
-        number = scale >= 0 ? number * star_exact[scale] : number / star_exact[-scale];
-        *out = negative ? -number : number;
+    d->sum = sum, d->digits = digits, d->exponent_digits = exponent_digits;
+    d->scale = (minus ? -exponent : exponent) - decimals;
+    return p;
+}
+
+/* The double nearest to the number spelled in [s, e), which star_decimal read as d (see the top of
+ * the file): 1, or 0 where it is longer than strtod is given here (127 bytes). */
+static inline int star_double(const uint8_t *s, const uint8_t *e, const StarDecimal *d, double *out) {
+#if FLT_EVAL_METHOD == 0 /* each operation rounded to double, as the fast path needs */
+    if (d->digits <= 19 && d->sum <= (uint64_t)1 << 53 && d->exponent_digits <= 5 && d->scale >= -22 &&
+        d->scale <= 22) {
+        double number = (double)d->sum; /* exact */
+        number = d->scale >= 0 ? number * star_exact[d->scale] : number / star_exact[-d->scale];
+        *out = d->negative ? -number : number;
         return 1;
     }
+#endif
     char text[128];
+    size_t n = (size_t)(e - s);
     if (n >= sizeof text) return 0;
     memcpy(text, s, n);
     text[n] = 0;
@@ -179,263 +274,372 @@ static int star_number(const uint8_t *s, size_t n, double *out) {
     return end == text + n;
 }
 
-/* A tuple of the sizes. */
-static PyObject *star_sizes(const uint64_t *sizes, Py_ssize_t columns) {
-    PyObject *sized = PyTuple_New(columns);
-    for (Py_ssize_t c = 0; sized != NULL && c < columns; c++) {
-        PyObject *size = PyLong_FromUnsignedLongLong(sizes[c]);
-        if (size == NULL || PyTuple_SetItem(sized, c, size) < 0) Py_CLEAR(sized);
+/* Where the value that starts at p ends: its first byte that is not printable ASCII, or a quote or '#'. */
+static inline const uint8_t *star_value_end(const uint8_t *p, const uint8_t *e) {
+#ifdef __SSE2__
+    const __m128i space = _mm_set1_epi8(' '), delete = _mm_set1_epi8(0x7f), hash = _mm_set1_epi8('#'),
+                  quote = _mm_set1_epi8('"'), apostrophe = _mm_set1_epi8('\'');
+    for (; e - p >= 16; p += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i refused = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, delete), _mm_cmpeq_epi8(v, hash)),
+                                       _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, apostrophe)));
+        /* signed: the bytes from 0x80 are below the space */
+        unsigned taken = (unsigned)_mm_movemask_epi8(_mm_andnot_si128(refused, _mm_cmpgt_epi8(v, space)));
+        if (taken != 0xffff) return p + __builtin_ctz(~taken);
     }
-    return sized;
+#endif
+    while (p < e && star_bytes[*p] & SB_VALUE) p++;
+    return p;
 }
 
-/* Rows of a loop scanned by one thread: from p up to `end` (a line start, or the end of the text), or
- * to the line that starts a block (`block`), or to what is not plain. */
+/* A column's text as it is read: the Arrow layout of a string array, grown as needed. */
+typedef struct {
+    int64_t *offsets;
+    uint8_t *data;
+    Py_ssize_t rows, row_room;
+    size_t size, room;
+} StarText;
+
+/* Appends a value: 1, or 0 out of memory. */
+static inline int star_text_add(StarText *text, const uint8_t *value, size_t n) {
+    if (text->rows + 1 >= text->row_room) {
+        Py_ssize_t room = text->row_room ? 2 * text->row_room : 1 << 14;
+        int64_t *offsets = realloc(text->offsets, (size_t)room * sizeof *offsets);
+        if (offsets == NULL) return 0;
+        if (text->row_room == 0) offsets[0] = 0;
+        text->offsets = offsets, text->row_room = room;
+    }
+    if (n > text->room - text->size) {
+        size_t room = text->room ? 2 * text->room : 1 << 18;
+        while (n > room - text->size) room *= 2;
+        uint8_t *data = realloc(text->data, room);
+        if (data == NULL) return 0;
+        text->data = data, text->room = room;
+    }
+    memcpy(text->data + text->size, value, n);
+    text->size += n;
+    text->offsets[++text->rows] = (int64_t)text->size;
+    return 1;
+}
+
+enum { READ_ON, READ_BLOCK, READ_FULL, READ_NOT_PLAIN, READ_NO_MEMORY };
+
+/* Rows of a loop read by one thread: from p up to `end` (a line start, or the end of the text), or to
+ * the line that starts a block, or to what is not plain, or to the row the outs have no room for. */
 typedef struct {
     const uint8_t *p, *end;
-    Py_ssize_t columns, rows, lines;
-    uint8_t *masks;
-    uint64_t *sizes;
-    int plain, block;
-} StarScan;
+    Py_ssize_t columns, row, room; /* the rows are written from `row` of outs, at most `room` of them */
+    Py_ssize_t rows, lines;
+    char *kinds;
+    uint8_t **outs; /* of each column, its 8-byte values, from row 0 of the loop's rows read here */
+    StarText *texts;
+    int status;
+} StarReader;
 
-static void *star_scan_part(void *argument) {
-    StarScan *part = argument;
-    const uint8_t *p = part->p, *end = part->end;
-    while (part->plain && p < end) {
+/* The integers of a column read by this reader, made numbers. */
+static void star_numbers(StarReader *reader, Py_ssize_t c) {
+    int64_t *values = (int64_t *)reader->outs[c] + reader->row;
+    for (Py_ssize_t r = 0; r < reader->rows; r++) {
+        double number = (double)values[r];
+        memcpy(values + r, &number, sizeof number);
+    }
+    reader->kinds[c] = 'f';
+}
+
+/* Reads the value at p into column c of row `reader->rows`: its end, or NULL (the status set). */
+static inline const uint8_t *star_read_value(StarReader *reader, const uint8_t *p, Py_ssize_t c) {
+    const uint8_t *end = reader->end;
+    char kind = reader->kinds[c];
+    if (kind != 't') {
+        StarDecimal d;
+        const uint8_t *q = star_decimal(p, end, &d);
+        if (q != NULL && (q == end || star_bytes[*q] & SB_AFTER)) {
+            uint8_t *out = reader->outs[c] + 8 * (reader->row + reader->rows);
+            if (d.whole && (q - p > 18 || (d.negative && d.sum == 0 && kind != 'f'))) {
+                reader->status = READ_NOT_PLAIN; /* more than int64 is read as, or -0 among integers */
+                return NULL;
+            }
+            if (d.whole && kind != 'f') {
+                int64_t number = d.negative ? -(int64_t)d.sum : (int64_t)d.sum;
+                memcpy(out, &number, sizeof number);
+                reader->kinds[c] = 'i';
+                return q;
+            }
+            if (kind == 'i') star_numbers(reader, c);
+            reader->kinds[c] = 'f';
+            double number;
+            if (!star_double(p, q, &d, &number)) {
+                reader->status = READ_NOT_PLAIN;
+                return NULL;
+            }
+            memcpy(out, &number, sizeof number);
+            return q;
+        }
+    }
+    StarValue value;
+    const uint8_t *q = p;
+    if (star_value(&q, end, &value) <= 0) {
+        reader->status = READ_NOT_PLAIN;
+        return NULL;
+    }
+    int class = star_class(&value);
+    if (class == STAR_NA) {
+        if (kind == 'i') star_numbers(reader, c);
+        reader->kinds[c] = 'f';
+        double number = NAN;
+        memcpy(reader->outs[c] + 8 * (reader->row + reader->rows), &number, sizeof number);
+        return q;
+    }
+    if (class != STAR_TEXT || kind != '?') {
+        reader->status = READ_NOT_PLAIN;
+        return NULL;
+    }
+    reader->kinds[c] = 't';
+    if (!star_text_add(reader->texts + c, value.start, value.length)) {
+        reader->status = READ_NO_MEMORY;
+        return NULL;
+    }
+    return q;
+}
+
+/* Reads a value of text at p into column c: its end, or NULL (the status set). */
+static inline const uint8_t *star_read_text(StarReader *reader, const uint8_t *p, Py_ssize_t c) {
+    const uint8_t *q = star_value_end(p, reader->end);
+    if (q < reader->end && !(star_bytes[*q] & SB_AFTER)) {
+        reader->status = READ_NOT_PLAIN;
+        return NULL;
+    }
+    const uint8_t *s = p;
+    while (s < q && !(star_bytes[*s] & SB_TEXT)) s++;
+    size_t n = (size_t)(q - p);
+    if (s == q || star_class(&(StarValue){p, n, SB_TEXT}) != STAR_TEXT) { /* a number, NaN, a boolean */
+        reader->status = READ_NOT_PLAIN;
+        return NULL;
+    }
+    if (!star_text_add(reader->texts + c, p, n)) {
+        reader->status = READ_NO_MEMORY;
+        return NULL;
+    }
+    return q;
+}
+
+static void *star_read_rows(void *argument) {
+    StarReader *reader = argument;
+    const uint8_t *p = reader->p, *end = reader->end;
+    Py_ssize_t columns = reader->columns;
+    while (p < end) {
         if (star_block(p, end)) {
-            part->block = 1;
+            reader->status = READ_BLOCK;
             break;
         }
-        StarValue value;
-        Py_ssize_t count = 0;
-        int found;
-        while ((found = star_value(&p, end, &value)) > 0) {
-            if (count < part->columns)
-                part->masks[count] |= (uint8_t)star_class(&value), part->sizes[count] += value.length;
-            count++;
+        const uint8_t *line = p;
+        Py_ssize_t c = 0;
+        while (p < end) {
+            unsigned b = star_bytes[*p];
+            if (b & SB_VALUE) {
+                if (c == columns) {
+                    reader->status = READ_NOT_PLAIN;
+                    break;
+                }
+                if (c == 0 && reader->rows == reader->room) {
+                    reader->status = READ_FULL;
+                    p = line;
+                    break;
+                }
+                p = reader->kinds[c] == 't' ? star_read_text(reader, p, c) : star_read_value(reader, p, c);
+                if (p == NULL) break;
+                c++;
+            } else if (b & SB_SPACE) {
+                p++;
+            } else if (b & SB_LINE) {
+                p++;
+                reader->lines++;
+                break;
+            } else if (b & SB_CR && p + 1 < end && p[1] == '\n') {
+                p += 2;
+                reader->lines++;
+                break;
+            } else if (b & SB_HASH) {
+                for (p++; p < end && *p != '\n'; p++) {
+                    b = star_bytes[*p];
+                    if (!(b & (SB_VALUE | SB_SPACE | SB_HASH)) && !(b & SB_CR && p + 1 < end && p[1] == '\n')) {
+                        reader->status = READ_NOT_PLAIN;
+                        break;
+                    }
+                }
+                if (reader->status) break;
+            } else {
+                reader->status = READ_NOT_PLAIN;
+                break;
+            }
         }
-        if (found == 0) part->lines += p[-1] == '\n'; /* a line read moves p past at least one byte */
-        part->plain = found == 0 && (count == 0 || count == part->columns);
-        part->rows += count > 0;
+        if (reader->status) break;
+        if (c != 0 && c != columns) {
+            reader->status = READ_NOT_PLAIN;
+            break;
+        }
+        reader->rows += c > 0;
     }
-    part->p = p;
+    reader->p = p;
     return NULL;
 }
 
-PyObject *vitrio_star_scan(PyObject *self, PyObject *args) {
+/* The texts a reader read of the columns of text (`kinds`) as (rows, offsets, data) in `lists`, the
+ * memory then theirs: 0, or -1 with the error set. */
+static int star_hand_texts(StarText *texts, const char *kinds, Py_ssize_t columns, PyObject *lists) {
+    for (Py_ssize_t c = 0, t = 0; c < columns; c++) {
+        if (kinds[c] != 't') continue;
+        StarText *text = texts + c;
+        PyObject *list = PyList_GetItem(lists, t++);
+        if (text->rows == 0) continue;
+        StarBuffer *offsets = PyObject_New(StarBuffer, StarBufferType);
+        StarBuffer *data = PyObject_New(StarBuffer, StarBufferType);
+        if (offsets == NULL || data == NULL) {
+            if (offsets != NULL) offsets->data = NULL, Py_DECREF(offsets);
+            if (data != NULL) data->data = NULL, Py_DECREF(data);
+            return -1;
+        }
+        size_t size = (size_t)(text->rows + 1) * sizeof(int64_t);
+        int64_t *shrunk = realloc(text->offsets, size); /* giving back the room not taken */
+        offsets->data = shrunk ? shrunk : text->offsets, offsets->length = (Py_ssize_t)size;
+        uint8_t *kept = realloc(text->data, text->size);
+        data->data = kept ? kept : text->data, data->length = (Py_ssize_t)text->size;
+        text->offsets = NULL, text->data = NULL;
+        PyObject *part = Py_BuildValue("(nNN)", text->rows, (PyObject *)offsets, (PyObject *)data);
+        if (part == NULL || PyList_Append(list, part) < 0) {
+            Py_XDECREF(part);
+            return -1;
+        }
+        Py_DECREF(part);
+    }
+    return 0;
+}
+
+static void star_free_texts(StarText *texts, Py_ssize_t columns) {
+    for (Py_ssize_t c = 0; texts != NULL && c < columns; c++) free(texts[c].offsets), free(texts[c].data);
+}
+
+/* The line ends of [p, e). */
+static Py_ssize_t star_lines(const uint8_t *p, const uint8_t *e) {
+    Py_ssize_t lines = 0;
+    for (; (p = memchr(p, '\n', (size_t)(e - p))) != NULL; p++) lines++;
+    return lines;
+}
+
+/* Joins the second half's rows to the first's: 1, or 0 if a column is text in one and numbers in the
+ * other. The second's rows were written from the first's line ends on, which the first's rows fill
+ * but for blank lines and comments: they move up onto the first's. */
+static int star_join(StarReader *first, StarReader *second) {
+    for (Py_ssize_t c = 0; c < first->columns; c++) {
+        char a = first->kinds[c], b = second->kinds[c];
+        if (a == '?' || b == '?' || a == b) {
+            first->kinds[c] = a == '?' ? b : a;
+        } else if ((a == 't') != (b == 't')) {
+            return 0;
+        } else if (a == 'i') {
+            star_numbers(first, c);
+        } else {
+            star_numbers(second, c);
+        }
+        if (first->kinds[c] != 't' && second->row != first->rows && second->rows)
+            memmove(first->outs[c] + 8 * first->rows, first->outs[c] + 8 * second->row, (size_t)second->rows * 8);
+    }
+    first->rows += second->rows, first->lines += second->lines;
+    first->p = second->p, first->status = second->status;
+    return 1;
+}
+
+PyObject *vitrio_star_read(PyObject *self, PyObject *args) {
     Py_buffer text = {0};
     Py_ssize_t start, columns;
-    PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*nn:star_scan", &text, &start, &columns)) return NULL;
-    if (start < 0 || start > text.len || columns < 1 || columns > STAR_MAX_COLUMNS) {
-        PyErr_SetString(PyExc_ValueError, "start lies outside the text, or columns is not 1 to 65536");
+    const char *kinds_in;
+    PyObject *outs, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*ny#O!:star_read", &text, &start, &kinds_in, &columns, &PyTuple_Type, &outs))
+        return NULL;
+    Py_buffer *views = NULL;
+    uint8_t **out = NULL;
+    char *kinds = NULL;
+    StarText *texts = NULL;
+    Py_ssize_t taken = 0, room = PY_SSIZE_T_MAX;
+    if (start < 0 || start > text.len || columns < 1 || columns > STAR_MAX_COLUMNS ||
+        PyTuple_Size(outs) != columns) {
+        PyErr_SetString(PyExc_ValueError, "start lies outside the text, or kinds and outs are not 1 to 65536 alike");
         goto done;
     }
-    uint8_t *masks = calloc((size_t)columns * 2, 1);
-    uint64_t *sizes = calloc((size_t)columns * 2, sizeof *sizes);
-    if (masks == NULL || sizes == NULL) {
-        free(masks), free(sizes);
+    views = PyMem_Calloc((size_t)columns, sizeof *views);
+    out = PyMem_Calloc((size_t)columns, sizeof *out);
+    kinds = PyMem_Calloc((size_t)columns * 2, 1);
+    texts = calloc((size_t)columns * 2, sizeof *texts);
+    if (views == NULL || out == NULL || kinds == NULL || texts == NULL) {
         PyErr_NoMemory();
         goto done;
     }
+    for (; taken < columns; taken++) {
+        char kind = kinds_in[taken];
+        if (kind != 'i' && kind != 'f' && kind != 't' && kind != '?') {
+            PyErr_SetString(PyExc_ValueError, "a kind is b'i', b'f', b't' or b'?'");
+            goto done;
+        }
+        if (kind == 't') continue;
+        if (PyObject_GetBuffer(PyTuple_GetItem(outs, taken), views + taken, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        if (views[taken].len % 8) {
+            PyErr_SetString(PyExc_ValueError, "outs are arrays of 8-byte values");
+            taken++;
+            goto done;
+        }
+        out[taken] = views[taken].buf;
+        room = views[taken].len / 8 < room ? views[taken].len / 8 : room;
+    }
+    memcpy(kinds, kinds_in, (size_t)columns), memcpy(kinds + columns, kinds_in, (size_t)columns);
     const uint8_t *begin = (const uint8_t *)text.buf + start, *stop = (const uint8_t *)text.buf + text.len;
     const uint8_t *half = stop, *line_end;
     if (stop - begin >= 2 * STAR_THREAD_BYTES &&
         (line_end = memchr(begin + (stop - begin) / 2, '\n', (size_t)(stop - begin - (stop - begin) / 2))))
         half = line_end + 1;
-    StarScan first = {begin, half, columns, 0, 0, masks, sizes, 1, 0};
-    StarScan second = {half, stop, columns, 0, 0, masks + columns, sizes + columns, 1, 0};
+    StarReader first = {begin, half, columns, 0, room, 0, 0, kinds, out, texts, READ_ON};
+    StarReader second = {half, stop, columns, 0, 0, 0, 0, kinds + columns, out, texts + columns, READ_ON};
+    int apart = 0, joined = 0, plain = 1;
     Py_BEGIN_ALLOW_THREADS;
     pthread_t thread;
-    int apart = half < stop && !pthread_create(&thread, NULL, star_scan_part, &second);
-    star_scan_part(&first);
-    if (apart) pthread_join(thread, NULL);
-    else if (half < stop) star_scan_part(&second);
+    if (half < stop) {
+        second.row = star_lines(begin, half); /* at least the first half's rows */
+        if (second.row < room) {
+            first.room = second.row, second.room = room - second.row;
+            apart = !pthread_create(&thread, NULL, star_read_rows, &second);
+        }
+        if (!apart) first.end = stop, first.room = room; /* read whole by this thread */
+    }
+    star_read_rows(&first);
+    if (apart) {
+        pthread_join(thread, NULL);
+        joined = first.status == READ_ON; /* the second half's rows are the loop's too */
+        if (joined) plain = star_join(&first, &second);
+    }
     Py_END_ALLOW_THREADS;
-    int plain = first.plain, whole = first.p == half && !first.block && half < stop; /* the loop goes on past half */
-    PyObject *half_sized = star_sizes(sizes, columns);
-    if (whole) {
-        plain = second.plain;
-        for (Py_ssize_t c = 0; c < columns; c++) masks[c] |= masks[columns + c], sizes[c] += sizes[columns + c];
-    }
-    char *kinds = (char *)masks;
-    for (Py_ssize_t c = 0; plain && c < columns; c++) {
-        int mask = masks[c];
-        if (mask == STAR_INT) kinds[c] = 'i';
-        else if (!(mask & ~(STAR_INT | STAR_FLOAT | STAR_NA))) kinds[c] = 'f';
-        else if (mask == STAR_TEXT) kinds[c] = 't';
-        else plain = 0;
-    }
-    Py_ssize_t rows = first.rows + (whole ? second.rows : 0), lines = first.lines + (whole ? second.lines : 0);
-    const uint8_t *end = whole ? second.p : first.p;
-    if (half_sized != NULL && (!plain || rows == 0)) {
-        result = Py_NewRef(Py_None);
-    } else if (half_sized != NULL) {
-        PyObject *sized = star_sizes(sizes, columns);
-        if (sized != NULL)
-            result = Py_BuildValue("(nnny#O(nnO))", (Py_ssize_t)(end - (const uint8_t *)text.buf), rows, lines, kinds,
-                                   columns, sized, (Py_ssize_t)(first.p - (const uint8_t *)text.buf), first.rows,
-                                   half_sized);
-        Py_XDECREF(sized);
-    }
-    Py_XDECREF(half_sized);
-    free(masks), free(sizes);
-done:
-    PyBuffer_Release(&text);
-    return result;
-}
-
-typedef struct {
-    char kind;
-    Py_buffer values, data; /* data: the bytes of text values */
-} StarColumn;
-
-/* Rows of a loop written by one thread: text[p:end] into rows `row` to `rows` of the columns, the
- * text values of column c from at[c] up to limit[c] of its data. The row and column of the first
- * value that does not fit is left in bad_row and bad_column (-1 if all fit). */
-typedef struct {
-    const uint8_t *p, *end;
-    StarColumn *columns;
-    Py_ssize_t count, row, rows, bad_row, bad_column;
-    int64_t *at, *limit;
-} StarPart;
-
-static void *star_write(void *argument) {
-    StarPart *part = argument;
-    const uint8_t *p = part->p;
-    Py_ssize_t row = part->row, count = part->count;
-    while (p < part->end) {
-        StarValue v;
-        Py_ssize_t c = 0;
-        int found;
-        while ((found = star_value(&p, part->end, &v)) > 0) {
-            const uint8_t *value = v.start;
-            size_t length = v.length;
-            StarColumn *column = part->columns + c;
-            int ok = c < count && row < part->rows;
-            if (ok && column->kind == 'i') {
-                const uint8_t *q = value, *e = value + length;
-                int negative = q < e && *q == '-';
-                q += q < e && (*q == '-' || *q == '+');
-                int64_t number = 0;
-                ok = q < e && e - q <= 18;
-                for (; ok && q < e; q++) ok = vitrio_digit(*q), number = number * 10 + (*q - '0');
-                ((int64_t *)column->values.buf)[row] = negative ? -number : number;
-            } else if (ok && column->kind == 'f') {
-                double *out = (double *)column->values.buf + row;
-                if (star_class(&v) == STAR_NA) *out = NAN;
-                else ok = star_number(value, length, out);
-            } else if (ok) {
-                int64_t at = part->at[c];
-                ok = (uint64_t)length <= (uint64_t)(part->limit[c] - at);
-                if (ok) {
-                    memcpy((uint8_t *)column->data.buf + at, value, length);
-                    ((int64_t *)column->values.buf)[row + 1] = part->at[c] = at + (int64_t)length;
-                }
-            }
-            if (!ok) {
-                part->bad_row = row, part->bad_column = c;
-                return NULL;
-            }
-            c++;
-        }
-        if (found < 0 || (c != 0 && c != count)) {
-            part->bad_row = row, part->bad_column = c;
-            return NULL;
-        }
-        row += c > 0;
-    }
-    if (row != part->rows) part->bad_row = row, part->bad_column = 0;
-    return NULL;
-}
-
-PyObject *vitrio_star_fill(PyObject *self, PyObject *args) {
-    Py_buffer text = {0};
-    Py_ssize_t start, end, kinds_length;
-    const char *kinds;
-    PyObject *outs, *half_sizes, *result = NULL;
-    Py_ssize_t half, half_rows;
-    if (!PyArg_ParseTuple(args, "y*nny#O!(nnO!):star_fill", &text, &start, &end, &kinds, &kinds_length,
-                          &PyTuple_Type, &outs, &half, &half_rows, &PyTuple_Type, &half_sizes))
-        return NULL;
-    Py_ssize_t count = kinds_length, rows = -1, taken = 0;
-    StarColumn *columns = NULL;
-    int64_t *bounds = NULL; /* where the text of each half starts and ends: 4 arrays of a value per column */
-    if (start < 0 || end < start || end > text.len || half < start || half > end || count < 1 ||
-        count > STAR_MAX_COLUMNS || PyTuple_Size(outs) != count || PyTuple_Size(half_sizes) != count) {
-        PyErr_SetString(PyExc_ValueError, "start, the half and end lie outside the text in another order, or outs "
-                                          "and the half's sizes are not one per kind");
-        goto done;
-    }
-    if ((columns = PyMem_Calloc((size_t)count, sizeof *columns)) == NULL ||
-        (bounds = PyMem_Calloc((size_t)count * 4, sizeof *bounds)) == NULL) {
+    if (first.status == READ_NO_MEMORY) {
         PyErr_NoMemory();
-        goto done;
-    }
-    for (; taken < count; taken++) {
-        StarColumn *column = columns + taken;
-        PyObject *out = PyTuple_GetItem(outs, taken);
-        column->kind = kinds[taken];
-        if (column->kind == 't') {
-            PyObject *values, *data;
-            if (!PyArg_ParseTuple(out, "OO:star_fill", &values, &data)) goto done;
-            if (PyObject_GetBuffer(values, &column->values, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto done;
-            if (PyObject_GetBuffer(data, &column->data, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-                PyBuffer_Release(&column->values);
-                goto done;
-            }
-        } else if ((column->kind != 'i' && column->kind != 'f') ||
-                   PyObject_GetBuffer(out, &column->values, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a kind is b'i', b'f' or b't'");
-            goto done;
-        }
-        Py_ssize_t room = column->values.len / 8 - (column->kind == 't');
-        if (column->values.len % 8 || room < 0) {
-            PyErr_SetString(PyExc_ValueError, "outs are arrays of 8-byte values");
-            taken++;
-            goto done;
-        }
-        rows = rows < 0 || room < rows ? room : rows;
-        long long size = PyLong_AsLongLong(PyTuple_GetItem(half_sizes, taken));
-        if (PyErr_Occurred()) {
-            taken++;
-            goto done;
-        }
-        int64_t length = column->kind == 't' ? (int64_t)column->data.len : 0;
-        bounds[count + taken] = bounds[2 * count + taken] = size < 0 || size > length ? length : size;
-        bounds[3 * count + taken] = length;
-        if (column->kind == 't') ((int64_t *)column->values.buf)[0] = 0;
-    }
-    if (half_rows < 0 || half_rows > rows) {
-        PyErr_SetString(PyExc_ValueError, "the half's rows are more than outs hold");
-        goto done;
-    }
-    const uint8_t *at = text.buf;
-    StarPart first = {at + start, at + half, columns, count, 0, half_rows, -1, -1, bounds, bounds + count};
-    StarPart second = {at + half, at + end, columns, count, half_rows, rows, -1, -1, bounds + 2 * count,
-                       bounds + 3 * count};
-    Py_BEGIN_ALLOW_THREADS;
-    pthread_t thread;
-    int apart = end - half >= STAR_THREAD_BYTES && !pthread_create(&thread, NULL, star_write, &second);
-    star_write(&first);
-    if (apart) pthread_join(thread, NULL);
-    else star_write(&second);
-    Py_END_ALLOW_THREADS;
-    StarPart *bad = first.bad_row >= 0 ? &first : second.bad_row >= 0 ? &second : NULL;
-    for (Py_ssize_t c = 0; bad == NULL && c < count; c++)
-        if (first.at[c] != first.limit[c] || second.at[c] != second.limit[c]) bad = &second;
-    if (bad != NULL)
-        PyErr_Format(PyExc_ValueError, "row %zd, column %zd of the loop is not what its kind says, or does not fit",
-                     bad->bad_row, bad->bad_column);
-    else
+    } else if (first.status == READ_NOT_PLAIN || !plain) {
         result = Py_NewRef(Py_None);
-done:
-    for (Py_ssize_t c = 0; columns != NULL && c < taken; c++) {
-        PyBuffer_Release(&columns[c].values);
-        if (columns[c].kind == 't') PyBuffer_Release(&columns[c].data);
+    } else {
+        Py_ssize_t text_columns = 0;
+        for (Py_ssize_t c = 0; c < columns; c++) text_columns += kinds[c] == 't';
+        PyObject *lists = PyList_New(text_columns);
+        for (Py_ssize_t t = 0; lists != NULL && t < text_columns; t++) {
+            PyObject *list = PyList_New(0);
+            if (list == NULL || PyList_SetItem(lists, t, list) < 0) Py_CLEAR(lists);
+        }
+        if (lists != NULL && star_hand_texts(texts, kinds, columns, lists) == 0 &&
+            (!joined || star_hand_texts(texts + columns, kinds, columns, lists) == 0))
+            result = Py_BuildValue("(nnny#NO)", (Py_ssize_t)(first.p - (const uint8_t *)text.buf), first.rows,
+                                   first.lines, kinds, columns, PyBool_FromLong(first.status == READ_BLOCK), lists);
+        Py_XDECREF(lists);
     }
-    PyMem_Free(columns), PyMem_Free(bounds);
+done:
+    for (Py_ssize_t c = 0; views != NULL && c < taken; c++)
+        if (views[c].obj != NULL) PyBuffer_Release(views + c);
+    star_free_texts(texts, 2 * columns);
+    PyMem_Free(views), PyMem_Free(out), PyMem_Free(kinds), free(texts);
     PyBuffer_Release(&text);
     return result;
 }
