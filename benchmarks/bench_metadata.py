@@ -22,16 +22,18 @@ Dataset with its defocus, and the first batch of a shuffled DataLoader read;
 `read_cs` of each `.cs` file against cryosparc-tools' `Dataset.load` (where
 `cryosparc.dataset` imports) and `numpy.load`. With `--repeat N` each case
 runs N times and the median of each figure is shown; `--cases` names the
-cases to run.
+cases to run; with `--keep FOLDER` the files are written into FOLDER and
+kept, and those already there are read again instead of written.
 
 Usage:
     .venv/bin/python benchmarks/bench_metadata.py [--quick] [--rows 1000000 10000000]
-        [--starfile-rows 1000000] [--repeat 3] [--cases read_particles "to first batch"]
+        [--starfile-rows 1000000] [--repeat 3] [--cases read_particles "to first batch"] [--keep FOLDER]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -145,7 +147,8 @@ def write_star(path: Path, rows: int) -> None:
         linked = stacks / f"FoilHole_{micrograph:08d}_fractions.mrcs"
         if not linked.exists():
             os.link(stack, linked)
-    with open(path, "w") as file:
+    partial = path.with_name(path.name + ".partial")  # renamed once whole, so that --keep never reuses a part
+    with open(partial, "w") as file:
         file.write(OPTICS + "".join(f"_{name} #{n + 1}\n" for n, name in enumerate(COLUMNS)))
         for start in range(0, rows, BLOCK):
             names = [
@@ -154,6 +157,7 @@ def write_star(path: Path, rows: int) -> None:
                 for r in range(start, min(start + BLOCK, rows))
             ]
             file.write("".join(name + tail for name, tail in zip(names, tails)))
+    partial.replace(path)
 
 
 def write_cs(path: Path, stream: Path, rows: int) -> None:
@@ -173,8 +177,10 @@ def write_cs(path: Path, stream: Path, rows: int) -> None:
     table["ctf/type"] = b"spline"
     table["blob/idx"] = np.arange(rows) % PER_MICROGRAPH
     table["blob/shape"] = 16
-    with open(path, "wb") as file:
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as file:
         np.save(file, table)
+    partial.replace(path)
     if importable("cryosparc.dataset"):
         from cryosparc.dataset import CSDAT_FORMAT, Dataset
 
@@ -261,6 +267,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: files of 10^4 rows")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each case, the median shown")
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="the cases")
+    parser.add_argument(
+        "--keep",
+        metavar="FOLDER",
+        help="write the files into FOLDER and keep them there, reusing those found",
+    )
     parser.add_argument("--write", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.write:  # the files of one size, written by a process of their own
@@ -275,12 +286,14 @@ def main(argv: list[str] | None = None) -> None:
         c for c in args.cases if "cryosparc" not in c and "stream" not in c or importable("cryosparc.dataset")
     ]
     print(f"{'rows':>10} {'case':<24} {'file MB':>8} {'CPU s':>7} {'wall s':>7} {'memory MB':>10} x file")
-    with tempfile.TemporaryDirectory() as folder:
+    with contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory() as folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
         for rows in sizes:
             paths = {"star": Path(folder) / f"{rows}.star", "cs": Path(folder) / f"{rows}.cs"}
             paths["stream"] = Path(folder) / f"{rows}_stream.cs"
             for kind in ("star", "cs"):
-                if any((CASES[case][2] == "star") == (kind == "star") for case in cases):
+                kept = args.keep and paths[kind].exists()
+                if not kept and any((CASES[case][2] == "star") == (kind == "star") for case in cases):
                     write = [__file__, "--rows", str(rows), "--write", kind, str(paths[kind])]
                     subprocess.run([sys.executable, *write], check=True)
             for case in cases:
