@@ -16,12 +16,16 @@
 # make docs: build the documentation site into site/, strictly (tests/docs/test_site.py builds it too).
 # make test-native-sanitized: tests/native against the C extension built with AddressSanitizer and
 #   UndefinedBehaviorSanitizer (GCC's runtimes), in a copy of the package under build/sanitized.
+# make bench-cryoet: vitrio against copick-torch on a copick project (benchmarks/bench_cryoet.py; --help), after
+#   make test-copick-torch (tests/copick_torch, their boxes equal), in .venv-bench-cryoet, an environment of its own
+#   (copick pins zarr<3): several minutes to install the first time, about 10 minutes to run on 2 loaded cores.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: test test-differential test-wheel wheel test-native-sanitized demo docs lint bench clean
+.PHONY: test-copick-torch bench-cryoet
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +66,28 @@ test: $(STAMP) $(COPICK_STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4
 	@echo "tests/copick, in $(COPICK_VENV) (copick pins zarr<3): about 15 seconds"
 	$(COPICK_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/copick
+
+# copick-torch's own environment, for the benchmark against it and tests/copick_torch: copick-torch needs PyTorch
+# and torchvision (a pair: torchvision 0.29.1 is built for PyTorch 2.14.1) beside copick's zarr 2; vitrio with its
+# copick and torch extras; pytest, and hypothesis for tests/conftest.py.
+BENCH_CRYOET_VENV := .venv-bench-cryoet
+BENCH_CRYOET_STAMP := $(BENCH_CRYOET_VENV)/.installed
+
+$(BENCH_CRYOET_STAMP): pyproject.toml setup.py
+	@echo "installing into $(BENCH_CRYOET_VENV) copick-torch (PyTorch, MONAI, copick, zarr 2) and vitrio[copick,torch]"
+	$(PYTHON) -m venv $(BENCH_CRYOET_VENV)
+	$(BENCH_CRYOET_VENV)/bin/pip install --quiet --upgrade pip
+	rm -f src/vitrio/_native.cpython-*.so
+	$(BENCH_CRYOET_VENV)/bin/pip install --quiet torch==2.14.1 torchvision==0.29.1 copick-torch
+	$(BENCH_CRYOET_VENV)/bin/pip install --quiet -e '.[copick,torch]' 'pytest>=8' 'pytest-timeout>=2.3' \
+		'hypothesis>=6.100'
+	touch $(BENCH_CRYOET_STAMP)
+
+test-copick-torch: $(BENCH_CRYOET_STAMP)
+	$(BENCH_CRYOET_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/copick_torch
+
+bench-cryoet: test-copick-torch
+	$(BENCH_CRYOET_VENV)/bin/python benchmarks/bench_cryoet.py
 
 test-differential: $(STAMP)
 	VITRIO_DIFFERENTIAL=long $(BIN)/python -m pytest -q -n auto --maxprocesses=4 --timeout=1800 tests/differential
@@ -120,4 +146,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(COPICK_VENV) build dist src/*.egg-info demo-output site
+	rm -rf $(VENV) $(DEMO_VENV) $(COPICK_VENV) $(BENCH_CRYOET_VENV) build dist src/*.egg-info demo-output site
