@@ -142,6 +142,32 @@ def test_a_star_file_with_unknown_optics_groups_names_them(tmp_path: Path):
         read_particles(star)
 
 
+@pytest.mark.parametrize("far", [False, True])
+def test_each_particle_gets_the_columns_of_its_optics_group(tmp_path: Path, far: bool):
+    # groups out of order, one named twice (its first row counts), numbers close together or far apart
+    big = 10**12 if far else 9
+    optics = pd.DataFrame(
+        {
+            "rlnOpticsGroupName": ["five", "two", "five again", "big"],
+            "rlnOpticsGroup": [5, 2, 5, big],
+            "rlnVoltage": [300.0, 200.0, 100.0, 120.0],
+        }
+    )
+    groups = [big, 2, 5, 5, 2, big]
+    particles = pd.DataFrame({"rlnImageName": [f"{i}@a.mrcs" for i in range(1, 7)], "rlnOpticsGroup": groups})
+    star = tmp_path / "p.star"
+    starfile.write({"optics": optics, "particles": particles}, star)
+    table = read_particles(star)
+    expected = {big: ("big", 120.0), 2: ("two", 200.0), 5: ("five", 300.0)}
+    assert table["rlnOpticsGroupName"].tolist() == [expected[g][0] for g in groups]
+    assert table["rlnVoltage"].tolist() == [expected[g][1] for g in groups]
+    odd = -(10**13) if far else 0
+    unknown = particles.assign(rlnOpticsGroup=[big, 2, 5, 7, 2, odd])
+    starfile.write({"optics": optics, "particles": unknown}, star, overwrite=True)
+    with pytest.raises(ValueError, match=rf"p.star: optics groups \[{odd}, 7\]"):
+        read_particles(star)
+
+
 def _cs_table(count: int) -> np.ndarray:
     """A table with the fields and types of a cryoSPARC particles .cs file."""
     dtype = [

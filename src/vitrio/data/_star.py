@@ -100,17 +100,9 @@ def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
         return particles
     if "rlnOpticsGroup" not in optics.columns:
         raise ValueError(f"{path}: no column rlnOpticsGroup in data_optics")
-    groups = optics["rlnOpticsGroup"].to_numpy(dtype=np.int64)
     wanted = particles["rlnOpticsGroup"].to_numpy(dtype=np.int64)
-    order = np.argsort(groups, kind="stable")
-    rows = (
-        order[np.searchsorted(groups, wanted, sorter=order).clip(0, max(len(order) - 1, 0))]
-        if len(order)
-        else 0
-    )
-    unknown = (
-        groups[rows] != wanted if len(order) else np.ones(len(wanted), bool)
-    )  # not a sort of the particles
+    rows = _optics_rows(optics["rlnOpticsGroup"].to_numpy(dtype=np.int64), wanted)
+    unknown = rows < 0
     if unknown.any():
         missing = np.unique(wanted[unknown]).tolist()
         raise ValueError(f"{path}: optics groups {missing} of particles are not in data_optics")
@@ -119,6 +111,23 @@ def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
         if column not in columns:
             columns[column] = optics[column].array.take(rows)  # text stays in Arrow strings
     return type(particles)(columns, copy=False)
+
+
+def _optics_rows(groups: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The row of data_optics (whose groups are `groups`) of each particle's group (`wanted`), the first
+    of a group named twice; -1 where the group is not there. Without a sort of the particles: a table of
+    the group numbers they name where those span fewer than 65536, else a search among the groups."""
+    named, first = np.unique(groups, return_index=True)
+    if not len(named) or not len(wanted):
+        return np.full(len(wanted), -1, np.intp)
+    low, high = int(wanted.min()), int(wanted.max())
+    if high - low < 1 << 16:
+        table = np.full(high - low + 1, -1, np.intp)
+        inside = (named >= low) & (named <= high)
+        table[named[inside] - low] = first[inside]
+        return table[wanted - low]
+    found = np.searchsorted(named, wanted).clip(0, len(named) - 1)
+    return np.where(named[found] == wanted, first[found], -1)
 
 
 def star_table(
