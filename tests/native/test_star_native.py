@@ -214,6 +214,7 @@ def test_star_read_reads_the_rows_in_one_pass_and_refuses_what_does_not_fit():
         (0, b"??", (np.empty(2, np.int64),) * 3),
         (0, b"?x?", (np.empty(2, np.int64),) * 3),
         (0, b"???", (np.empty(2, np.int64), np.empty(3, np.uint8), np.empty(2))),
+        (0, b"???", (np.empty(2, np.int64), np.empty(17, np.uint8)[1:], np.empty(2))),  # not aligned
     ]:
         with pytest.raises(ValueError):
             _native.star_read(b"1 2 3\n", start, kinds, outs)

@@ -336,13 +336,14 @@ typedef struct {
     int status;
 } StarReader;
 
-/* The integers of a column read by this reader, made numbers. */
+/* The column c of this reader made one of numbers, the integers it read made numbers. */
 static void star_numbers(StarReader *reader, Py_ssize_t c) {
     int64_t *values = (int64_t *)reader->outs[c] + reader->row;
-    for (Py_ssize_t r = 0; r < reader->rows; r++) {
-        double number = (double)values[r];
-        memcpy(values + r, &number, sizeof number);
-    }
+    if (reader->kinds[c] == 'i')
+        for (Py_ssize_t r = 0; r < reader->rows; r++) {
+            double number = (double)values[r];
+            memcpy(values + r, &number, sizeof number);
+        }
     reader->kinds[c] = 'f';
 }
 
@@ -354,25 +355,21 @@ static inline const uint8_t *star_read_value(StarReader *reader, const uint8_t *
         StarDecimal d;
         const uint8_t *q = star_decimal(p, end, &d);
         if (q != NULL && (q == end || star_bytes[*q] & SB_AFTER)) {
-            uint8_t *out = reader->outs[c] + 8 * (reader->row + reader->rows);
+            Py_ssize_t row = reader->row + reader->rows;
             if (d.whole && (q - p > 18 || (d.negative && d.sum == 0 && kind != 'f'))) {
                 reader->status = READ_NOT_PLAIN; /* more than int64 is read as, or -0 among integers */
                 return NULL;
             }
             if (d.whole && kind != 'f') {
-                int64_t number = d.negative ? -(int64_t)d.sum : (int64_t)d.sum;
-                memcpy(out, &number, sizeof number);
-                reader->kinds[c] = 'i';
+                ((int64_t *)reader->outs[c])[row] = d.negative ? -(int64_t)d.sum : (int64_t)d.sum;
+                if (kind == '?') reader->kinds[c] = 'i';
                 return q;
             }
-            if (kind == 'i') star_numbers(reader, c);
-            reader->kinds[c] = 'f';
-            double number;
-            if (!star_double(p, q, &d, &number)) {
+            if (kind != 'f') star_numbers(reader, c);
+            if (!star_double(p, q, &d, (double *)reader->outs[c] + row)) {
                 reader->status = READ_NOT_PLAIN;
                 return NULL;
             }
-            memcpy(out, &number, sizeof number);
             return q;
         }
     }
@@ -384,10 +381,8 @@ static inline const uint8_t *star_read_value(StarReader *reader, const uint8_t *
     }
     int class = star_class(&value);
     if (class == STAR_NA) {
-        if (kind == 'i') star_numbers(reader, c);
-        reader->kinds[c] = 'f';
-        double number = NAN;
-        memcpy(reader->outs[c] + 8 * (reader->row + reader->rows), &number, sizeof number);
+        if (kind != 'f') star_numbers(reader, c);
+        ((double *)reader->outs[c])[reader->row + reader->rows] = NAN;
         return q;
     }
     if (class != STAR_TEXT || kind != '?') {
@@ -423,6 +418,19 @@ static inline const uint8_t *star_read_text(StarReader *reader, const uint8_t *p
     return q;
 }
 
+/* Past the spaces at p (RELION pads its numbers with them), 8 at a time where 8 bytes can be read. */
+static inline const uint8_t *star_spaces(const uint8_t *p, const uint8_t *e) {
+    if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+        for (; e - p >= 8; p += 8) {
+            uint64_t word;
+            memcpy(&word, p, 8);
+            word ^= 0x2020202020202020ull; /* a byte of a space is 0 */
+            if (word) return p + (__builtin_ctzll(word) >> 3);
+        }
+    while (p < e && *p == ' ') p++;
+    return p;
+}
+
 static void *star_read_rows(void *argument) {
     StarReader *reader = argument;
     const uint8_t *p = reader->p, *end = reader->end;
@@ -450,7 +458,7 @@ static void *star_read_rows(void *argument) {
                 if (p == NULL) break;
                 c++;
             } else if (b & SB_SPACE) {
-                p++;
+                p = star_spaces(p + 1, end);
             } else if (b & SB_LINE) {
                 p++;
                 reader->lines++;
@@ -583,8 +591,8 @@ PyObject *vitrio_star_read(PyObject *self, PyObject *args) {
         if (kind == 't') continue;
         if (PyObject_GetBuffer(PyTuple_GetItem(outs, taken), views + taken, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
             goto done;
-        if (views[taken].len % 8) {
-            PyErr_SetString(PyExc_ValueError, "outs are arrays of 8-byte values");
+        if (views[taken].len % 8 || (uintptr_t)views[taken].buf % 8) {
+            PyErr_SetString(PyExc_ValueError, "outs are aligned arrays of 8-byte values");
             taken++;
             goto done;
         }
