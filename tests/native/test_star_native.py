@@ -251,6 +251,15 @@ def test_a_long_loop_read_in_two_halves_as_pandas_reads_it(ending: str, monkeypa
         pd.testing.assert_frame_equal(ours[name], general[name], check_exact=True)
 
 
+def test_text_of_megabytes_is_read_whole():
+    # each half's text grows past a megabyte, into memory of its own that grows and is cut to size
+    names = [f"{i:06d}@Extract/job007/Movies/{'x' * (i % 150)}.mrcs".encode() for i in range(60_000)]
+    text = b"".join(name + b" 1\n" for name in names)
+    found = _native.star_read(text, 0, b"??", (np.empty(len(names), np.int64),) * 2)
+    assert found[1] == len(names) and found[3] == b"ti"
+    assert _texts(found[5]) == [names]
+
+
 _NAMES = st.lists(
     st.one_of(
         st.builds(

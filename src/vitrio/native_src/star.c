@@ -58,6 +58,7 @@ enum {
 
 static uint16_t star_bytes[256];
 static locale_t star_locale; /* "C": numbers read the same whatever the process's locale */
+static size_t star_page;
 
 /* Memory of the extension's own (a column's text, its offsets), read-only to Python through the
  * buffer protocol, freed with the object. */
@@ -65,6 +66,7 @@ typedef struct {
     PyObject_HEAD
     void *data;
     Py_ssize_t length;
+    size_t room; /* of a map of its own, else 0: malloc's */
 } StarBuffer;
 
 static int star_buffer_get(PyObject *self, Py_buffer *view, int flags) {
@@ -73,7 +75,9 @@ static int star_buffer_get(PyObject *self, Py_buffer *view, int flags) {
 }
 
 static void star_buffer_dealloc(PyObject *self) {
-    free(((StarBuffer *)self)->data);
+    StarBuffer *buffer = (StarBuffer *)self;
+    if (buffer->room) munmap(buffer->data, buffer->room);
+    else free(buffer->data);
     PyTypeObject *type = Py_TYPE(self);
     ((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
     Py_DECREF(type);
@@ -109,6 +113,7 @@ int vitrio_star_init(void) {
     star_bytes['\n'] = SB_LINE;
     star_bytes['\r'] = SB_CR;
     star_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    star_page = (size_t)sysconf(_SC_PAGESIZE);
     StarBufferType = (PyTypeObject *)PyType_FromSpec(&star_buffer_spec);
     return star_locale != (locale_t)0 && StarBufferType != NULL;
 }
@@ -292,33 +297,77 @@ static inline const uint8_t *star_value_end(const uint8_t *p, const uint8_t *e) 
     return p;
 }
 
-/* A column's text as it is read: the Arrow layout of a string array, grown as needed. */
+/* Memory a column's text or offsets grow in: malloc's while small, a map of its own from
+ * STAR_MAP_BYTES, so that the room given back as it grows or once it is read goes back to the system
+ * at once, never a hole in malloc's heap that the process keeps. */
 typedef struct {
-    int64_t *offsets;
     uint8_t *data;
-    Py_ssize_t rows, row_room;
-    size_t size, room;
+    size_t room;
+    int mapped;
+} StarMemory;
+
+#define STAR_MAP_BYTES ((size_t)1 << 20)
+
+static void star_release(uint8_t *data, size_t room, int mapped) {
+    if (mapped) munmap(data, room);
+    else free(data);
+}
+
+/* Grows m to at least `want` bytes, keeping its first `kept`: 1, or 0 out of memory. */
+static int star_grow(StarMemory *m, size_t kept, size_t want) {
+    size_t room = m->room ? m->room : 1 << 14;
+    while (room < want) room *= 2;
+    if (room < STAR_MAP_BYTES) {
+        uint8_t *data = realloc(m->data, room);
+        if (data == NULL) return 0;
+        m->data = data, m->room = room;
+        return 1;
+    }
+    room = (room + star_page - 1) & ~(star_page - 1);
+    uint8_t *data;
+#ifdef MREMAP_MAYMOVE
+    if (m->mapped) {
+        if ((data = mremap(m->data, m->room, room, MREMAP_MAYMOVE)) == MAP_FAILED) return 0;
+        m->data = data, m->room = room;
+        return 1;
+    }
+#endif
+    if ((data = mmap(NULL, room, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED) return 0;
+    if (kept) memcpy(data, m->data, kept);
+    star_release(m->data, m->room, m->mapped);
+    m->data = data, m->room = room, m->mapped = 1;
+    return 1;
+}
+
+/* Gives back the room of m past its first `kept` bytes (at least one). */
+static void star_shrink(StarMemory *m, size_t kept) {
+    if (!m->mapped) {
+        uint8_t *data = realloc(m->data, kept);
+        if (data != NULL) m->data = data, m->room = kept;
+        return;
+    }
+    size_t room = (kept + star_page - 1) & ~(star_page - 1);
+    if (room < m->room) munmap(m->data + room, m->room - room), m->room = room;
+}
+
+/* A column's text as it is read: the Arrow layout of a string array. */
+typedef struct {
+    StarMemory offsets, data;
+    Py_ssize_t rows;
+    size_t size;
 } StarText;
 
 /* Appends a value: 1, or 0 out of memory. */
 static inline int star_text_add(StarText *text, const uint8_t *value, size_t n) {
-    if (text->rows + 1 >= text->row_room) {
-        Py_ssize_t room = text->row_room ? 2 * text->row_room : 1 << 14;
-        int64_t *offsets = realloc(text->offsets, (size_t)room * sizeof *offsets);
-        if (offsets == NULL) return 0;
-        if (text->row_room == 0) offsets[0] = 0;
-        text->offsets = offsets, text->row_room = room;
+    size_t offsets = (size_t)(text->rows + 2) * sizeof(int64_t);
+    if (offsets > text->offsets.room) {
+        if (!star_grow(&text->offsets, offsets - sizeof(int64_t), offsets)) return 0;
+        ((int64_t *)text->offsets.data)[0] = 0;
     }
-    if (n > text->room - text->size) {
-        size_t room = text->room ? 2 * text->room : 1 << 18;
-        while (n > room - text->size) room *= 2;
-        uint8_t *data = realloc(text->data, room);
-        if (data == NULL) return 0;
-        text->data = data, text->room = room;
-    }
-    memcpy(text->data + text->size, value, n);
+    if (n > text->data.room - text->size && !star_grow(&text->data, text->size, text->size + n)) return 0;
+    memcpy(text->data.data + text->size, value, n);
     text->size += n;
-    text->offsets[++text->rows] = (int64_t)text->size;
+    ((int64_t *)text->offsets.data)[++text->rows] = (int64_t)text->size;
     return 1;
 }
 
@@ -503,16 +552,18 @@ static int star_hand_texts(StarText *texts, const char *kinds, Py_ssize_t column
         StarBuffer *offsets = PyObject_New(StarBuffer, StarBufferType);
         StarBuffer *data = PyObject_New(StarBuffer, StarBufferType);
         if (offsets == NULL || data == NULL) {
-            if (offsets != NULL) offsets->data = NULL, Py_DECREF(offsets);
-            if (data != NULL) data->data = NULL, Py_DECREF(data);
+            if (offsets != NULL) offsets->data = NULL, offsets->room = 0, Py_DECREF(offsets);
+            if (data != NULL) data->data = NULL, data->room = 0, Py_DECREF(data);
             return -1;
         }
         size_t size = (size_t)(text->rows + 1) * sizeof(int64_t);
-        int64_t *shrunk = realloc(text->offsets, size); /* giving back the room not taken */
-        offsets->data = shrunk ? shrunk : text->offsets, offsets->length = (Py_ssize_t)size;
-        uint8_t *kept = realloc(text->data, text->size);
-        data->data = kept ? kept : text->data, data->length = (Py_ssize_t)text->size;
-        text->offsets = NULL, text->data = NULL;
+        star_shrink(&text->offsets, size); /* the room not taken given back */
+        star_shrink(&text->data, text->size);
+        offsets->data = text->offsets.data, offsets->length = (Py_ssize_t)size;
+        offsets->room = text->offsets.mapped ? text->offsets.room : 0;
+        data->data = text->data.data, data->length = (Py_ssize_t)text->size;
+        data->room = text->data.mapped ? text->data.room : 0;
+        text->offsets = text->data = (StarMemory){NULL, 0, 0};
         PyObject *part = Py_BuildValue("(nNN)", text->rows, (PyObject *)offsets, (PyObject *)data);
         if (part == NULL || PyList_Append(list, part) < 0) {
             Py_XDECREF(part);
@@ -524,7 +575,10 @@ static int star_hand_texts(StarText *texts, const char *kinds, Py_ssize_t column
 }
 
 static void star_free_texts(StarText *texts, Py_ssize_t columns) {
-    for (Py_ssize_t c = 0; texts != NULL && c < columns; c++) free(texts[c].offsets), free(texts[c].data);
+    for (Py_ssize_t c = 0; texts != NULL && c < columns; c++) {
+        star_release(texts[c].offsets.data, texts[c].offsets.room, texts[c].offsets.mapped);
+        star_release(texts[c].data.data, texts[c].data.room, texts[c].data.mapped);
+    }
 }
 
 /* The line ends of [p, e). */
