@@ -41,7 +41,7 @@ static INLINED void add_sums(const float *x, size_t n, double shift, double *sum
     double s[LANES] = {0}, q[LANES] = {0};
     size_t i = 0;
     for (; i + LANES <= n; i += LANES) {
-        for (int j = 0; j < LANES; j++) {
+        for (size_t j = 0; j < LANES; j++) {
             double d = (double)x[i + j] - shift;
             s[j] += d;
             q[j] += d * d;
@@ -52,7 +52,7 @@ static INLINED void add_sums(const float *x, size_t n, double shift, double *sum
         s[0] += d;
         q[0] += d * d;
     }
-    for (int j = 0; j < LANES; j++) *sum += s[j], *squares += q[j];
+    for (size_t j = 0; j < LANES; j++) *sum += s[j], *squares += q[j];
 }
 
 /* (x - mean) * scale of the n values at x, rounded to float32, into out. */
