@@ -581,10 +581,15 @@ static void star_free_texts(StarText *texts, Py_ssize_t columns) {
     }
 }
 
-/* The line ends of [p, e). */
+/* The line ends of [p, e), 16 bytes at a time where SSE2 is. */
 static Py_ssize_t star_lines(const uint8_t *p, const uint8_t *e) {
     Py_ssize_t lines = 0;
-    for (; (p = memchr(p, '\n', (size_t)(e - p))) != NULL; p++) lines++;
+#ifdef __SSE2__
+    const __m128i line = _mm_set1_epi8('\n');
+    for (; e - p >= 16; p += 16)
+        lines += __builtin_popcount((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), line)));
+#endif
+    for (; p < e; p++) lines += *p == '\n';
     return lines;
 }
 
