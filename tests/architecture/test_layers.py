@@ -58,6 +58,7 @@ FACES = ("vitrio",)
 """Names in `FLOORS` that stand for a package's `__init__` alone, not for the modules it holds."""
 
 OPTIONAL = (
+    "copick",
     "torch",
     "jax",
     "h5py",

@@ -46,15 +46,7 @@ def test_the_tomograms_of_a_static_root_in_s3_are_read_at_their_urls(s3: LocalS3
     assert sorted(map(tuple, picks.centres.tolist())) == sorted(
         tuple(np.floor(v + 0.5).astype(int).tolist()) for v in exact
     )
-    boxes = vio.data.PatchSource(
-        [picks.files[name] for name in picks.tomograms.tolist()],
-        picks.centres,
-        BOX,
-        readers=vio.reader_provider(storage_options=s3.options),
-    )
-    loader = vio.data.DataLoader(
-        vio.data.Dataset({"box": boxes}), 4, loader=vio.loader(storage_options=s3.options)
-    )
+    loader = vio.data.DataLoader(picks.dataset(image="box"), 4, loader=vio.loader(storage_options=s3.options))
     read = np.concatenate([batch["box"] for batch in loader])
     for row, (name, centre) in enumerate(zip(picks.tomograms.tolist(), picks.centres)):
         padded = np.pad(volumes[name], 6)

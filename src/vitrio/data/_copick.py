@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from .._functions import query_metadata
+from .._functions import query_metadata, reader_provider
 from .._storage import is_url, local_path
+from ._extras import missing
 from ._picks import TomogramPicks
 
 __all__ = ["copick_picks"]
@@ -90,10 +91,9 @@ def copick_picks(
         data_type: The type to read the boxes as. Defaults to the one the first tomogram holds.
         fill: The value of a box beyond its tomogram.
         storage_options: What fsspec takes to reach a tomogram at a URL (`s3://`), such as the
-            project's `static_fs_args`. `.patches` reads with the credentials fsspec finds by
-            itself; with options of their own, read the boxes of `.files` and `.centres` through
-            a `PatchSource` given `readers=vio.reader_provider(storage_options=...)`, in a
-            `DataLoader` given `loader=vio.loader(storage_options=...)` (docs/cryoet.md).
+            project's `static_fs_args`: the tomograms are opened with them, and so is `.patches`;
+            the `DataLoader` reading the boxes needs them too, `loader=vio.loader(storage_options=...)`
+            (docs/cryoet.md).
 
     Returns:
         The picks: `.patches` (a PatchSource), `.labels`, `.classes` (the object names),
@@ -127,7 +127,9 @@ def copick_picks(
         rows.extend(points)
         exact.append(voxels)
     exact_voxels = np.concatenate(exact) if exact else np.zeros((0, 3))
-    return _picks(rows, exact_voxels, box, classes, files, extents, voxel_sizes, data_type, fill)
+    return _picks(
+        rows, exact_voxels, box, classes, files, extents, voxel_sizes, data_type, fill, storage_options
+    )
 
 
 def _open(project: Any) -> tuple[Any, str]:
@@ -137,11 +139,7 @@ def _open(project: Any) -> tuple[Any, str]:
     try:
         import copick
     except ModuleNotFoundError as error:
-        if error.name != "copick":
-            raise
-        raise ModuleNotFoundError(
-            "copick_picks needs copick: pip install 'vitrio[copick]'", name="copick"
-        ) from None
+        raise missing(error, "copick_picks") from None
     path = os.fspath(project)
     try:
         return copick.from_file(path), path
@@ -294,6 +292,7 @@ def _picks(
     voxel_sizes: dict[str, float | None],
     data_type: Any,
     fill: Any,
+    storage_options: Any,
 ) -> TomogramPicks:
     """The picks of the rows gathered, with their table."""
     import pandas as pd
@@ -318,6 +317,7 @@ def _picks(
         table,
         data_type,
         fill,
+        None if storage_options is None else reader_provider(storage_options=storage_options),
     )
 
 

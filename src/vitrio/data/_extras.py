@@ -4,7 +4,14 @@ from __future__ import annotations
 
 __all__ = ["EXTRAS", "missing"]
 
-EXTRAS = {"torch": "torch", "jax": "jax", "pandas": "star", "starfile": "star", "ml_dtypes": "torch"}
+EXTRAS = {
+    "torch": "torch",
+    "jax": "jax",
+    "pandas": "star",
+    "starfile": "star",
+    "ml_dtypes": "torch",
+    "copick": "copick",
+}
 """The extra of vitrio that installs each optional module of vitrio.data."""
 
 

@@ -23,6 +23,8 @@ from ._picks_sampling import background_centres, class_weights, split_by_tomogra
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .._providers import ImageReaderProvider
+
 __all__ = ["TomogramPicks"]
 
 
@@ -44,6 +46,9 @@ class TomogramPicks:
         table: The table the picks were read from, a row for each pick, or None.
         data_type: The type to read the boxes as. Defaults to the one the first tomogram holds.
         fill: The value of a box beyond its tomogram.
+        readers: Where the tomograms are asked for their type: a provider given the storage options
+            of tomograms at URLs. Defaults to a `reader_provider()`. The boxes are read by the
+            `DataLoader`'s loader, which needs those options too.
 
     Raises:
         ValueError: If the arrays are not one for each pick, a label is not one of `classes`, a
@@ -63,6 +68,7 @@ class TomogramPicks:
         table: pd.DataFrame | None = None,
         data_type: Any = None,
         fill: Any = 0,
+        readers: ImageReaderProvider | None = None,
     ):
         self._tomograms = np.asarray(tomograms, dtype=object).reshape(-1)
         voxels = np.asarray(centres)
@@ -80,7 +86,7 @@ class TomogramPicks:
         self._extents = {name: tuple(int(e) for e in extent) for name, extent in extents.items()}
         self._voxel_sizes = dict(voxel_sizes or {})
         self._table = table
-        self._read_options = {"data_type": data_type, "fill": fill}
+        self._read_options = {"data_type": data_type, "fill": fill, "readers": readers}
         count = len(self._tomograms)
         if len(self._centres) != count or len(self._labels) != count:
             raise ValueError(
