@@ -211,20 +211,18 @@ class RandomBeamRotation(Augmentation):
 def rotate_about_z(volumes: np.ndarray, angles: np.ndarray) -> np.ndarray:
     """Each row of `volumes` (rows, ..., y, x) turned by its angle in radians about (y // 2, x // 2)."""
     rows, height, width = len(volumes), volumes.shape[-2], volumes.shape[-1]
-    # (rows, y, x, the rest): the values a voxel of (y, x) is interpolated from lie together
-    planes = np.moveaxis(volumes.reshape(rows, -1, height, width), 1, -1)
-    lines = np.ascontiguousarray(planes).reshape(rows * height * width, -1)
+    # (rows, the rest, y * x): a voxel of (y, x) is interpolated alike in every plane of the rest
+    planes = volumes.reshape(rows, -1, height * width)
     y, x = np.mgrid[:height, :width].astype(np.float32)
     y, x = y - height // 2, x - width // 2
     cos = np.cos(angles).astype(np.float32)[:, None, None]
     sin = np.sin(angles).astype(np.float32)[:, None, None]
     # where each output voxel comes from: the inverse turn of its place (counterclockwise as rot90 turns)
-    source_y = cos * y + sin * x + height // 2
-    source_x = cos * x - sin * y + width // 2
+    source_y = (cos * y + sin * x + height // 2).reshape(rows, -1)
+    source_x = (cos * x - sin * y + width // 2).reshape(rows, -1)
     y0, x0 = np.floor(source_y), np.floor(source_x)
     wy, wx = source_y - y0, source_x - x0
-    first_line = (np.arange(rows) * (height * width))[:, None, None]
-    out, corner = np.empty_like(lines), np.empty_like(lines)
+    corners = []  # the index in y * x of each output voxel's corner, and its weight
     for dy, dx, weight in (
         (0, 0, (1 - wy) * (1 - wx)),
         (0, 1, (1 - wy) * wx),
@@ -233,16 +231,19 @@ def rotate_about_z(volumes: np.ndarray, angles: np.ndarray) -> np.ndarray:
     ):
         yy = np.clip(y0 + dy, 0, height - 1).astype(np.intp)
         xx = np.clip(x0 + dx, 0, width - 1).astype(np.intp)
-        # the first corner lands in out itself, the others in corner and are added to it; the indices
-        # are in range, and mode="clip" lets take write into target without a copy of its own
-        target = out if dy == dx == 0 else corner
-        np.take(lines, (first_line + yy * width + xx).reshape(-1), axis=0, out=target, mode="clip")
-        target *= weight.reshape(-1, 1)
-        if target is corner:
-            out += corner
-    turned = np.empty_like(volumes)
-    np.moveaxis(turned.reshape(rows, -1, height, width), 1, -1)[...] = out.reshape(planes.shape)
-    return turned
+        corners.append((yy * width + xx, weight))
+    turned = np.empty_like(planes)
+    corner = np.empty(planes.shape[1:], dtype=planes.dtype)
+    for row in range(rows):
+        for number, (index, weight) in enumerate(corners):
+            # the first corner lands in the row itself, the others in corner and are added to it; the
+            # indices are in range, and mode="clip" lets take write into target without a copy of its own
+            target = turned[row] if number == 0 else corner
+            np.take(planes[row], index[row], axis=1, out=target, mode="clip")
+            target *= weight[row]
+            if number:
+                turned[row] += corner
+    return turned.reshape(volumes.shape)
 
 
 class RandomIntensity(Augmentation):
