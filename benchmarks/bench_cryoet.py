@@ -1,6 +1,6 @@
 """Labelled subvolumes of a copick project, augmented for training: vitrio against copick-torch.
 
-    python benchmarks/bench_cryoet.py [--quick] [--repeats N] [--epochs N] [--data DIR]
+    python benchmarks/bench_cryoet.py [--quick] [--every-item] [--repeats N] [--epochs N] [--data DIR]
 
 (`make bench-cryoet` makes the environment it needs and runs it: copick pins
 zarr < 3, so it has one of its own.) A copick project is written with
@@ -29,7 +29,9 @@ turn and `--repeats` times each:
   defaults, then each item normalised as copick-torch does, on the
   loader's threads. That is more work an item than copick-torch's: every
   item is turned by any angle and noised, and half of them low-passed,
-  where copick-torch turns one in five.
+  where copick-torch turns one in five. `--every-item` gives both the
+  same work: each of copick-torch's augmentations with a chance of 1, and
+  vitrio's low-pass on every item too.
 
 The first epoch counts from nothing made to the last batch; the warm
 epoch is the median of `--epochs` epochs after it. Prints, for each box,
@@ -47,11 +49,14 @@ the box `copick_picks` gives must too, with the same object's name.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
+import os
 import statistics
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import copick
 import numpy as np
@@ -68,13 +73,17 @@ VOXEL, TOMOGRAM_TYPE, BATCH, BOXES = 10.0, "wbp", 16, (48, 64)
 FULL = {"shape": (256, 512, 512), "picks": {"ribosome": 150, "proteasome": 50}}
 QUICK = {"shape": (128, 256, 256), "picks": {"ribosome": 30, "proteasome": 10}}
 COPICK_TORCH_AUGMENTATIONS = ["brightness", "blur", "intensity", "flip", "rotate", "rotate_z"]
-AUGMENT = vio.data.Compose(
-    vio.data.RandomFlip(),
-    vio.data.RandomBeamRotation(),
-    vio.data.RandomIntensity(),
-    vio.data.RandomGaussianNoise(),
-    vio.data.RandomLowPass(),
-)
+
+
+def vitrio_augmentations(every_item: bool) -> vio.data.Compose:
+    """vitrio's augmentations at their defaults; with `every_item`, the low-pass filters every item."""
+    return vio.data.Compose(
+        vio.data.RandomFlip(),
+        vio.data.RandomBeamRotation(),
+        vio.data.RandomIntensity(),
+        vio.data.RandomGaussianNoise(),
+        vio.data.RandomLowPass(probability=1.0 if every_item else 0.5),
+    )
 
 
 def make_project(folder: Path, shape: tuple[int, int, int], picks: dict[str, int], seed: int) -> Path:
@@ -99,7 +108,7 @@ def make_project(folder: Path, shape: tuple[int, int, int], picks: dict[str, int
     return config
 
 
-def copick_torch_dataset(config: Path, box: int, augment: bool) -> CopickDataset:
+def copick_torch_dataset(config: Path, box: int, augment: bool, every_item: bool = False) -> CopickDataset:
     """copick-torch's dataset of the project's picks, with all its augmentations or none; its messages
     kept from the output."""
     with contextlib.redirect_stdout(io.StringIO()):
@@ -110,6 +119,7 @@ def copick_torch_dataset(config: Path, box: int, augment: bool) -> CopickDataset
             voxel_spacing=VOXEL,
             seed=0,
             augmentations=COPICK_TORCH_AUGMENTATIONS,
+            augmentation_prob=1.0 if every_item else 0.2,  # 0.2: its default
         )
 
 
@@ -185,21 +195,38 @@ def check_same_values(config: Path, box: int) -> None:
     )
 
 
-def epoch_seconds(loader: Iterable, epochs: int, started: float) -> list[float]:
-    """Seconds of a first epoch through `loader`, counted from `started`, and of `epochs` more."""
+def epoch_seconds(loader: Iterable, epochs: int, started: tuple[float, float]) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of a first epoch through `loader`, counted from `started` (the wall clock and
+    this process's CPU time then), and of `epochs` more."""
     seconds = []
+    wall, used = started
     for _ in range(epochs + 1):
         for _batch in loader:
             pass
-        seconds.append(time.perf_counter() - started)
-        started = time.perf_counter()
+        now, cpu = time.perf_counter(), cpu_seconds(loader)
+        seconds.append((now - wall, cpu - used))
+        wall, used = now, cpu
     return seconds
 
 
-def copick_torch_epochs(config: Path, box: int, workers: int, epochs: int) -> list[float]:
-    """Seconds of copick-torch's first epoch (making its dataset included) and of `epochs` more."""
-    started = time.perf_counter()
-    dataset = copick_torch_dataset(config, box, augment=True)
+def cpu_seconds(loader: Any) -> float:
+    """The CPU-seconds this process has used, and the worker processes of a PyTorch DataLoader that
+    keeps them (read from /proc: Linux)."""
+    total = time.process_time()
+    for worker in getattr(getattr(loader, "_iterator", None), "_workers", []):
+        with open(f"/proc/{worker.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()  # from the state on: utime, stime at 11, 12
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def copick_torch_epochs(
+    config: Path, box: int, workers: int, epochs: int, every_item: bool
+) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of copick-torch's first epoch (making its dataset included) and of `epochs`
+    more."""
+    started = time.perf_counter(), time.process_time()
+    dataset = copick_torch_dataset(config, box, augment=True, every_item=every_item)
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=BATCH,
@@ -222,21 +249,26 @@ def normalise(images: np.ndarray) -> None:
     flat /= (deviation + 1e-6)[:, None]
 
 
-def augment_and_normalise(batch: dict, rng: np.random.Generator) -> dict:
-    """The augmentations, drawn from the batch's generator, then each item normalised."""
-    batch = AUGMENT(batch, rng=rng)
+def augment_and_normalise(batch: dict, rng: np.random.Generator, augment: vio.data.Compose) -> dict:
+    """`augment`, drawn from the batch's generator, then each item normalised."""
+    batch = augment(batch, rng=rng)
     normalise(batch["image"].numpy())  # the tensors the augmentations hand back share numpy's memory
     return batch
 
 
-def vitrio_epochs(config: Path, box: int, epochs: int) -> list[float]:
-    """Seconds of vitrio's first epoch (from a cleared chunk cache, reading the project included) and of
-    `epochs` more."""
+def vitrio_epochs(config: Path, box: int, epochs: int, every_item: bool) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of vitrio's first epoch (from a cleared chunk cache, reading the project
+    included) and of `epochs` more."""
     OmeZarrFormat.clear_cache()
-    started = time.perf_counter()
+    started = time.perf_counter(), time.process_time()
     dataset = vitrio_picks(config, box).dataset()
     loader = vio.data.DataLoader(
-        dataset, BATCH, shuffle=True, seed=0, output="torch", transform=augment_and_normalise
+        dataset,
+        BATCH,
+        shuffle=True,
+        seed=0,
+        output="torch",
+        transform=functools.partial(augment_and_normalise, augment=vitrio_augmentations(every_item)),
     )
     return epoch_seconds(loader, epochs, started)
 
@@ -245,33 +277,45 @@ def summary(values: list[float]) -> str:
     return f"{statistics.median(values):7.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def measure(config: Path, box: int, epochs: int, repeats: int) -> None:
+def measure(config: Path, box: int, epochs: int, repeats: int, every_item: bool) -> None:
     ways = {
-        "copick-torch, 0 workers": lambda: copick_torch_epochs(config, box, 0, epochs),
-        "copick-torch, 2 workers": lambda: copick_torch_epochs(config, box, 2, epochs),
-        "vitrio": lambda: vitrio_epochs(config, box, epochs),
+        "copick-torch, 0 workers": lambda: copick_torch_epochs(config, box, 0, epochs, every_item),
+        "copick-torch, 2 workers": lambda: copick_torch_epochs(config, box, 2, epochs, every_item),
+        "vitrio": lambda: vitrio_epochs(config, box, epochs, every_item),
     }
     firsts: dict[str, list[float]] = {name: [] for name in ways}
     warms: dict[str, list[float]] = {name: [] for name in ways}
+    warm_cpus: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(repeats):
         for name, epochs_of in ways.items():
-            first, *later = epochs_of()
+            (first, _), *later = epochs_of()
             firsts[name].append(first)
-            warms[name].append(statistics.median(later))
+            warms[name].append(statistics.median(wall for wall, _ in later))
+            warm_cpus[name].append(statistics.median(cpu for _, cpu in later))
     print(f"\nboxes of {box}^3: seconds an epoch, median of {repeats} runs (range)")
-    print(f"{'':26} {'first epoch':>22} {'warm epoch':>22}")
+    print(f"{'':24} {'first epoch':>21} {'warm epoch':>21} {'warm epoch CPU':>21}")
     for name in ways:
-        print(f"{name:26} {summary(firsts[name]):>22} {summary(warms[name]):>22}")
+        print(
+            f"{name:24} {summary(firsts[name]):>21} {summary(warms[name]):>21} {summary(warm_cpus[name]):>21}"
+        )
     for name in list(ways)[:2]:
-        first = statistics.median(firsts[name]) / statistics.median(firsts["vitrio"])
-        warm = statistics.median(warms[name]) / statistics.median(warms["vitrio"])
-        print(f"vitrio's speed-up over {name}: first epoch {first:.2f}x, warm epoch {warm:.2f}x")
+        first, warm, cpu = (
+            statistics.median(times[name]) / statistics.median(times["vitrio"])
+            for times in (firsts, warms, warm_cpus)
+        )
+        print(
+            f"vitrio's speed-up over {name}: first epoch {first:.2f}x, warm epoch {warm:.2f}x "
+            f"(CPU-seconds: {cpu:.2f}x)"
+        )
 
 
 def main() -> None:
     parser = benchmark_parser(__doc__, "tomograms of 128 x 256 x 256 and 40 picks in each", data=True)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each way, in turn")
     parser.add_argument("--epochs", type=int, default=3, help="warm epochs of each run")
+    parser.add_argument(
+        "--every-item", action="store_true", help="every augmentation of both on every item (see above)"
+    )
     args = parser.parse_args()
     size = QUICK if args.quick else FULL
     with data_folder(args.data) as folder:
@@ -285,12 +329,13 @@ def main() -> None:
         print(
             f"2 tomograms of {size['shape']} float32 in chunks of 256^3, {count} picks of 2 objects; "
             f"batches of {BATCH}, {args.epochs} warm epochs a run; vitrio on "
-            f"a thread per core; PyTorch on {torch.get_num_threads()} threads"
+            f"a thread per core; PyTorch on {torch.get_num_threads()} threads; "
+            + ("every augmentation on every item" if args.every_item else "augmentations at their defaults")
         )
         for box in BOXES:
             check_same_values(config, box)
         for box in BOXES:
-            measure(config, box, args.epochs, args.repeats)
+            measure(config, box, args.epochs, args.repeats, args.every_item)
 
 
 if __name__ == "__main__":
