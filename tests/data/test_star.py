@@ -414,3 +414,27 @@ def test_an_integer_written_minus_zero_is_minus_zero_where_its_column_holds_othe
     assert _bits(values) == _bits([float(text) for text in texts])
     integers = read_star(_numbers_file(tmp_path / "integers.star", ["-0", "2"]))["particles"]["rlnDefocusU"]
     assert integers.dtype == np.int64 and integers.tolist() == [0, 2]
+
+
+def test_rows_more_than_the_first_part_foretold_are_read_whole(tmp_path: Path, monkeypatch):
+    # long rows first, then short ones: the columns' room, foretold by the first part, runs out, and the
+    # part is read on from the row that did not fit, integers becoming numbers on the way
+    names = [f"{i:06d}@Extract/job007/Movies/{'m' * 200}.mrcs" for i in range(1, 41)]
+    names += [f"{i}@a.mrcs" for i in range(41, 3001)]
+    numbers = [str(i) for i in range(2960)] + [f"{i}.5" for i in range(40)]
+    particles = pd.DataFrame({"rlnImageName": names, "rlnDefocusU": numbers})
+    path = tmp_path / "run_data.star"
+    starfile.write({"particles": particles}, path)
+    starts = []
+    read = vitrio._native.star_read
+    monkeypatch.setattr(
+        vitrio._native,
+        "star_read",
+        lambda text, start, *rest: starts.append(start) or read(text, start, *rest),
+    )
+    with vitrio.configure(star_part_bytes=8192):
+        ours = read_star(path)["particles"]
+    assert any(starts)  # a part read on from a row inside it
+    read_plain_rows(monkeypatch, False)
+    pd.testing.assert_frame_equal(ours, read_star(path)["particles"], check_exact=True)
+    assert ours["rlnDefocusU"].dtype == np.float64

@@ -258,6 +258,13 @@ def test_text_of_megabytes_is_read_whole():
     found = _native.star_read(text, 0, b"??", (np.empty(len(names), np.int64),) * 2)
     assert found[1] == len(names) and found[3] == b"ti"
     assert _texts(found[5]) == [names]
+    # outs of room for 40,000 rows: the second half stops at the row past them, read on from there
+    outs = (b"", np.empty(40_000, np.int64))
+    end, rows, lines, kinds, block, texts = _native.star_read(text, 0, b"t?", outs)
+    assert (rows, lines, kinds, block) == (40_000, 40_000, b"ti", False) and len(texts[0]) == 2
+    assert text[end:].startswith(names[40_000] + b" 1\n") and _texts(texts) == [names[:40_000]]
+    found = _native.star_read(text, end, kinds, outs)
+    assert found[1] == len(names) - 40_000 and _texts(found[5]) == [names[40_000:]]
 
 
 _NAMES = st.lists(
