@@ -253,11 +253,8 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
                 return None
             end, rows, ends, kinds, block, texts = found
             columns.filled(rows, kinds, texts)
-            left = len(lines) - position - end
-            if (
-                position == lines.position and start == 0 and left and not block
-            ):  # rows to come as long as these
-                columns.foretell(rows * left / max(end, 1))
+            if position == lines.position and start == 0:  # the first rows foretell those to come
+                columns.foretell(rows * (len(lines) - position - end) / max(end, 1))
             start, line_ends = end, line_ends + ends
         position += start
     if not columns.rows:
@@ -278,10 +275,15 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
     return pd.DataFrame(table, copy=False)
 
 
+SAMPLE_ROWS = 1024
+"""The rows read first, whose length foretells how many rows the loop has."""
+
+
 class _PlainColumns:
     """The columns of a loop's plain rows as they are read: the numbers of a column in one array, first
-    of the most rows the first part may hold, then of the rows its rows foretell (pages never written
-    cost nothing), grown if more come; the text of a column as the Arrow strings of each reading."""
+    first of room for a sample of rows (`SAMPLE_ROWS`, fewer where `size` bytes cannot hold them), then
+    of the rows the sample foretells (pages never written cost nothing), grown if more come; the text of
+    a column as the Arrow strings of each reading."""
 
     def __init__(self, count: int):
         self.kinds = b"?" * count
@@ -294,8 +296,9 @@ class _PlainColumns:
     def outs(self, size: int) -> tuple[Any, ...]:
         """Where `star_read` writes the rows of the next `size` bytes: the columns of numbers from the
         rows read on, with room for at least one row."""
-        if self.values[0] is None:  # the most rows of `size` bytes: a value and a space each
-            self.values = [np.empty(size // (2 * len(self.values)) + 1, np.int64) for _ in self.values]
+        if self.values[0] is None:  # a row holds a value and a space or line end a column at least
+            rows = min(size // (2 * len(self.values)), SAMPLE_ROWS) + 1
+            self.values = [np.empty(rows, np.int64) for _ in self.values]
         for number, values in enumerate(self.values):
             if not isinstance(values, list) and len(values) <= self.rows:
                 self._resize(number, 2 * len(values))
