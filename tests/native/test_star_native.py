@@ -189,6 +189,12 @@ def test_star_read_reads_the_rows_in_one_pass_and_refuses_what_does_not_fit():
     )
     assert _native.star_read(b"7 1 m\n8.5 2 x\n", 0, b"??t", outs)[3] == b"fit"
     assert outs[0].view(np.float64).tolist() == [7.0, 8.5]
+    # the same, the values far enough from the end of the text to be read eight digits at a time
+    rows = b"7 1 m\n" * 5 + b"8.5 -2 x\n" + b"9 3 z\n" * 5
+    outs = (np.empty(11, np.int64), np.empty(11, np.int64), b"")
+    assert _native.star_read(rows, 0, b"??t", outs)[3] == b"fit"
+    assert outs[0].view(np.float64).tolist() == [7.0] * 5 + [8.5] + [9.0] * 5
+    assert outs[1].tolist() == [1] * 5 + [-2] + [3] * 5
     # a block ends the rows
     found = _native.star_read(b"1 2 m\n data_x\n5 6 n\n", 0, b"???", (np.empty(2, np.int64),) * 3)
     assert found[:5] == (6, 1, 1, b"iit", True)

@@ -203,29 +203,69 @@ typedef struct {
 
 static const uint64_t star_tens[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
 
-/* The digits at *p, at most 8, read at once where 8 bytes can be read (the first in the lowest byte of
- * a word, as x86 and ARM load them): their count, *sum then sum * 10^count + their value. */
+/* The digits at q, at most 8, read at once from the 8 bytes there (the first in the lowest byte of a
+ * word, as x86 and ARM load them): their count, *value then their value. */
+static inline int star_eight(const uint8_t *q, uint64_t *value) {
+    uint64_t word, values;
+    memcpy(&word, q, 8);
+    values = word - 0x3030303030303030ull; /* a byte below '0' borrows only from those after it */
+    uint64_t others = (values | (word + 0x4646464646464646ull)) & 0x8080808080808080ull;
+    int n = others ? __builtin_ctzll(others) >> 3 : 8;
+    if (n == 0) return *value = 0, 0;
+    values <<= 64 - 8 * n; /* the digits alone, zeros before them */
+    values = values * 10 + (values >> 8);
+    *value = (((values & 0x000000FF000000FFull) * (100 + (1000000ull << 32))) +
+              (((values >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32)))) >>
+             32;
+    return n;
+}
+
+#define STAR_WORDS (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) /* digits read 8 at a time */
+
+/* The digits at *p, at most 8: their count, *sum then sum * 10^count + their value. */
 static inline int star_digits(const uint8_t **p, const uint8_t *e, uint64_t *sum) {
     const uint8_t *q = *p;
     int n = 0;
-    if (e - q >= 8 && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
-        uint64_t word, values;
-        memcpy(&word, q, 8);
-        values = word - 0x3030303030303030ull; /* a byte below '0' borrows only from those after it */
-        uint64_t others = (values | (word + 0x4646464646464646ull)) & 0x8080808080808080ull;
-        n = others ? __builtin_ctzll(others) >> 3 : 8;
-        if (n == 0) return 0;
-        values <<= 64 - 8 * n; /* the digits alone, zeros before them */
-        values = values * 10 + (values >> 8);
-        values = (((values & 0x000000FF000000FFull) * (100 + (1000000ull << 32))) +
-                  (((values >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32)))) >>
-                 32;
-        *sum = *sum * star_tens[n] + values;
+    if (e - q >= 8 && STAR_WORDS) {
+        uint64_t value;
+        n = star_eight(q, &value);
+        *sum = *sum * star_tens[n] + value;
     } else {
         for (; n < 8 && q + n < e && vitrio_digit(q[n]); n++) *sum = *sum * 10 + (uint64_t)(q[n] - '0');
     }
     *p = q + n;
     return n;
+}
+
+/* The end of the number at p where it is spelled as most are, [+-]digits[.digits] of at most 7 digits
+ * each (so that the digits and 10^decimals are exact in a double): an integer in *whole where it has
+ * no point (*point 0), else its double in *out (*point 1); NULL where it is spelled otherwise (-0 as an
+ * integer too), or too near `e` to read 8 bytes twice. */
+static inline const uint8_t *star_plain_number(const uint8_t *p, const uint8_t *e, double *out, int64_t *whole,
+                                               int *point) {
+    int negative = *p == '-', decimals = 0;
+    const uint8_t *s = p + (*p == '-' || *p == '+');
+    uint64_t integer, fraction = 0;
+    if (!STAR_WORDS || e - s < 17) return NULL;
+    int n = star_eight(s, &integer);
+    if (n == 8) return NULL;
+    s += n;
+    *point = *s == '.';
+    if (*point) {
+        decimals = star_eight(++s, &fraction);
+        if (decimals == 8 || n + decimals == 0) return NULL;
+        s += decimals;
+    } else if (n == 0 || (negative && integer == 0)) {
+        return NULL;
+    }
+    if (!(star_bytes[*s] & SB_AFTER)) return NULL; /* an exponent, or not a number */
+    if (!*point) {
+        *whole = negative ? -(int64_t)integer : (int64_t)integer;
+        return s;
+    }
+    double number = (double)(integer * star_tens[decimals] + fraction) / star_exact[decimals];
+    *out = negative ? -number : number;
+    return s;
 }
 
 /* The end of the number spelled from p, or NULL where no number is spelled there. */
@@ -400,11 +440,22 @@ static void star_numbers(StarReader *reader, Py_ssize_t c) {
 static inline const uint8_t *star_read_value(StarReader *reader, const uint8_t *p, Py_ssize_t c) {
     const uint8_t *end = reader->end;
     char kind = reader->kinds[c];
+    Py_ssize_t row = reader->row + reader->rows;
+    double number;
+    int64_t whole;
+    int point;
+    const uint8_t *plain = star_plain_number(p, end, &number, &whole, &point);
+    if (plain != NULL && (kind == 'f' || (kind != 't' && !point))) { /* as most numbers are */
+        if (kind == 'f' && !point) number = (double)whole;
+        if (kind == 'f' || point) ((double *)reader->outs[c])[row] = number;
+        else ((int64_t *)reader->outs[c])[row] = whole;
+        if (kind == '?') reader->kinds[c] = point ? 'f' : 'i';
+        return plain;
+    }
     if (kind != 't') {
         StarDecimal d;
         const uint8_t *q = star_decimal(p, end, &d);
         if (q != NULL && (q == end || star_bytes[*q] & SB_AFTER)) {
-            Py_ssize_t row = reader->row + reader->rows;
             if (d.whole && (q - p > 18 || (d.negative && d.sum == 0 && kind != 'f'))) {
                 reader->status = READ_NOT_PLAIN; /* more than int64 is read as, or -0 among integers */
                 return NULL;
