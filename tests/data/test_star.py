@@ -379,7 +379,7 @@ def test_numbers_read_bit_for_bit_as_strtod_reads_them(tmp_path: Path, plain: bo
     # be that double, bit for bit, whether the rows are plain (read in one pass by the C extension, never
     # by pandas) or left to pandas.
     rng = np.random.default_rng(11)
-    texts = [text for text in EDGES if len(text) < 128]
+    texts = [text for text in EDGES if len(text) < 128] + ["nan", "NaN"]
     for _ in range(3000):
         digits = "".join(map(str, rng.integers(0, 10, rng.integers(1, 25))))
         point = int(rng.integers(0, len(digits) + 1))
@@ -405,8 +405,10 @@ def test_numbers_read_bit_for_bit_as_strtod_reads_them(tmp_path: Path, plain: bo
     assert not wrong, wrong[:5]
 
 
-def test_numbers_longer_than_strtod_is_given_are_left_to_pandas(tmp_path: Path):
-    texts = ["1.5", *(text for text in EDGES if len(text) >= 128)]
+@pytest.mark.parametrize("odd", ["long", "inf", "-inf", "Infinity", "-Infinity"])
+def test_numbers_the_c_extension_leaves_to_pandas_read_as_strtod_reads_them(tmp_path: Path, odd: str):
+    # longer than strtod is given, or infinities: the loop is read by pandas, each number still nearest
+    texts = ["1.5", "nan", *(text for text in EDGES if len(text) >= 128)] if odd == "long" else ["1.5", odd]
     values = read_star(_numbers_file(tmp_path / "numbers.star", texts))["particles"]["rlnDefocusU"]
     assert _bits(values) == _bits([float(text) for text in texts])
 
