@@ -163,3 +163,35 @@ def test_a_tensor_in_host_memory_is_augmented_as_its_numpy_array() -> None:
     np.testing.assert_array_equal(tensor.numpy(), augment(batch, rng=np.random.default_rng(4)))
     loader = vio.data.DataLoader(vio.data.Dataset({"image": batch}), 3, output="torch", transform=augment)
     assert all(isinstance(b["image"], torch.Tensor) and b["image"].shape == (3, 5, 7, 7) for b in loader)
+
+
+def test_the_noise_is_gaussian() -> None:
+    batch = np.zeros((4, 32, 32, 32), np.float32)
+    noise = vio.data.RandomGaussianNoise(std=1.0)(batch, rng=np.random.default_rng(0))
+    assert abs(np.mean(np.abs(noise) < 1) - 0.6827) < 0.005  # within one deviation: 68.27 %
+    assert abs(np.mean(noise**4) / np.mean(noise**2) ** 2 - 3) < 0.15  # a normal's kurtosis
+
+
+CHANCES = [
+    lambda p: vio.data.RandomRot90(probability=p),
+    lambda p: vio.data.RandomBeamRotation(degrees=(10, 80), probability=p),
+    lambda p: vio.data.RandomIntensity(scale=(2, 3), probability=p),
+    lambda p: vio.data.RandomGaussianNoise(std=(0.5, 1), probability=p),
+]
+
+
+@pytest.mark.parametrize("make", CHANCES, ids=["rot90", "beam", "intensity", "noise"])
+def test_a_row_is_augmented_with_the_probability_asked_and_the_others_are_left(make) -> None:
+    batch = volumes(rows=400, shape=(2, 4, 4))
+    out = make(0.25)(batch, rng=np.random.default_rng(5))
+    chosen = np.random.default_rng(5).random(len(batch)) < 0.25  # the choice is drawn first
+    assert 0.18 < chosen.mean() < 0.32  # 100 of 400 expected; a binomial's deviation is 8.7
+    np.testing.assert_array_equal(out[~chosen], batch[~chosen])  # rows not drawn are as they were
+    # the rows drawn get what the augmentation at probability 1 gives them, drawn after the choice
+    generator = np.random.default_rng(5)
+    generator.random(len(batch))
+    np.testing.assert_array_equal(out[chosen], make(1.0)(batch[chosen], rng=generator))
+    np.testing.assert_array_equal(make(0.0)(batch, rng=np.random.default_rng(5)), batch)
+    assert make(0.25) == make(0.25) and make(0.25) != make(0.5)
+    with pytest.raises(ValueError, match="probability"):
+        make(1.5)

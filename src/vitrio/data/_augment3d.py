@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import operator
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -127,6 +127,34 @@ def _rows(volumes: np.ndarray, flags: np.ndarray) -> np.ndarray:
     return flags.reshape((-1,) + (1,) * (volumes.ndim - 1))
 
 
+def _chance(probability: float) -> float:
+    """`probability`, checked to be a chance from 0 to 1."""
+    if not 0 <= probability <= 1:
+        raise ValueError(f"a probability is from 0 to 1, not {probability!r}")
+    return float(probability)
+
+
+def _some_rows(
+    volumes: np.ndarray,
+    generator: np.random.Generator,
+    probability: float,
+    transform: Callable[[np.ndarray, np.random.Generator], np.ndarray],
+) -> np.ndarray:
+    """`transform` of the rows of `volumes` drawn each with `probability`, the others as they are.
+
+    At a probability of 1 every row is transformed and nothing is drawn to choose them, so the
+    draws are those of `transform` alone; else the choice is drawn first, then `transform`'s
+    draws for the rows chosen.
+    """
+    if probability == 1:
+        return transform(volumes, generator)
+    rows = np.flatnonzero(generator.random(len(volumes)) < probability)
+    out = volumes.copy()
+    if len(rows):
+        out[rows] = transform(volumes[rows], generator)
+    return out
+
+
 class RandomFlip(Augmentation):
     """Mirror each row along each of `axes` of (z, y, x), each with `probability`.
 
@@ -162,15 +190,31 @@ class RandomFlip(Augmentation):
 
 
 class RandomRot90(Augmentation):
-    """Turn each row a random number of quarter turns in the (y, x) plane, as numpy.rot90 on (y, x).
+    """Turn each row, with `probability`, a random number of quarter turns in the (y, x) plane, as
+    numpy.rot90 on (y, x).
 
     The missing wedge: not kept; a quarter turn moves it from along ky to
     along kx (a half turn keeps it for a symmetric tilt range).
+
+    Args:
+        probability: The chance a row is turned (by 0 to 3 quarter turns, each as likely).
     """
+
+    def __init__(self, probability: float = 1.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._probability = _chance(probability)
+
+    @property
+    def parameters(self) -> tuple:
+        """The probability and the field."""
+        return (self._probability, *super().parameters)
 
     def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         if volumes.shape[-1] != volumes.shape[-2]:
             raise ValueError(f"quarter turns in (y, x) need square sections, not {volumes.shape[-2:]}")
+        return _some_rows(volumes, generator, self._probability, self._turn)
+
+    def _turn(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         turns = generator.integers(0, 4, size=len(volumes))
         out = np.empty_like(volumes)
         for row, turn in enumerate(turns.tolist()):
@@ -179,7 +223,8 @@ class RandomRot90(Augmentation):
 
 
 class RandomBeamRotation(Augmentation):
-    """Turn each row about the beam axis (z) by an angle drawn from `degrees`, interpolated linearly.
+    """Turn each row, with `probability`, about the beam axis (z) by an angle drawn from `degrees`,
+    interpolated linearly.
 
     The turn is about the voxel at index extent // 2 of y and x, where a box
     holds its pick (odd sides turn about the middle, so quarter turns are
@@ -192,18 +237,25 @@ class RandomBeamRotation(Augmentation):
 
     Args:
         degrees: The range the angle is drawn from, uniformly, in degrees.
+        probability: The chance a row is turned.
     """
 
-    def __init__(self, degrees: float | Sequence[float] = (-180.0, 180.0), **kwargs: Any):
+    def __init__(
+        self, degrees: float | Sequence[float] = (-180.0, 180.0), probability: float = 1.0, **kwargs: Any
+    ):
         super().__init__(**kwargs)
         self._degrees = _range(degrees, "degrees")
+        self._probability = _chance(probability)
 
     @property
     def parameters(self) -> tuple:
-        """The range of angles and the field."""
-        return (self._degrees, *super().parameters)
+        """The range of angles, the probability and the field."""
+        return (self._degrees, self._probability, *super().parameters)
 
     def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        return _some_rows(volumes, generator, self._probability, self._turn)
+
+    def _turn(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         angles = np.deg2rad(generator.uniform(*self._degrees, size=len(volumes)))
         return rotate_about_z(volumes, angles)
 
@@ -247,56 +299,69 @@ def rotate_about_z(volumes: np.ndarray, angles: np.ndarray) -> np.ndarray:
 
 
 class RandomIntensity(Augmentation):
-    """Scale each row by a factor and add an offset, each drawn uniformly from its range.
+    """Scale each row, with `probability`, by a factor and add an offset, each drawn uniformly from its
+    range.
 
     The missing wedge: kept; a factor scales every frequency, an offset is the zero frequency alone.
 
     Args:
         scale: The range of the factor.
         offset: The range of the offset.
+        probability: The chance a row is scaled and offset.
     """
 
     def __init__(
         self,
         scale: float | Sequence[float] = (0.9, 1.1),
         offset: float | Sequence[float] = (-0.1, 0.1),
+        probability: float = 1.0,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
         self._scale, self._offset = _range(scale, "scale"), _range(offset, "offset")
+        self._probability = _chance(probability)
 
     @property
     def parameters(self) -> tuple:
-        """The ranges of the factor and offset, and the field."""
-        return (self._scale, self._offset, *super().parameters)
+        """The ranges of the factor and offset, the probability and the field."""
+        return (self._scale, self._offset, self._probability, *super().parameters)
 
     def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        return _some_rows(volumes, generator, self._probability, self._scale_and_offset)
+
+    def _scale_and_offset(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         scale = generator.uniform(*self._scale, size=len(volumes)).astype(np.float32)
         offset = generator.uniform(*self._offset, size=len(volumes)).astype(np.float32)
         return volumes * _rows(volumes, scale) + _rows(volumes, offset)
 
 
 class RandomGaussianNoise(Augmentation):
-    """Add Gaussian noise of mean 0 to each row, its standard deviation drawn uniformly from `std`.
+    """Add Gaussian noise of mean 0 to each row, with `probability`, its standard deviation drawn
+    uniformly from `std`.
 
     The missing wedge: not kept empty; the noise is white, so it puts power inside the wedge too.
 
     Args:
         std: The standard deviation, or the range it is drawn from for each row.
+        probability: The chance a row is given noise.
     """
 
-    def __init__(self, std: float | Sequence[float] = (0.0, 0.1), **kwargs: Any):
+    def __init__(self, std: float | Sequence[float] = (0.0, 0.1), probability: float = 1.0, **kwargs: Any):
         super().__init__(**kwargs)
         self._std = _range(std, "std")
         if self._std[0] < 0:
             raise ValueError(f"a standard deviation is 0 or more, not {std!r}")
+        self._probability = _chance(probability)
 
     @property
     def parameters(self) -> tuple:
-        """The range of the standard deviation and the field."""
-        return (self._std, *super().parameters)
+        """The range of the standard deviation, the probability and the field."""
+        return (self._std, self._probability, *super().parameters)
 
     def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        return _some_rows(volumes, generator, self._probability, self._noise)
+
+    def _noise(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         std = generator.uniform(*self._std, size=len(volumes)).astype(np.float32)
         noisy = standard_normal(generator, volumes.shape)
         noisy *= _rows(volumes, std)
