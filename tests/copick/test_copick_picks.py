@@ -244,10 +244,13 @@ def test_a_loader_of_picks_background_balance_split_and_augmentation_resumes(pro
         np.testing.assert_array_equal(batch["image"], expected_batch["image"])
 
 
-def test_a_copick_tomogram_under_64_cubed_voxels_is_refused_for_its_chunks(tmp_path: Path) -> None:
+def test_a_copick_tomogram_smaller_than_its_one_chunk_is_read(tmp_path: Path) -> None:
     path = write_config(tmp_path / "copick.json", overlay_root=f"local://{tmp_path / 'root'}")
     run = copick.from_file(str(path)).new_run("TS_00")
-    write_tomogram(run, np.zeros((32, 64, 64), np.float32), None, SPACING)  # in copick's chunks of 256^3
-    add_picks(run, [("ribosome", "alice", "1", (3, 3, 3), (0.0, 0.0, 0.0), None)])
-    with pytest.raises(vio.FormatError, match=r"wbp.zarr.*chunks of \(256, 256, 256\) values .* far larger"):
-        vio.data.copick_picks(path, 5, voxel_spacing=SPACING, tomogram_type="wbp")
+    volume = np.arange(32 * 24 * 16, dtype=np.float32).reshape(32, 24, 16)
+    write_tomogram(run, volume, None, SPACING)  # in copick's chunks of 256^3, one chunk of 64 MiB
+    add_picks(run, [("ribosome", "alice", "1", (6, 7, 8), (0.0, 0.0, 0.0), None)])
+    picks = vio.data.copick_picks(path, 5, voxel_spacing=SPACING, tomogram_type="wbp")
+    (box,) = [batch["image"][0] for batch in vio.data.DataLoader(picks.dataset(), 1)]
+    z, y, x = picks.centres[0]
+    np.testing.assert_array_equal(box, volume[z - 2 : z + 3, y - 2 : y + 3, x - 2 : x + 3])

@@ -6,8 +6,9 @@ remote store) and decodes them on the calling thread, then copies the
 part of each chunk a box covers into its out. The chunks of one call are
 fetched in groups of the configuration's `zarr_chunks_at_once`, so that a
 large read holds few at a time.
-What metadata may declare is bounded: a chunk's size (`MAX_CHUNK_BYTES`,
-and `MAX_OVERHANG` times what of it lies inside the array), and the chunks
+What metadata may declare is bounded: a chunk's size (`MAX_CHUNK_BYTES`),
+what all the chunks decode to (`MAX_OVERHANG` times what the array holds,
+or `OVERHANG_FLOOR`), and the chunks
 a read may decode for the values it returns (`FREE_CHUNKS`,
 `VALUES_PER_CHUNK`).
 """
@@ -36,6 +37,7 @@ __all__ = [
     "OmeZarrReader",
     "MAX_CHUNK_BYTES",
     "MAX_OVERHANG",
+    "OVERHANG_FLOOR",
     "FREE_CHUNKS",
     "VALUES_PER_CHUNK",
 ]
@@ -44,7 +46,11 @@ MAX_CHUNK_BYTES = 1 << 30
 """The largest decoded chunk read: a chunk past it is refused before anything is fetched."""
 
 MAX_OVERHANG = 64
-"""How many times the part of a chunk inside its array a chunk larger than 1 MiB may hold."""
+"""How many times what an array holds its chunks may decode to, all together, past `OVERHANG_FLOOR`."""
+
+OVERHANG_FLOOR = 64 << 20
+"""What an array's chunks may decode to, all together, however small the array: one chunk of 256^3
+float32 values, as copick writes tomograms of any size."""
 
 FREE_CHUNKS = 1 << 14
 """How many chunks any read may touch, whatever it returns."""
@@ -149,11 +155,13 @@ def _chunk_shape(
     nbytes = math.prod(chunks) * itemsize
     if len(chunks) != len(shape) or min(chunks, default=1) < 1 or nbytes > MAX_CHUNK_BYTES:
         raise FormatError(f"{where}: chunks of {chunks} values, not read (at most {MAX_CHUNK_BYTES} bytes)")
-    inside = math.prod(min(c, max(n, 1)) for c, n in zip(chunks, shape)) * itemsize
-    if nbytes > max(1 << 20, MAX_OVERHANG * inside):
+    count = math.prod(-(-max(n, 1) // c) for c, n in zip(chunks, shape))
+    held = math.prod(max(n, 1) for n in shape) * itemsize
+    if count * nbytes > max(OVERHANG_FLOOR, MAX_OVERHANG * held):
         raise FormatError(
             f"{where}: chunks of {chunks} values for an array of {shape}: far larger than the array, "
-            f"not read (a chunk past 1 MiB may hold at most {MAX_OVERHANG} times what lies in the array)"
+            f"not read (its chunks may decode to at most {OVERHANG_FLOOR >> 20} MiB or {MAX_OVERHANG} "
+            "times what the array holds)"
         )
     return chunks
 
