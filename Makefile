@@ -3,7 +3,7 @@
 #   read real DigitalMicrograph files (DM3, DM4, from rosettasciio's public test data, with the arrays
 #   rosettasciio reads from them) from ../shared/testdata/dm-samples.tar.xz beside the repository;
 #   without it they are skipped, saying so (in CI, with CI set, they fail). Then tests/copick in .venv-copick, an
-#   environment of its own (copick pins zarr<3): about 3 minutes to install the first time, 15 seconds to run.
+#   environment of its own (copick pins zarr<3): under a minute to install the first time, 15 seconds to run.
 # make test-differential: tests/differential with 20 times the examples make test draws of each test (every
 #   way of reading a file against numpy's read of its bytes; new examples each run), a few minutes a core.
 # make test-wheel: build the wheel and install it into a fresh virtual environment with no C compiler
@@ -45,18 +45,18 @@ $(STAMP): pyproject.toml setup.py | $(BIN)/python
 
 # copick's own environment: copick pins zarr<3 and numcodecs<0.16, which the test environment's zarr 3 cannot
 # live beside. No torch: the tests of copick projects read their boxes as numpy arrays. hypothesis: tests/conftest.py;
-# moto: the S3 server a project's static root lies in (tests/zarr/s3.py).
+# moto: the S3 server a project's static root lies in (tests/zarr/s3.py). Installed by uv, which resolves copick's
+# pins with moto's at once in seconds, where pip backtracks through versions of moto's dependencies for minutes.
 COPICK_VENV := .venv-copick
 COPICK_STAMP := $(COPICK_VENV)/.installed
 
 $(COPICK_STAMP): pyproject.toml setup.py
-	@echo "installing into $(COPICK_VENV) vitrio[copick] (copick, zarr 2) and pytest: about 3 minutes the first time"
+	@echo "installing into $(COPICK_VENV) vitrio[copick] (copick, zarr 2), pytest and moto: under a minute"
 	$(PYTHON) -m venv $(COPICK_VENV)
-	$(COPICK_VENV)/bin/pip install --quiet --upgrade pip
+	$(COPICK_VENV)/bin/pip install --quiet uv
 	rm -f src/vitrio/_native.cpython-*.so
-	$(COPICK_VENV)/bin/pip install --quiet -e '.[copick]' 'pytest>=8' 'pytest-timeout>=2.3' 'hypothesis>=6.100'
-	# apart: resolved with copick's pins at once, pip backtracks through versions of moto's dependencies for minutes
-	$(COPICK_VENV)/bin/pip install --quiet 'moto[server]>=5'
+	$(COPICK_VENV)/bin/uv pip install --quiet --python $(COPICK_VENV)/bin/python -e '.[copick]' 'pytest>=8' \
+		'pytest-timeout>=2.3' 'hypothesis>=6.100' 'moto[server]>=5'
 	touch $(COPICK_STAMP)
 
 test: $(STAMP) $(COPICK_STAMP)
