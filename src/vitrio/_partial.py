@@ -37,10 +37,11 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import threading
 import types
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
 from ._fs import CLOEXEC, FOLDER, NOFOLLOW
@@ -119,14 +120,23 @@ def _sweep(path: str, folder: int) -> None:
         if path in _swept:
             return
         _swept.add(path)
-    user, me = os.getuid(), os.getpid()
-    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+    me = os.getpid()
+    with contextlib.suppress(OSError):
+        remove_partials(folder, lambda found: found[2] == _HOST and found[1] != me and not _alive(found[1]))
+
+
+def remove_partials(folder: int, chosen: Callable[[tuple[str, int, str]], bool]) -> None:
+    """Remove the hidden files of writes in the folder open at `folder` whose (target name, process id,
+    host hash) `chosen` takes: regular files of this user only, each by its name there."""
+    user = os.getuid()
+    with os.scandir(folder) as entries:
         for entry in entries:
             found = partial_of(entry.name)
-            if found is None or found[2] != _HOST or found[1] == me or _alive(found[1]):
+            if found is None or not chosen(found):
                 continue
             with contextlib.suppress(OSError):
-                if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == user:
+                status = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(status.st_mode) and status.st_uid == user:
                     os.unlink(entry.name, dir_fd=folder)
 
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import queue
 import secrets
-import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._config import configuration
 from .._fs import FOLDER
-from .._partial import partial_of
+from .._partial import remove_partials
 
 if TYPE_CHECKING:
     import distributed
@@ -92,21 +90,12 @@ def remove_leftovers(paths: Sequence[str | os.PathLike[str]]) -> None:
     by_folder: dict[Path, set[str]] = {}
     for path in map(Path, paths):
         by_folder.setdefault(path.parent, set()).add(path.name)
-    user = os.getuid()
     for folder, names in by_folder.items():
         try:
             descriptor = os.open(folder, FOLDER)
         except FileNotFoundError:
             continue
         try:
-            with os.scandir(descriptor) as entries:
-                for entry in entries:
-                    partial = partial_of(entry.name)
-                    if partial is None or partial[0] not in names:
-                        continue
-                    with contextlib.suppress(FileNotFoundError):
-                        status = entry.stat(follow_symlinks=False)
-                        if stat.S_ISREG(status.st_mode) and status.st_uid == user:
-                            os.unlink(entry.name, dir_fd=descriptor)
+            remove_partials(descriptor, lambda found, names=names: found[0] in names)
         finally:
             os.close(descriptor)

@@ -144,7 +144,7 @@ def _some_rows(
 
     At a probability of 1 every row is transformed and nothing is drawn to choose them, so the
     draws are those of `transform` alone; else the choice is drawn first, then `transform`'s
-    draws for the rows chosen.
+    draws for the rows chosen alone.
     """
     if probability == 1:
         return transform(volumes, generator)
@@ -169,11 +169,9 @@ class RandomFlip(Augmentation):
     def __init__(self, axes: Sequence[int] = (0, 1, 2), probability: float = 0.5, **kwargs: Any):
         super().__init__(**kwargs)
         self._axes = tuple(operator.index(axis) for axis in axes)
-        if not set(self._axes) <= {0, 1, 2} or not 0 <= probability <= 1:
-            raise ValueError(
-                f"axes are of 0 (z), 1 (y), 2 (x), and probability from 0 to 1: {axes}, {probability}"
-            )
-        self._probability = float(probability)
+        if not set(self._axes) <= {0, 1, 2}:
+            raise ValueError(f"axes are of 0 (z), 1 (y), 2 (x), not {axes}")
+        self._probability = _chance(probability)
 
     @property
     def parameters(self) -> tuple:
@@ -415,11 +413,9 @@ class RandomLowPass(Augmentation):
     ):
         super().__init__(**kwargs)
         self._cutoff = _range(cutoff, "cutoff")
-        if not self._cutoff[0] > 0 or not 0 <= probability <= 1:
-            raise ValueError(
-                f"a cutoff is positive and a probability from 0 to 1: {cutoff!r}, {probability!r}"
-            )
-        self._probability = float(probability)
+        if not self._cutoff[0] > 0:
+            raise ValueError(f"a cutoff is positive, not {cutoff!r}")
+        self._probability = _chance(probability)
 
     @property
     def parameters(self) -> tuple:
@@ -427,12 +423,10 @@ class RandomLowPass(Augmentation):
         return (self._cutoff, self._probability, *super().parameters)
 
     def _transform(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
-        filtered = generator.random(len(volumes)) < self._probability
+        return _some_rows(volumes, generator, self._probability, self._filter)
+
+    def _filter(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         cutoffs = generator.uniform(*self._cutoff, size=len(volumes))
-        out = volumes.copy()
-        rows = np.flatnonzero(filtered)
-        if not len(rows):
-            return out
         axes = (-3, -2, -1)
         frequencies = np.meshgrid(
             np.fft.fftfreq(volumes.shape[-3]),
@@ -444,10 +438,8 @@ class RandomLowPass(Augmentation):
         # numpy 2 transforms complex64 far faster scaled than unscaled, so the forward transform is
         # scaled by 1 / voxels (norm="forward") as well as the inverse, and the kept frequencies are
         # scaled back by the number of voxels
-        spectrum = np.fft.rfftn(volumes[rows], axes=axes, norm="forward")
-        keep = radius[None] <= cutoffs[rows].reshape((-1,) + (1,) * 3)
+        spectrum = np.fft.rfftn(volumes, axes=axes, norm="forward")
+        keep = radius[None] <= cutoffs.reshape((-1,) + (1,) * 3)
         gain = (keep * np.float32(np.prod(volumes.shape[-3:]))).astype(np.float32)
-        spectrum *= gain.reshape((len(rows),) + (1,) * (volumes.ndim - 4) + radius.shape)
-        filtered_rows = np.fft.irfftn(spectrum, s=volumes.shape[-3:], axes=axes)
-        out[rows] = filtered_rows.astype(np.float32, copy=False)
-        return out
+        spectrum *= gain.reshape((len(volumes),) + (1,) * (volumes.ndim - 4) + radius.shape)
+        return np.fft.irfftn(spectrum, s=volumes.shape[-3:], axes=axes).astype(np.float32, copy=False)
