@@ -25,7 +25,7 @@ import numpy as np
 from .._functions import query_metadata, reader_provider
 from .._storage import is_url, local_path
 from ._extras import missing
-from ._picks import TomogramPicks
+from ._picks import TomogramPicks, nearest_voxels
 
 __all__ = ["copick_picks"]
 
@@ -270,7 +270,7 @@ def _check_inside(
     extent: tuple[int, ...],
 ) -> None:
     """Refuse a point whose nearest voxel is outside its tomogram, naming its run and object."""
-    nearest = np.floor(voxels + 0.5)
+    nearest = nearest_voxels(voxels)
     outside = np.flatnonzero(((nearest < 0) | (nearest >= extent)).any(axis=1))
     if len(outside):
         row = int(outside[0])
@@ -278,7 +278,7 @@ def _check_inside(
         raise ValueError(
             f"{name}: run {run!r}, a pick of {point['object']!r} by user {point['user_id']!r} in session "
             f"{point['session_id']!r} at {positions[row].tolist()} Å (x, y, z) lies outside the "
-            f"tomogram: voxel {nearest[row].astype(np.int64).tolist()} (z, y, x) of extents {list(extent)}"
+            f"tomogram: voxel {nearest[row].tolist()} (z, y, x) of extents {list(extent)}"
         )
 
 
@@ -297,7 +297,7 @@ def _picks(
     """The picks of the rows gathered, with their table."""
     import pandas as pd
 
-    voxels = np.floor(exact + 0.5).astype(np.int64)
+    voxels = nearest_voxels(exact)
     table = pd.DataFrame(rows, columns=_COLUMNS)
     for axis, letter in enumerate("zyx"):
         table[f"voxel_{letter}"] = voxels[:, axis]

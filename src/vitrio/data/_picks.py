@@ -25,7 +25,12 @@ if TYPE_CHECKING:
 
     from .._providers import ImageReaderProvider
 
-__all__ = ["TomogramPicks"]
+__all__ = ["TomogramPicks", "nearest_voxels"]
+
+
+def nearest_voxels(positions: np.ndarray) -> np.ndarray:
+    """Exact (z, y, x) positions in voxels, each at its nearest voxel (a half rounds up), as int64."""
+    return np.floor(positions + 0.5).astype(np.int64)
 
 
 class TomogramPicks:

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._functions import query_metadata
 from ._paths import PathResolver
-from ._picks import TomogramPicks
+from ._picks import TomogramPicks, nearest_voxels
 from ._star import read_star, star_table
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def tomogram_picks(
     unplaced = np.flatnonzero(~np.isfinite(positions).all(axis=1))
     if len(unplaced):
         raise ValueError(f"{particles}: particle {unplaced[0]} has a coordinate that is not a number")
-    voxels = np.floor(positions + 0.5).astype(np.int64)
+    voxels = nearest_voxels(positions)
     labels, classes = _labels(particles, table, label, classes)
     table = table.copy()
     table["tomogram"] = names
