@@ -27,9 +27,9 @@ turn and `--repeats` times each:
   epoch), its transform the counterpart of each of copick-torch's
   augmentations at the same chance (`RandomIntensity` as brightness and as
   intensity, `RandomLowPass` as blur, `RandomFlip` of each axis at half the
-  chance, `RandomRot90`, `RandomBeamRotation`), then each item normalised as
-  copick-torch does, on the loader's threads. `--every-item` gives both every
-  augmentation at a chance of 1.
+  chance, `RandomRot90`, `RandomBeamRotation`), then each item standardised
+  (`Standardize`) as copick-torch normalises it, on the loader's threads.
+  `--every-item` gives both every augmentation at a chance of 1.
 
 The first epoch counts from nothing made to the last batch; the warm
 epoch is the median of `--epochs` epochs after it. Prints, for each box,
@@ -47,7 +47,6 @@ the box `copick_picks` gives must too, with the same object's name.
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import os
 import statistics
@@ -75,7 +74,8 @@ COPICK_TORCH_AUGMENTATIONS = ["brightness", "blur", "intensity", "flip", "rotate
 
 def vitrio_augmentations(every_item: bool) -> vio.data.Compose:
     """vitrio's counterparts of copick-torch's augmentations, each at its chance: 0.2 (copick-torch's
-    default) or, with `every_item`, 1; the flip is of each axis at half the chance."""
+    default) or, with `every_item`, 1; the flip is of each axis at half the chance. Then each item
+    standardised (`vio.data.Standardize`), as copick-torch normalises its items."""
     chance = 1.0 if every_item else 0.2
     return vio.data.Compose(
         vio.data.RandomIntensity(scale=1.0, offset=(-0.1, 0.1), probability=chance),  # brightness
@@ -84,6 +84,7 @@ def vitrio_augmentations(every_item: bool) -> vio.data.Compose:
         vio.data.RandomFlip(probability=chance / 2),  # flip
         vio.data.RandomRot90(probability=chance),  # rotate
         vio.data.RandomBeamRotation(probability=chance),  # rotate_z
+        vio.data.Standardize(),
     )
 
 
@@ -241,22 +242,6 @@ def copick_torch_epochs(
     return seconds
 
 
-def normalise(images: np.ndarray) -> None:
-    """Each item of `images` (rows, z, y, x) less its mean, over its deviation (plus 1e-6, as
-    copick-torch's), in place."""
-    flat = images.reshape(len(images), -1)
-    flat -= flat.mean(axis=1, keepdims=True)
-    deviation = np.sqrt(np.einsum("ij,ij->i", flat, flat) / flat.shape[1])
-    flat /= (deviation + 1e-6)[:, None]
-
-
-def augment_and_normalise(batch: dict, rng: np.random.Generator, augment: vio.data.Compose) -> dict:
-    """`augment`, drawn from the batch's generator, then each item normalised."""
-    batch = augment(batch, rng=rng)
-    normalise(batch["image"].numpy())  # the tensors the augmentations hand back share numpy's memory
-    return batch
-
-
 def vitrio_epochs(config: Path, box: int, epochs: int, every_item: bool) -> list[tuple[float, float]]:
     """(wall, CPU) seconds of vitrio's first epoch (from a cleared chunk cache, reading the project
     included) and of `epochs` more."""
@@ -269,7 +254,7 @@ def vitrio_epochs(config: Path, box: int, epochs: int, every_item: bool) -> list
         shuffle=True,
         seed=0,
         output="torch",
-        transform=functools.partial(augment_and_normalise, augment=vitrio_augmentations(every_item)),
+        transform=vitrio_augmentations(every_item),
     )
     return epoch_seconds(loader, epochs, started)
 
