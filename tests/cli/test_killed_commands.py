@@ -47,9 +47,11 @@ def _hidden(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name.endswith(".partial"))
 
 
-def _stopped_mid_write(folder: Path, how: signal.Signals, *arguments: object) -> tuple[int, float]:
-    """Run `vitrio ARGUMENTS...` in `folder`, send `how` once it writes, and give its status and how long
-    it took to end."""
+def _stopped_mid_write(folder: Path, how: signal.Signals, *arguments: object) -> tuple[int, bool]:
+    """Run `vitrio ARGUMENTS...` in `folder`, send `how` once it writes, and give its status and whether
+    it ended promptly: within 5 s, or twice what it took to start writing where the machine is so loaded
+    that starting took longer."""
+    launched = time.monotonic()
     child = subprocess.Popen(
         [sys.executable, "-c", SLOWED, *map(str, arguments)],
         cwd=folder,
@@ -63,7 +65,7 @@ def _stopped_mid_write(folder: Path, how: signal.Signals, *arguments: object) ->
         child.send_signal(how)
         started = time.monotonic()
         status = child.wait(timeout=60)
-        return status, time.monotonic() - started
+        return status, time.monotonic() - started < max(5.0, 2 * (started - launched))
     finally:
         child.kill()
         child.wait()
@@ -79,26 +81,26 @@ def stack(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("output", ["out.mrcs", "out.tif", "out.zarr", "montage.png"])
 def test_convert_and_montage_stopped_mid_write_leave_nothing(stack: Path, tmp_path: Path, how, output):
     arguments = ("montage", stack, "-o", output) if output.endswith(".png") else ("convert", stack, output)
-    status, took = _stopped_mid_write(tmp_path, how, *arguments)
-    assert status == STATUS[how] and took < 5
+    status, prompt = _stopped_mid_write(tmp_path, how, *arguments)
+    assert status == STATUS[how] and prompt
     assert sorted(os.listdir(tmp_path)) == ["in.mrcs"]
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_extract_stopped_mid_write_leaves_nothing(picked: Picked, tmp_path: Path, how):
     files = ["--micrographs", picked.micrographs, "--coordinates", picked.coordinates]
-    status, took = _stopped_mid_write(
+    status, prompt = _stopped_mid_write(
         tmp_path, how, "extract", *files, "--box-size", 16, "-o", "Extract/p.star"
     )
-    assert status == STATUS[how] and took < 5
+    assert status == STATUS[how] and prompt
     assert [p for p in (tmp_path / "Extract").rglob("*") if not p.is_dir()] == []
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_fractionate_stopped_mid_write_leaves_nothing(tmp_path: Path, how):
     random_movie(tmp_path / "movie.eer", frames=16, shape=(64, 64))
-    status, took = _stopped_mid_write(
+    status, prompt = _stopped_mid_write(
         tmp_path, how, "fractionate", "movie.eer", "--fractions", 8, "-o", "f.mrc"
     )
-    assert status == STATUS[how] and took < 5
+    assert status == STATUS[how] and prompt
     assert sorted(os.listdir(tmp_path)) == ["movie.eer"]
