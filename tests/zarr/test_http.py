@@ -40,3 +40,36 @@ def test_a_store_over_http_reads_as_on_disk(tomogram, served):
     np.testing.assert_array_equal(out[1], values[27:33, 85:95, 65:75])
     with pytest.raises(FileNotFoundError, match="missing.zarr"):
         vio.read(served.replace("tomo.zarr", "missing.zarr"))
+
+
+class _DropsFirst(_Quiet):
+    """Answers 503 to the first request of each chunk, then serves it."""
+
+    dropped: set[str] = set()
+
+    def do_GET(self) -> None:
+        chunk = "/0/" in self.path and not self.path.endswith((".zarray", ".zattrs", ".zgroup", "zarr.json"))
+        if chunk and self.path not in self.dropped:
+            self.dropped.add(self.path)
+            self.send_error(503, "busy")
+            return
+        super().do_GET()
+
+
+def test_a_chunk_the_server_is_too_busy_for_is_asked_again(tomogram):
+    path, values = tomogram
+    _DropsFirst.dropped = set()
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_DropsFirst, directory=str(path.parent))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{path.name}"
+        read = vio.read(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    np.testing.assert_array_equal(read, values)
+    assert _DropsFirst.dropped  # chunks were refused once, and read on the next try

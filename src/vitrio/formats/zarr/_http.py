@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..._errors import redact
+from ..._remote._files import _transient
+from ..._remote._http import ServerError
 
 __all__ = ["fetch_bounded"]
 
@@ -50,7 +52,8 @@ async def _fetch(fs: Any, session: Any, url: str, limit: int) -> bytes | None | 
             if answer.status == 404:
                 return None
             if answer.status not in (200, 206):
-                return OSError(f"{span}: HTTP {answer.status} {answer.reason}")
+                kind = ServerError if answer.status >= 500 else OSError  # a 5xx is asked again
+                return kind(f"{span}: HTTP {answer.status} {answer.reason}")
             encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
             if encoding != "identity":
                 return OSError(f"{span}: sent as {encoding!r} where identity was asked; refused unread")
@@ -59,7 +62,10 @@ async def _fetch(fs: Any, session: Any, url: str, limit: int) -> bytes | None | 
                 return announced
             body = await _read_at_most(answer.content, limit + 1)
     except Exception as error:  # noqa: BLE001 - handed back, named by the caller
-        return OSError(f"{span}: {redact(f'{type(error).__name__}: {error}')}")
+        # a failure worth asking again stays one (a ConnectionError) once named, and keeps no cause that
+        # could show the URL unredacted
+        kind = ConnectionError if _transient(error) else OSError
+        return kind(f"{span}: {redact(f'{type(error).__name__}: {error}')}")
     if len(body) > limit:
         return ValueError(f"more than the {limit} bytes a chunk may take (sent by {redact(url)})")
     if announced is not None and len(body) != announced:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ from ..._config import Configuration
 from ..._errors import ImageFileNotFoundError, redact
 from ..._fs import open_beneath
 from ..._remote import client_options, is_http, missing_backend
+from ..._remote._files import _transient
 from ._http import fetch_bounded
 
 __all__ = ["Store", "LocalStore", "RemoteStore", "open_store"]
@@ -117,8 +119,23 @@ class RemoteStore(Store):
         except ImportError:
             raise missing_backend(url) from None
         self.token = (url, repr(sorted(self.options.items())))
+        self.configuration = configuration
 
     def get_many(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
+        """The chunks at `paths`, fetched at once; those whose fetch failed as a timeout or a lost
+        connection does (`_transient`) asked again, up to `remote_attempts` tries with `remote_backoff`
+        doubling, as a `RemoteFile`'s ranges are."""
+        got = self._fetch(paths, limit)
+        for attempt in range(1, self.configuration.remote_attempts):
+            again = [n for n, value in enumerate(got) if _transient(value)]
+            if not again:
+                break
+            time.sleep(self.configuration.remote_backoff * 2 ** (attempt - 1))
+            for n, value in zip(again, self._fetch([paths[n] for n in again], limit)):
+                got[n] = value
+        return got
+
+    def _fetch(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
         full = [f"{self.root}/{path}" for path in paths]
         if self.http:
             return fetch_bounded(self.fs, full, limit)
