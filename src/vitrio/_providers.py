@@ -42,7 +42,7 @@ from .formats import (
     resolve_formats,
 )
 from .formats._raw_layout import RawLayout
-from .formats._registry import formats_configuration
+from .formats._registry import describe_file, formats_configuration
 from .formats._remote_readers import RemoteReaders
 from .formats.eer import EerFormat
 
@@ -242,6 +242,14 @@ class FileImageReaderProvider(ImageReaderProvider):
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         return self._remote.stamp(key) if self._storage.is_remote(key) else None
+
+    def query_descriptor(self, key) -> ImageDescriptor:
+        """The descriptor of the file at `key`: of a local file from its header where its format can tell
+        (`describe_file`, no reader made); of one at a URL from the reader kept for its reads."""
+        if self._storage.is_remote(key := as_key(key)):
+            return ImageReaderProvider.query_descriptor(self, key)
+        add_count("files_opened")
+        return describe_file(key, self._storage, self._formats)
 
     def read_many(self, requests: Sequence[tuple[ByteSource, Sequence[tuple[int, int]]]]) -> list[Any]:
         return self._storage.read_many(requests)

@@ -16,6 +16,7 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
 import vitrio as vio
+from vitrio.formats import open_reader
 
 from .files import Drawn
 
@@ -102,6 +103,8 @@ def read_every_way(data, drawn: Drawn, key: str, loader, options: dict | None = 
     extra = {} if options is None else {"storage_options": options}
     images = drawn.images
     np.testing.assert_array_equal(vio.read(key, **extra), drawn.values, err_msg=drawn.layout)
+    with open_reader(key, **extra) as reader:  # what a shape check is told, a reader made or not
+        assert vio.query_descriptor(key, **extra) == reader.descriptor, drawn.layout
     count = len(images)
     locate = (lambda i: vio.ImageLocation(key, i)) if drawn.stack else (lambda i: key)
     if drawn.stack:

@@ -124,6 +124,16 @@ class Format(ABC):
         files) it asks `source.fileno()`, which is None at a URL."""
 
     @classmethod
+    def describe(cls, key: str, source: ByteSource, head: bytes) -> ImageDescriptor:
+        """What the file at `key` holds, as the reader `open` gives says, checked as `open` checks it.
+
+        `source` stays the caller's. By default a reader is opened and closed; a format whose header
+        alone tells (MRC) answers without one, which is what checking many files at once costs.
+        """
+        with cls.open(key, source, head) as reader:
+            return reader.descriptor
+
+    @classmethod
     def open_events(cls, key: str, source: ByteSource, head: bytes) -> Any:
         """Open a `DetectorEventTimelineReader` of the file at `key`, read from `source`, which it then owns.
 

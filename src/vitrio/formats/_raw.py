@@ -37,6 +37,7 @@ import numpy as np
 from .._arrays import gather
 from .._concurrency import ThreadPoolExecutor, run_tasks, shared_pool
 from .._config import configuration
+from .._errors import redact
 from .._native import KIND_BYTES, advise_map, convert, crop, map_file
 from .._storage import ByteSource
 from .._types import ImageDescriptor
@@ -76,6 +77,19 @@ _RANGE = struct.Struct("=qq")
 
 _NEAR = 1 << 16
 """Images to read no further apart than this many bytes are hinted as the one range around them."""
+
+
+def check_size(key: str, size: int, end: int) -> None:
+    """Check that a file of `size` bytes holds the images its header says end at byte `end`.
+
+    Raises:
+        FormatError: If it is shorter.
+    """
+    if size < end:
+        raise FormatError(
+            f"{redact(key)}: the file is truncated: it has {size} bytes, "
+            f"its header says its images need {end}"
+        )
 
 
 class RawArrayReader(ImageReader):
@@ -125,12 +139,7 @@ class RawArrayReader(ImageReader):
         self._decoder = decoder
         self._end = self._offset + self.image_count * math.prod(stored_core) * self._dtype.itemsize
         self._status = os.fstat(fd)
-        size = self._status.st_size
-        if size < self._end:
-            raise FormatError(
-                f"{key}: the file is truncated: it has {size} bytes, its header says its "
-                f"images need {self._end}"
-            )
+        check_size(key, self._status.st_size, self._end)
         self._direct = decoder is None and self._dtype.isnative
         if self._end > self._offset:
             self._map = map_file(fd, self._end, self.descriptor.is_stack)

@@ -34,6 +34,7 @@ __all__ = [
     "registered_formats",
     "resolve_formats",
     "formats_configuration",
+    "describe_file",
     "open_reader",
     "create_writer",
 ]
@@ -177,23 +178,32 @@ def _extension(key: str) -> str:
     return os.path.splitext(key)[1].lower()
 
 
-def _claiming(key: str, candidates: tuple[type[Format], ...], storage: Storage) -> ImageReader | None:
-    """A reader of the store at `key` from the first of `candidates` that claims it by key alone."""
+def _claiming(
+    key: str, candidates: tuple[type[Format], ...], storage: Storage, describe: bool
+) -> ImageReader | ImageDescriptor | None:
+    """A reader of the store at `key` from the first of `candidates` that claims it by key alone (with
+    `describe`, its descriptor, the reader closed)."""
     for candidate in candidates:
         if candidate.claims_key(key):
             reader = candidate.open_key(key, storage)
+            if describe:
+                with reader:
+                    return reader.descriptor
             reader.format_name = candidate.name
             return reader
     return None
 
 
 def _recognizing(
-    key: str, source: ByteSource, head: bytes, candidates: tuple[type[Format], ...]
-) -> ImageReader | None:
-    """A reader of `source` from the first of `candidates` that recognizes its `head`."""
+    key: str, source: ByteSource, head: bytes, candidates: tuple[type[Format], ...], describe: bool
+) -> ImageReader | ImageDescriptor | None:
+    """A reader of `source` from the first of `candidates` that recognizes its `head` (with `describe`,
+    what that format's `describe` says of it)."""
     extension = _extension(key)
     for candidate in candidates:
         if candidate.recognizes(head, extension):
+            if describe:
+                return candidate.describe(key, source, head)
             reader = candidate.open(key, source, head)
             reader.format_name = candidate.name
             return reader
@@ -228,31 +238,52 @@ def open_reader(
         if storage is not None:
             raise TypeError(f"{redact(key)}: give storage or storage_options, not both")
         storage = storage_options
-    storage = Storage.of(storage)
+    return _first_format(key, Storage.of(storage), formats, describe=False)
+
+
+def describe_file(
+    key, storage: Storage | Mapping[str, Any] | None = None, formats: Iterable[type[Format]] | None = None
+) -> ImageDescriptor:
+    """What the file at `key` holds, as the reader `open_reader` gives says, checked as it checks it:
+    from the header alone where the format can tell (`Format.describe`), with no reader made.
+
+    Raises:
+        As `open_reader`.
+    """
+    return _first_format(as_key(key), Storage.of(storage), formats, describe=True)
+
+
+def _first_format(
+    key: str, storage: Storage, formats: Iterable[type[Format]] | None, describe: bool
+) -> ImageReader | ImageDescriptor:
+    """A reader of the file at `key` from the first of `formats` that claims it, or with `describe` what
+    that format says the file holds, as `open_reader` and `describe_file` say."""
     candidates = resolve_formats(formats)
-    reader = _claiming(key, candidates, storage)
-    if reader is not None:
-        return reader
+    found = _claiming(key, candidates, storage, describe)
+    if found is not None:
+        return found
     remote = storage.is_remote(key)
     try:
         source = storage.open(key)
     except FileNotFoundError:
         plugins = _plugins_added(candidates) if formats is None and not remote else ()
-        if plugins and (reader := _claiming(key, plugins, storage)) is not None:
-            return reader
+        if plugins and (found := _claiming(key, plugins, storage, describe)) is not None:
+            return found
         raise
     try:
         head = source.pread(_HEAD_BYTES, 0)
         if remote:
             candidates += _plugins_added(candidates) if formats is None else ()
             candidates = tuple(c for c in candidates if c.reads_urls)
-        reader = _recognizing(key, source, head, candidates)
-        if reader is None and formats is None and not remote:
+        found = _recognizing(key, source, head, candidates, describe)
+        if found is None and formats is None and not remote:
             plugins = _plugins_added(candidates)
             candidates += plugins
-            reader = _recognizing(key, source, head, plugins)
-        if reader is not None:
-            return reader
+            found = _recognizing(key, source, head, plugins, describe)
+        if found is not None:
+            if describe:
+                source.close()
+            return found
         names = ", ".join(c.name for c in candidates)
         if remote:
             raise FormatError(f"{redact(key)}: not a file of any format read from URLs ({names})")

@@ -19,11 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import redact
 from .._storage import ByteSource
 from .._types import ImageDescriptor, section_view
-from ._contract import FormatError, ImageReader
-from ._raw import Decoder, RawArrayReader
+from ._contract import ImageReader
+from ._raw import Decoder, RawArrayReader, check_size
 
 __all__ = ["RemoteRawReader", "raw_reader"]
 
@@ -66,12 +65,7 @@ class RemoteRawReader(ImageReader):
         )
         self._decoder = decoder
         self.image_bytes = math.prod(self._stored) * self._dtype.itemsize
-        end = self._offset + self.image_count * self.image_bytes
-        if file.size < end:
-            raise FormatError(
-                f"{redact(key)}: the file is truncated: it has {file.size} bytes, "
-                f"its header says its images need {end}"
-            )
+        check_size(key, file.size, self._offset + self.image_count * self.image_bytes)
 
     @property
     def source(self) -> ByteSource:

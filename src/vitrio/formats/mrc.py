@@ -36,15 +36,16 @@ empty stack is written (`nz` 0) and reads back as one.
 from __future__ import annotations
 
 import os
+import struct
 import time
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
 from .._storage import ByteSource
 from .._types import ImageDescriptor, NumericalType
 from ._contract import Format, FormatError, HeaderStatistics, ImageReader, ImageWriter, warn_header
-from ._raw import RawArrayReader
+from ._raw import RawArrayReader, check_size
 from ._raw_writer import RawArrayWriter, Statistics
 from ._remote_raw import raw_reader
 
@@ -118,33 +119,45 @@ _HEADER = np.dtype(
 """The fields of the MRC2014 main header (`HEADER_BYTES`), by name, in its order; little endian here."""
 
 
+_SPANS = {name: (offset, offset + dtype.itemsize) for name, (dtype, offset) in _HEADER.fields.items()}
+"""Where each field of the header lies, (start, end) in bytes."""
+
+
 def _field_bytes(head: bytes, name: str) -> bytes:
     """The bytes of field `name` of a header, however short `head` is."""
-    dtype, offset = _HEADER.fields[name][:2]
-    return head[offset : offset + dtype.itemsize]
+    start, end = _SPANS[name]
+    return head[start:end]
 
 
 _READ = ("nx", "ny", "nz", "mode", "mx", "my", "mz", "cella", "mapc", "mapr", "maps")
 _READ += ("dmin", "dmax", "dmean", "ispg", "nsymbt", "map", "rms")
-_HEADER_IN = {
-    order: np.dtype(
-        {
-            "names": _READ,
-            "formats": [_HEADER.fields[name][0] for name in _READ],
-            "offsets": [_HEADER.fields[name][1] for name in _READ],
-            "itemsize": HEADER_BYTES,
-        }
-    ).newbyteorder(order)
-    for order in "<>"
-}
+
+
+def _header_struct(order: str) -> struct.Struct:
+    """The fields of `_READ` as `struct` reads them from a header in byte order `order`, one value each
+    (the cell's three lengths three), the bytes between them skipped."""
+    codes, at = [order], 0
+    for name in _READ:
+        dtype, offset = _HEADER.fields[name][:2]
+        base = dtype.base
+        codes.append(f"{offset - at}x" if offset > at else "")
+        count = dtype.itemsize // base.itemsize
+        codes.append(f"{base.itemsize}s" if base.kind == "S" else f"{count}{base.char}")
+        at = offset + dtype.itemsize
+    return struct.Struct("".join(codes))
+
+
+_HEADER_IN = {order: _header_struct(order) for order in "<>"}
 """The fields of the header a reader takes, in each byte order, made once: a file's header is read at
-every open."""
+every open, and at every check of its shape."""
+_NAMES = _READ[:7] + ("cell_x", "cell_y", "cell_z") + _READ[8:]
+"""The names of the values `_HEADER_IN` reads, the cell's lengths one by one."""
 
 
 def _fields(head: bytes, order: str) -> dict[str, Any]:
     """The fields a reader takes of the header that starts `head` (of at least `HEADER_BYTES`), in byte
-    order `order`, as Python values by name, taken out at once (a numpy field a name costs a microsecond)."""
-    return dict(zip(_READ, np.frombuffer(head, _HEADER_IN[order], count=1)[0].item()))
+    order `order`, as Python values by name (the cell's lengths `cell_x`, `cell_y`, `cell_z`)."""
+    return dict(zip(_NAMES, _HEADER_IN[order].unpack_from(head)))
 
 
 _UNREAD_MODES = {101: "4-bit"}
@@ -171,7 +184,7 @@ def _byte_order(key: str, head: bytes) -> tuple[str, dict[str, Any]]:
             warn_header(
                 f"{key}: machine stamp {stamp.hex()} is not a valid one; "
                 f"the header reads as {'little' if guess == '<' else 'big'} endian",
-                stacklevel=4,
+                stacklevel=5,
             )
             return guess, fields
     for guess in ("<", ">"):
@@ -190,7 +203,7 @@ class _Header:
         self.order, fields = _byte_order(key, head)
         self.nx, self.ny, self.nz, self.mode = fields["nx"], fields["ny"], fields["nz"], fields["mode"]
         self.mx, self.my, self.mz = fields["mx"], fields["my"], fields["mz"]
-        self.cell = tuple(fields["cella"].tolist())
+        self.cell = fields["cell_x"], fields["cell_y"], fields["cell_z"]
         self.axes = fields["mapc"], fields["mapr"], fields["maps"]
         self.ispg, self.nsymbt = fields["ispg"], fields["nsymbt"]
         self.statistics = HeaderStatistics(fields["dmin"], fields["dmax"], fields["dmean"], fields["rms"])
@@ -206,7 +219,7 @@ def _core_axes(key: str, header: _Header) -> tuple[int, ...] | None:
     if sorted(header.axes) != [1, 2, 3]:
         warn_header(
             f"{key}: mapc, mapr, maps {header.axes} are not a permutation of 1, 2, 3; read as 1, 2, 3",
-            stacklevel=4,
+            stacklevel=5,
         )
         return None
     mapc, mapr, maps = header.axes
@@ -228,7 +241,7 @@ def _layout(key: str, header: _Header) -> tuple[tuple[int, ...], int, tuple[int,
             warn_header(
                 f"{key}: space group {header.ispg} marks a volume stack, but mz {header.mz} does not "
                 f"divide nz {nz}; read as one volume",
-                stacklevel=4,
+                stacklevel=5,
             )
     core = stored if axes is None else tuple(stored[axes[i]] for i in range(3))
     if count is not None:
@@ -252,6 +265,43 @@ def _decode_complex_int16(stored: np.ndarray, out: np.ndarray) -> None:
     np.copyto(out, values, casting="unsafe")
 
 
+class _Plan(NamedTuple):
+    """What a reader of an MRC file is made of, as its header and size say."""
+
+    header: _Header
+    descriptor: ImageDescriptor
+    stored: np.dtype
+    offset: int
+    data_bytes: int
+    axes: tuple[int, ...] | None
+
+
+def _plan(key: str, head: bytes, size: int) -> _Plan:
+    """The plan of a reader of the MRC file at `key` of `size` bytes that starts with `head`.
+
+    Raises:
+        FormatError: If the header is not one of a mode vitrio reads.
+    """
+    header = _Header(key, head)
+    if header.mode not in _MODES:
+        raise FormatError(f"{key}: MRC mode {header.mode} is not supported")
+    if not header.has_map:
+        warn_header(f"{key}: the MRC map field is not 'MAP '", stacklevel=4)
+    extents, core_rank, axes = _layout(key, header)
+    stored = _MODES[header.mode].newbyteorder(header.order)
+    descriptor = ImageDescriptor(extents, core_rank, _READ_TYPES.get(header.mode, _MODES[header.mode]))
+    data_bytes = header.nx * header.ny * header.nz * stored.itemsize
+    offset = HEADER_BYTES + header.nsymbt
+    if header.nsymbt and offset + data_bytes > size and HEADER_BYTES + data_bytes == size:
+        warn_header(
+            f"{key}: nsymbt says an extended header of {header.nsymbt} bytes, but the file has "
+            "none; reading the data right after the main header",
+            stacklevel=4,
+        )
+        offset = HEADER_BYTES
+    return _Plan(header, descriptor, stored, offset, data_bytes, axes)
+
+
 class MrcFormat(Format):
     """MRC2014 files: `.mrc .mrcs .map`, and `.st .rec .ali` when reading."""
 
@@ -266,41 +316,29 @@ class MrcFormat(Format):
 
     @classmethod
     def open(cls, key: str, source: ByteSource, head: bytes) -> ImageReader:
-        header = _Header(key, head)
-        if header.mode not in _MODES:
-            raise FormatError(f"{key}: MRC mode {header.mode} is not supported")
-        if not header.has_map:
-            warn_header(f"{key}: the MRC map field is not 'MAP '", stacklevel=3)
-        extents, core_rank, axes = _layout(key, header)
-        stored = _MODES[header.mode].newbyteorder(header.order)
-        data_type = _READ_TYPES.get(header.mode, _MODES[header.mode])
-        descriptor = ImageDescriptor(extents, core_rank, data_type)
-        data_bytes = header.nx * header.ny * header.nz * stored.itemsize
-        offset = HEADER_BYTES + header.nsymbt
-        size = source.size
-        if header.nsymbt and offset + data_bytes > size and HEADER_BYTES + data_bytes == size:
-            warn_header(
-                f"{key}: nsymbt says an extended header of {header.nsymbt} bytes, but the file has "
-                "none; reading the data right after the main header",
-                stacklevel=3,
-            )
-            offset = HEADER_BYTES
-        decoder = _decode_complex_int16 if header.mode == 3 else None
-        voxel_size = _voxel_size(header, core_rank)
+        plan = _plan(key, head, source.size)
+        voxel_size = _voxel_size(plan.header, plan.descriptor.core_rank)
         reader = raw_reader(
             RawArrayReader,
             key,
             source,
-            descriptor,
-            stored,
-            offset,
-            axes=axes,
-            decoder=decoder,
+            plan.descriptor,
+            plan.stored,
+            plan.offset,
+            axes=plan.axes,
+            decoder=_decode_complex_int16 if plan.header.mode == 3 else None,
             voxel_size=voxel_size,
-            header_statistics=header.statistics,
+            header_statistics=plan.header.statistics,
         )
         reader.voxel_size_source = None if voxel_size is None else "MRC cell"
         return reader
+
+    @classmethod
+    def describe(cls, key: str, source: ByteSource, head: bytes) -> ImageDescriptor:
+        """What the file holds, from its header and size alone: no map, no reader."""
+        plan = _plan(key, head, source.size)
+        check_size(key, source.size, plan.offset + plan.data_bytes)
+        return plan.descriptor
 
     stores_voxel_size = True
 

@@ -71,7 +71,7 @@ def names_store(key: str) -> bool:
 
 
 def _names_local(path: str) -> bool:
-    if any(part.lower().endswith(".zarr") for part in re.split(r"[/\\]", path) if part):
+    if ".zarr" in path.lower() and any(part.lower().endswith(".zarr") for part in re.split(r"[/\\]", path)):
         return True
     if os.path.splitext(path.rstrip("/"))[1]:  # a file's name, as image files have: not looked at (no stat)
         return False

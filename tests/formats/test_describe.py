@@ -1,0 +1,137 @@
+"""What a file holds, from its header alone (`describe_file`, which checking many files' shapes uses),
+against what the reader `open_reader` makes says: equal descriptors, or the same error, and the same
+warnings, for MRC headers of every kind, broken ones among them, and files of the other formats."""
+
+from __future__ import annotations
+
+import warnings
+
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import vitrio as vio
+from vitrio.formats import _contract
+from vitrio.formats._registry import describe_file, open_reader
+
+
+def _outcome(call, key):
+    """What `call(key)` gives, its warnings and what it raises, each warning counted afresh."""
+    _contract._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = call(key)
+        except Exception as error:  # noqa: BLE001 - the error is what is compared
+            result = (type(error), str(error))
+    return result, [str(w.message) for w in caught]
+
+
+def _opened(key):
+    with open_reader(key) as reader:
+        return reader.descriptor
+
+
+def assert_described_as_opened(key):
+    described, opened = _outcome(describe_file, key), _outcome(_opened, key)
+    assert described == opened, key
+    return described[0]
+
+
+def _mrc(path, data, **fields) -> bytes:
+    with mrcfile.new(str(path), overwrite=True) as mrc:
+        mrc.set_data(data)
+        for name, value in fields.items():
+            mrc.header[name] = value
+    return path.read_bytes()
+
+
+HEADER_FIELDS = {
+    # (offset, struct code) of the MRC2014 header fields a reader looks at
+    "nx": (0, "<i4"), "ny": (4, "<i4"), "nz": (8, "<i4"), "mode": (12, "<i4"),
+    "mx": (28, "<i4"), "my": (32, "<i4"), "mz": (36, "<i4"), "cella_x": (40, "<f4"),
+    "mapc": (64, "<i4"), "mapr": (68, "<i4"), "maps": (72, "<i4"), "ispg": (88, "<i4"),
+    "nsymbt": (92, "<i4"), "map": (208, "S4"), "machst": (212, "u1"),
+}  # fmt: skip
+
+
+@settings(max_examples=150)
+@given(
+    shape=st.sampled_from([(6, 5), (3, 6, 5), (4, 3, 2)]),
+    changes=st.lists(
+        st.tuples(
+            st.sampled_from(sorted(HEADER_FIELDS)),
+            st.sampled_from([-1, 0, 1, 2, 3, 4, 6, 12, 101, 401, 7, 1 << 20, 0x11, 0x44, 1024]),
+        ),
+        max_size=3,
+    ),
+    cut=st.sampled_from([0, 0, 1, 100, 1000]),
+    extension=st.sampled_from([".mrc", ".mrcs", ".map", ".st"]),
+)
+def test_an_mrc_header_changed_anyhow_is_described_as_its_reader_says(
+    tmp_path_factory, shape, changes, cut, extension
+):
+    folder = tmp_path_factory.mktemp("mrc")
+    data = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    raw = bytearray(_mrc(folder / "made.mrc", data))
+    for name, value in changes:
+        offset, code = HEADER_FIELDS[name]
+        if code == "S4":
+            raw[offset : offset + 4] = b"MAP " if value % 2 else b"PAM\0"
+        else:
+            encoded = np.array(value).astype(code).tobytes()
+            raw[offset : offset + len(encoded)] = encoded
+    path = folder / f"changed{extension}"
+    path.write_bytes(bytes(raw[: len(raw) - cut]))
+    assert_described_as_opened(str(path))
+
+
+@pytest.mark.parametrize(
+    "shape, fields, expected",
+    [
+        ((6, 5), {}, vio.ImageDescriptor((6, 5), 2, "float32")),
+        ((3, 6, 5), {"ispg": 0}, vio.ImageDescriptor((3, 6, 5), 2, "float32")),
+        ((4, 6, 5), {"ispg": 401, "mz": 2}, vio.ImageDescriptor((2, 2, 6, 5), 3, "float32")),
+        ((4, 6, 5), {"mapc": 3, "mapr": 2, "maps": 1}, vio.ImageDescriptor((5, 6, 4), 3, "float32")),
+        ((6, 5), {"nsymbt": 80}, vio.ImageDescriptor((6, 5), 2, "float32")),  # no extended header there
+    ],
+)
+def test_mrc_layouts_are_described_as_their_readers_say(tmp_path, shape, fields, expected):
+    path = tmp_path / "layout.mrc"
+    _mrc(path, np.zeros(shape, np.float32), **fields)
+    assert assert_described_as_opened(str(path)) == expected
+
+
+def test_a_truncated_mrc_file_is_refused_by_its_description(tmp_path):
+    path = tmp_path / "cut.mrcs"
+    raw = _mrc(path, np.zeros((3, 6, 5), np.float32))
+    path.write_bytes(raw[:-4])
+    error, _ = _outcome(describe_file, str(path))
+    assert error[0] is vio.FormatError and "truncated" in error[1] and str(path) in error[1]
+    assert_described_as_opened(str(path))
+
+
+def test_files_of_the_other_formats_are_described_as_their_readers_say(tmp_path):
+    tiff = tmp_path / "stack.tif"
+    tifffile.imwrite(tiff, np.zeros((3, 4, 5), np.uint16), photometric="minisblack")
+    assert assert_described_as_opened(str(tiff)) == vio.ImageDescriptor((3, 4, 5), 2, "uint16")
+    missing = tmp_path / "missing.mrc"
+    error = assert_described_as_opened(str(missing))
+    assert error[0] is vio.ImageFileNotFoundError
+
+
+def test_checking_many_stacks_makes_no_reader_of_an_mrc_file(tmp_path, monkeypatch):
+    """An ImageSource asks each stack for its shape without mapping it: no RawArrayReader is made."""
+    paths = []
+    for number in range(3):
+        paths.append(tmp_path / f"stack{number}.mrcs")
+        _mrc(paths[-1], np.full((4, 6, 5), number, np.float32))
+    made = []
+    monkeypatch.setattr(vio.formats.mrc.RawArrayReader, "__init__", lambda self, *a, **k: made.append(a))
+    source = vio.data.ImageSource([vio.ImageLocation(path, 3) for path in paths])
+    assert source.shape == (6, 5) and made == []
+    with pytest.raises(IndexError, match="past the end of a stack of 4"):
+        vio.data.ImageSource([vio.ImageLocation(paths[1], 4)])
