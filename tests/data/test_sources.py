@@ -307,6 +307,28 @@ def test_array_source_copies_large_batches_on_the_loaders_threads(loader):
     np.testing.assert_array_equal(out, images[rows])
 
 
+@pytest.mark.parametrize("layout", ["columns of a DataFrame", "every other row", "every other column"])
+def test_array_source_of_an_array_not_in_row_order_reads_its_rows_in_place(loader, layout, monkeypatch):
+    """A DataFrame's columns are a transposed array: a batch takes its rows, never a copy of all of it."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"u": np.arange(1000.0), "v": -np.arange(1000.0), "w": np.arange(1000.0) / 3})
+    array = {
+        "columns of a DataFrame": frame[["u", "v"]].to_numpy(),
+        "every other row": frame.to_numpy()[::2],
+        "every other column": np.ascontiguousarray(frame.to_numpy())[:, ::2],
+    }[layout]
+    assert not array.flags.c_contiguous
+    taken = []
+    original = np.take
+    monkeypatch.setattr(
+        np, "take", lambda values, *a, **k: taken.append(values.size) or original(values, *a, **k)
+    )
+    rows = [499, 0, 3, 3]
+    np.testing.assert_array_equal(read(ArraySource(array), rows, loader), array[rows])
+    assert all(size < array.size for size in taken)
+
+
 def test_sources_follow_the_protocol(stacks):
     assert isinstance(ImageSource(stacks.locations), Source)
     assert isinstance(ArraySource(np.zeros(3)), Source)

@@ -184,7 +184,10 @@ class ArraySource(Source):
         rows = np.asarray(rows, dtype=np.int64)
 
         def copy() -> None:
-            np.take(self._array, rows, axis=0, out=out, mode="clip")
+            if self._array.flags.c_contiguous:
+                np.take(self._array, rows, axis=0, out=out, mode="clip")
+            else:  # take would copy all of it first (a DataFrame's columns are a transposed array)
+                out[...] = self._array[rows]
 
         if loader is None or out.nbytes < _INLINE_BYTES or self._array.dtype.hasobject:
             copy()
