@@ -215,6 +215,26 @@ for numpy_bfloat16 in (
 """
 
 
+def test_importing_vitrio_leaves_ml_dtypes_unimported_until_bfloat16_is_asked_for(tmp_path):
+    """Importing ml_dtypes takes most of a second (it adds hundreds of loops to numpy's ufuncs): vitrio
+    imports it when a numpy batch is first asked for in bfloat16, not before."""
+    script = (
+        "import sys, numpy as np, vitrio as vio\n"
+        "from vitrio.data import DataLoader, Dataset, ImageSource\n"
+        "assert 'ml_dtypes' not in sys.modules, 'imported with vitrio'\n"
+        "vio.write_stack(np.ones((2, 3, 4), np.float32), sys.argv[1])\n"
+        "data = Dataset({'x': ImageSource([vio.ImageLocation(sys.argv[1], i) for i in (0, 1)])})\n"
+        "(batch,) = DataLoader(data, 2)\n"
+        "assert 'ml_dtypes' not in sys.modules, 'imported by a float32 batch'\n"
+        "(batch,) = DataLoader(data, 2, data_type='bfloat16')\n"
+        "print(batch['x'].dtype, 'ml_dtypes' in sys.modules)\n"
+    )
+    stack = str(tmp_path / "stack.mrcs")
+    run = subprocess.run([sys.executable, "-c", script, stack], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["bfloat16", "True"]
+
+
 def test_torch_batches_are_bfloat16_without_ml_dtypes_and_numpy_s_name_the_extra(tmp_path):
     """PyTorch rounds to bfloat16 itself (to nearest, ties to even); bfloat16 held by numpy needs
     ml_dtypes, which the torch extra installs, and says so."""

@@ -28,11 +28,6 @@ from ._dataset import Dataset
 from ._extras import missing
 from ._source import ArraySource
 
-try:  # numpy has no bfloat16; ml_dtypes (which the torch extra and JAX install) gives one
-    from ml_dtypes import bfloat16
-except ModuleNotFoundError:  # tested in a process where ml_dtypes cannot be imported
-    bfloat16 = None
-
 __all__ = [
     "Compose",
     "FourierCrop",
@@ -66,12 +61,26 @@ def takes_rng(function: Callable[..., Any] | None) -> bool:
     return rng is not None and rng.kind in (rng.POSITIONAL_OR_KEYWORD, rng.KEYWORD_ONLY)
 
 
+def _bfloat16() -> Any:
+    """ml_dtypes' bfloat16 (numpy has none; the torch extra and JAX install ml_dtypes), imported when
+    first needed: its import takes most of a second.
+
+    Raises:
+        ModuleNotFoundError: If ml_dtypes is not installed, naming the extra that installs it.
+    """
+    try:
+        from ml_dtypes import bfloat16
+    except ModuleNotFoundError as error:
+        raise missing(error, "bfloat16 in numpy") from None
+    return bfloat16
+
+
 def _check_data_type(data_type: str, in_numpy: bool) -> None:
     """Raise if `data_type` is none of the half types, or is bfloat16 held by numpy without ml_dtypes."""
     if data_type not in _HALF_TYPES:
         raise ValueError(f"data_type is one of {_HALF_TYPES}, not {data_type!r}")
-    if in_numpy and data_type == "bfloat16" and bfloat16 is None:
-        raise missing(ModuleNotFoundError(name="ml_dtypes"), "bfloat16 in numpy")
+    if in_numpy and data_type == "bfloat16":
+        _bfloat16()
 
 
 def as_data_type(values: Any, data_type: str) -> Any:
@@ -91,7 +100,7 @@ def as_data_type(values: Any, data_type: str) -> Any:
 
         return values.to(getattr(torch, data_type))
     _check_data_type(data_type, in_numpy=True)
-    dtype = bfloat16 if data_type == "bfloat16" else np.dtype(data_type)
+    dtype = _bfloat16() if data_type == "bfloat16" else np.dtype(data_type)
     if isinstance(values, np.ndarray) or not hasattr(values, "astype"):
         return np.asarray(values, dtype=dtype)
     return values.astype(dtype)  # a JAX array, on its device

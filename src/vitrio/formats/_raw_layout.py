@@ -47,13 +47,13 @@ _KINDS = {
     np.dtype(np.float16): KIND_F16,
     np.dtype(np.float32): KIND_F32,
 }
-try:  # numpy has no bfloat16; JAX's ml_dtypes gives one
-    from ml_dtypes import bfloat16
-except ImportError:  # pragma: no cover - ml_dtypes comes with JAX
-    pass
-else:
-    _KINDS[np.dtype(bfloat16)] = KIND_BF16
 _FLOATS = {KIND_F32, KIND_F16, KIND_BF16}
+
+
+def _kind(dtype: np.dtype) -> int | None:
+    """The kind of values of `dtype` (in native byte order), or None; ml_dtypes' bfloat16 (numpy has none)
+    is told by its name, so that ml_dtypes, whose import takes most of a second, is not imported here."""
+    return KIND_BF16 if dtype.name == "bfloat16" else _KINDS.get(dtype)
 
 
 class Plan(NamedTuple):
@@ -70,7 +70,7 @@ class Plan(NamedTuple):
 def value_kind(dtype: np.dtype) -> int | None:
     """The kind `vitrio._native` gives values of `dtype` (other byte order included), or None."""
     dtype = np.dtype(dtype)
-    kind = _KINDS.get(dtype.newbyteorder("=")) if dtype.fields is None else None
+    kind = _kind(dtype.newbyteorder("=")) if dtype.fields is None else None
     if kind is None:
         return None
     return kind if dtype.isnative or dtype.itemsize == 1 else kind | SWAP
@@ -131,7 +131,7 @@ class RawLayout:
 
     def _plan(self, out_dtype: np.dtype) -> Plan | None:
         values = math.prod(self.core_extents)
-        stored, wanted = value_kind(self.dtype), _KINDS.get(out_dtype) if out_dtype.isnative else None
+        stored, wanted = value_kind(self.dtype), _kind(out_dtype) if out_dtype.isnative else None
         if stored is not None and wanted is not None:
             kind = stored & ~SWAP
             if kind == wanted or wanted in _FLOATS:
