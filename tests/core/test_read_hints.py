@@ -79,6 +79,27 @@ def test_a_map_read_at_random_reads_what_the_file_holds(tmp_path: Path):
     assert bytes(memoryview(_mapped(tmp_path / "f", len(data), False))) == data
 
 
+def _resident(mapped) -> int:
+    """How many bytes of `mapped` the process holds in memory now, as /proc/self/smaps says."""
+    start = np.frombuffer(mapped, np.uint8).ctypes.data
+    with open("/proc/self/smaps") as smaps:
+        lines = iter(smaps.read().splitlines())
+    for line in lines:
+        if "-" in line.split()[0] and int(line.split("-")[0], 16) == start:
+            return next(int(rss.split()[1]) for rss in lines if rss.startswith("Rss:")) * 1024
+    raise AssertionError("the map is not in /proc/self/smaps")
+
+
+def test_ranges_read_and_done_leave_the_process_s_memory_and_read_the_same_again(tmp_path: Path):
+    data = np.random.default_rng(3).integers(0, 256, 4 << 20, np.uint8).tobytes()
+    (tmp_path / "f").write_bytes(data)
+    mapped = _mapped(tmp_path / "f", len(data), False)
+    assert bytes(memoryview(mapped)) == data and _resident(mapped) >= len(data) // 2
+    _native.advise_map(mapped, np.array([[0, len(data)]], np.int64), True)
+    assert _resident(mapped) < len(data) // 8
+    assert bytes(memoryview(mapped)) == data  # mapped again from the page cache
+
+
 def test_advise_map_takes_ranges_within_the_map_and_refuses_others(tmp_path: Path):
     data = bytes(range(256)) * 64
     (tmp_path / "f").write_bytes(data)

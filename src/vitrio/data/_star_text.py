@@ -6,9 +6,9 @@ rows of a loop, nearly all of the file, are read by the C extension where
 they are plain (`vitrio._native.star_read`: printable ASCII, no quotes, each
 column all integers, all numbers or all text), in one pass, numbers straight
 into arrays and text into Arrow strings, as pandas would make them: a part of
-`star_part_bytes` (of the configuration in force) at a time, read into memory let go of once its rows are
-in the table, so that the rows cost the table and not the table and the
-file (a map's pages read stay in the process's memory until it is unmapped). Other rows go to
+`star_part_bytes` (of the configuration in force) at a time, read from the map in place and its pages let
+go of once its rows are in the table, so that the rows cost the table and not the table and the
+file (a map's pages read stay in the process's memory until they are let go of). Other rows go to
 pandas' C parser a chunk of lines at a time, values split at spaces and
 tabs, a `'` read as `"` (so `'a b'` is one value), a `#` starting a comment
 (after spaces too), `nan` and `<NA>` NaN, a column numbers only where every
@@ -61,7 +61,6 @@ class _Lines:
         """The file open, whose bytes `text` holds from its start."""
         self.path = path
         """The file's path, to name in errors."""
-        self._part = np.empty(0, np.uint8)
         self._view = memoryview(text)
         self.position = len(codecs.BOM_UTF8) if self._view[: len(codecs.BOM_UTF8)] == codecs.BOM_UTF8 else 0
         """Where the next line starts."""
@@ -99,28 +98,24 @@ class _Lines:
         return text
 
     def part(self, start: int) -> memoryview:
-        """The whole lines of the file from `start`, about `star_part_bytes` of them, read from the file
-        into memory of their own, the same for each part (a part stays valid until the next is read);
-        empty at the end of the text.
-
-        Raises:
-            ValueError: If the file is shorter than the text.
-        """
-        want, size = configuration().star_part_bytes, len(self)
-        while True:
-            want = min(want, size - start)
-            if len(self._part) < want:
-                self._part = np.empty(want, np.uint8)
-            read = memoryview(self._part)[:want]
-            if os.preadv(self.file.fileno(), [read], start) < want:
-                raise ValueError(f"{self.path}: the file was cut short while it was read")
-            if start + want == size:
-                return read
-            searched = max(want - _TAIL, 0)
-            last = bytes(read[searched:]).rfind(b"\n")
+        """The whole lines of the text from `start`, about `star_part_bytes` of them, a view of the text
+        (no copy; `done` lets go of a map's pages once they are read); empty at the end of the text."""
+        size = len(self)
+        end = min(start + configuration().star_part_bytes, size)
+        while end < size:
+            searched = max(end - _TAIL, start)
+            last = bytes(self._view[searched:end]).rfind(b"\n")
             if last >= 0:
-                return read[: searched + last + 1]
-            want *= 2  # a line longer than what is searched
+                end = searched + last + 1
+                break
+            end = min(start + 2 * (end - start), size)  # a line longer than what is searched
+        return self._view[start:end]
+
+    def done(self, start: int, end: int) -> None:
+        """The text from `start` to `end` was read: a map's pages of it leave the process's memory (the page
+        cache keeps them), so that the rows cost the table and not the table and the file."""
+        if not isinstance(self.text, bytes):  # a map
+            _native.advise_map(self.text, np.array([start, end - start], np.int64), True)
 
     def give_back(self, text: bytes) -> None:
         """Put back the end of the last chunk, `text`, to be taken again."""
@@ -256,6 +251,7 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
             if position == lines.position and start == 0:  # the first rows foretell those to come
                 columns.foretell(rows * (len(lines) - position - end) / max(end, 1))
             start, line_ends = end, line_ends + ends
+        lines.done(position, position + start)
         position += start
     if not columns.rows:
         return None

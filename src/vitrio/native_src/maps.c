@@ -15,9 +15,11 @@
  *     at random (MADV_RANDOM): a page fault reads its page alone, not the read-around of the
  *     device's read-ahead (megabytes: on a cold stack, the first images read most of the file).
  *
- *   advise_map(map, ranges)
+ *   advise_map(map, ranges, done=False)
  *     Tells the kernel the ranges of a FileMap (int64 rows of offset and bytes) will be read soon
- *     (MADV_WILLNEED): what is not in the page cache is read while the copies wait for it.
+ *     (MADV_WILLNEED): what is not in the page cache is read while the copies wait for it. With `done`,
+ *     that they were read and are not read again soon (MADV_DONTNEED): their pages leave the process's
+ *     memory (the page cache keeps them, and a later read maps them again).
  */
 #include "native.h"
 
@@ -186,7 +188,8 @@ PyObject *vitrio_map_file(PyObject *self, PyObject *args) {
 PyObject *vitrio_advise_map(PyObject *self, PyObject *args) {
     PyObject *map;
     Py_buffer ranges = {0};
-    if (!PyArg_ParseTuple(args, "O!y*:advise_map", FileMapType, &map, &ranges)) return NULL;
+    int done = 0;
+    if (!PyArg_ParseTuple(args, "O!y*|p:advise_map", FileMapType, &map, &ranges, &done)) return NULL;
     const int64_t *range = (const int64_t *)ranges.buf;
     Py_ssize_t n = ranges.len / 16;
     int ok = ranges.len % 16 == 0;
@@ -204,7 +207,7 @@ PyObject *vitrio_advise_map(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         uintptr_t start = (uintptr_t)(address + range[2 * i]), end = start + (uintptr_t)range[2 * i + 1];
         start &= ~(uintptr_t)(page_size - 1);
-        if (end > start) madvise((void *)start, (size_t)(end - start), MADV_WILLNEED);
+        if (end > start) madvise((void *)start, (size_t)(end - start), done ? MADV_DONTNEED : MADV_WILLNEED);
     }
     Py_END_ALLOW_THREADS;
     vitrio_release_views((Py_buffer *const[]){&ranges, NULL});

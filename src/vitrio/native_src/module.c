@@ -30,7 +30,7 @@ static PyMethodDef methods[] = {
     {"map_file", vitrio_map_file, METH_VARARGS, "Map the start of a file; pages that cannot be read read as zeros."},
     {"read_runs", vitrio_read_runs, METH_VARARGS, "Read runs of values of files into an array, converting them."},
     {"advise", vitrio_advise, METH_VARARGS, "Tell the kernel runs of files will be read soon."},
-    {"advise_map", vitrio_advise_map, METH_VARARGS, "Tell the kernel ranges of a map will be read soon."},
+    {"advise_map", vitrio_advise_map, METH_VARARGS, "Tell the kernel ranges of a map will be read soon, or were read."},
     {"convert", vitrio_convert, METH_VARARGS, "Convert values of one kind into another."},
     {"crop", vitrio_crop, METH_VARARGS, "Crop patches out of an image, converting them."},
     {"simd", vitrio_simd, METH_VARARGS, "Whether conversions use the processor's vector extensions (for tests)."},
