@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import starfile
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import vitrio as vio
 from vitrio.data import (
@@ -276,6 +278,25 @@ def test_a_missing_file_names_every_path_tried(tmp_path: Path):
         "/abs/x.mrcs",
         str(tmp_path / "x.mrcs"),
     ]
+
+
+_PARTS = st.sampled_from(["a", "b", "Extract", ".", "..", "", "job007", "x.mrcs", ">y"])
+
+
+@settings(max_examples=300)
+@given(st.lists(_PARTS, min_size=1, max_size=6), st.booleans(), st.sampled_from(["", ">"]))
+def test_a_written_path_may_mean_itself_under_each_folder_normalised(parts, absolute, spelled):
+    """However a path is written (dots, empty parts, `..` above the folders), the candidates are the path
+    under each folder of the metadata file, normalised, each once; an absolute path as it is."""
+    star = "/project/Class2D/job003/particles.star"
+    written = spelled + ("/" if absolute else "") + "/".join(parts)
+    path = written.removeprefix(">")
+    folders = ["/project/Class2D/job003", "/project/Class2D", "/project"]
+    tried = [path] if os.path.isabs(path) else [os.path.join(f, path) for f in folders]
+    expected = list(dict.fromkeys(os.path.normpath(p) for p in tried))
+    resolver = PathResolver(star)
+    assert resolver.candidates(written) == expected
+    assert resolver.candidates(written.encode()) == expected  # once more, its folders known
 
 
 def test_a_stack_list_and_every_image_of_its_stacks(tmp_path: Path):

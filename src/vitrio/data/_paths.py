@@ -20,7 +20,7 @@ metadata file and every path tried.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .._errors import redact
@@ -65,19 +65,38 @@ class PathResolver:
             if folder not in self._folders:
                 self._folders.append(folder)
         self._found: dict[Any, str] = {}
+        self._beside: dict[str, list[str]] = {}
 
     def candidates(self, written: Any) -> list[str]:
         """The paths `written` may mean, in the order they are tried."""
+        return list(self._candidates(written))
+
+    def _candidates(self, written: Any) -> Iterator[str]:
+        """The paths `written` may mean, in the order they are tried, each made when it is asked for."""
         path = os.fsdecode(written) if isinstance(written, bytes) else os.fspath(written)
         path = path.removeprefix(">")
+        folder, name = os.path.split(path)
+        plain = name not in ("", ".", "..") and not os.path.isabs(path)
+        if self._root is None and not self._remote and plain:
+            # a relative path among many in few folders (RELION's stacks): each folder worked out once
+            return (os.path.join(found, name) for found in self._folders_of(folder))
         if self._root is None:
             tried = [path] if os.path.isabs(path) else [os.path.join(f, path) for f in self._folders]
         else:
             tried = [path if os.path.isabs(path) else os.path.join(self._root, path)]
             tried.append(os.path.join(self._root, os.path.basename(path)))
         if self._remote:
-            return list(dict.fromkeys(self._remote.url(p) for p in tried))
-        return list(dict.fromkeys(os.path.normpath(p) for p in tried))
+            return iter(dict.fromkeys(self._remote.url(p) for p in tried))
+        return iter(dict.fromkeys(os.path.normpath(p) for p in tried))
+
+    def _folders_of(self, folder: str) -> list[str]:
+        """Where the relative `folder` may be: in each folder of the metadata file, normalised, once each."""
+        found = self._beside.get(folder)
+        if found is None:
+            found = self._beside[folder] = list(
+                dict.fromkeys(os.path.normpath(os.path.join(f, folder)) for f in self._folders)
+            )
+        return found
 
     def __call__(self, written: Any) -> str:
         """The file `written` means: the first of its candidates that exists.
@@ -87,10 +106,10 @@ class PathResolver:
         """
         found = self._found.get(written)
         if found is None:
-            tried = self.candidates(written)
             exists = self._remote.exists if self._remote else os.path.exists
-            found = next((p for p in tried if exists(p)), None)
+            found = next((p for p in self._candidates(written) if exists(p)), None)
             if found is None:
+                tried = self.candidates(written)
                 hint = (
                     "; name the folder the paths are relative to (root= in Python, --root in a command)"
                     if self._root is None

@@ -64,10 +64,10 @@ static int split_names(const int64_t *offsets, Py_ssize_t rows, int64_t *indices
         int64_t index = 0;
         while (p < e && vitrio_digit(*p) && p - s < 18) index = index * 10 + (*p++ - '0');
         if (p == s || p == e || *p != '@' || index == 0 || ++p == e) return 0;
-        for (const uint8_t *q = p; q < e; q++)
-            if (*q <= ' ' || *q >= 0x7f) return 0; /* Python's \s has more than spaces and controls */
         int64_t start = p - codes->data, n = e - p;
-        if (n != previous_n || memcmp(p, codes->data + previous_start, (size_t)n)) {
+        if (n != previous_n || memcmp(p, codes->data + previous_start, (size_t)n)) { /* else checked already */
+            for (const uint8_t *q = p; q < e; q++)
+                if (*q <= ' ' || *q >= 0x7f) return 0; /* Python's \s has more than spaces and controls */
             if ((previous = path_code(codes, start, n)) < 0) return -1;
             previous_start = start, previous_n = n;
         }
