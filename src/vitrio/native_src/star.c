@@ -264,7 +264,10 @@ static inline const uint8_t *star_plain_number(const uint8_t *p, const uint8_t *
         return s;
     }
     double number = (double)(integer * star_tens[decimals] + fraction) / star_exact[decimals];
-    *out = negative ? -number : number;
+    uint64_t bits; /* the sign set without a branch: half the angles and shifts are negative, at random */
+    memcpy(&bits, &number, sizeof bits);
+    bits |= (uint64_t)negative << 63;
+    memcpy(out, &bits, sizeof bits);
     return s;
 }
 
