@@ -7,6 +7,7 @@ each box is checked against what copick itself reads of the tomogram
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import copick
@@ -203,6 +204,31 @@ def test_unknown_objects_runs_and_projects_are_errors_naming_them(project: Path,
     broken.write_text('{"config_type": "filesystem", "name": ')
     with pytest.raises(ValueError, match=r"broken.json: not a copick configuration: Expecting value"):
         vio.data.copick_picks(broken, 5, voxel_spacing=SPACING, tomogram_type="wbp")
+
+
+def test_a_large_configuration_or_picks_file_or_one_that_is_no_file_is_refused_unread(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a project's files can make copick read is bounded, and a FIFO is refused, never waited on."""
+    from vitrio.data import _copick
+
+    def read(**only: object) -> object:
+        return vio.data.copick_picks(project, 5, voxel_spacing=SPACING, tomogram_type="wbp", **only)
+
+    size = project.stat().st_size
+    monkeypatch.setattr(_copick, "MAX_CONFIGURATION_BYTES", size - 1)
+    with pytest.raises(ValueError, match=rf"copick.json: {size} bytes or more, more than the {size - 1} "):
+        read()
+    monkeypatch.undo()
+    picks = tmp_path / "overlay/ExperimentRuns/TS_00/Picks/alice_1_ribosome.json"
+    monkeypatch.setattr(_copick, "MAX_PICKS_BYTES", 10)
+    with pytest.raises(ValueError, match=rf"{picks} has {picks.stat().st_size} bytes, more than the 10 "):
+        read()
+    monkeypatch.undo()
+    picks.unlink()
+    os.mkfifo(picks)
+    with pytest.raises(ValueError, match=rf"{picks} is not a regular file; it is not read"):
+        read()
 
 
 def test_a_loader_of_picks_background_balance_split_and_augmentation_resumes(project: Path) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._fs import read_whole
 from .._functions import query_metadata, reader_provider
 from .._storage import is_url, local_path
 from ._extras import missing
@@ -32,6 +33,11 @@ __all__ = ["copick_picks"]
 # How far the voxel size of a tomogram's OME-Zarr metadata may be from the spacing asked, relatively:
 # copick names a voxel spacing by its size rounded to the third decimal.
 _VOXEL_SIZE_TOLERANCE = 1e-3
+
+MAX_CONFIGURATION_BYTES = 16 << 20
+"""The largest copick configuration read (a project's has a few kilobytes)."""
+MAX_PICKS_BYTES = 256 << 20
+"""The largest picks file read (a point takes about 300 bytes of JSON: some 800,000 points)."""
 
 
 def copick_picks(
@@ -141,9 +147,12 @@ def _open(project: Any) -> tuple[Any, str]:
     except ModuleNotFoundError as error:
         raise missing(error, "copick_picks") from None
     path = os.fspath(project)
+    text = read_whole(path, MAX_CONFIGURATION_BYTES, "copick configuration")  # a regular file, bounded
     try:
-        return copick.from_file(path), path
-    except ValueError as error:  # JSON or a configuration copick's model refuses, which name no file
+        return copick.from_string(text.decode()), path
+    except (
+        ValueError
+    ) as error:  # not UTF-8, JSON or a configuration copick's model takes; none names the file
         raise ValueError(f"{path}: not a copick configuration: {error}") from None
 
 
@@ -192,6 +201,7 @@ def _points(
                 f"{name}: run {run.name!r}, picks of {object_name!r} by user {picks.user_id!r} "
                 f"in session {picks.session_id!r}"
             )
+            _check_picks_file(picks, where)
             try:
                 points = picks.points or []
                 unit = picks.meta.unit
@@ -223,6 +233,26 @@ def _points(
                 )
                 positions.append(position)
     return rows, np.asarray(positions, dtype=float).reshape(-1, 3)
+
+
+def _check_picks_file(picks: Any, where: str) -> None:
+    """Check that the file `picks` are read from (where they say: copick's files, local or in object
+    storage) is a regular file of at most `MAX_PICKS_BYTES`, before copick reads it whole.
+
+    Raises:
+        ValueError: If it is not, naming it.
+    """
+    fs, path = getattr(picks, "fs", None), getattr(picks, "path", None)
+    if fs is None or path is None:
+        return
+    info = fs.info(path)
+    if info.get("type") != "file":
+        raise ValueError(f"{where}: {path} is not a regular file; it is not read")
+    if (info.get("size") or 0) > MAX_PICKS_BYTES:
+        raise ValueError(
+            f"{where}: {path} has {info['size']} bytes, more than the {MAX_PICKS_BYTES} a picks file may "
+            "have; not read"
+        )
 
 
 def _tomogram(
