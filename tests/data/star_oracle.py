@@ -24,7 +24,7 @@ def read_plain_rows(monkeypatch: pytest.MonkeyPatch, plain: bool) -> None:
     """Have the plain rows of a loop read by the C extension (`plain`, as they are), or by pandas as all
     others are (the C extension's reader then finds none)."""
     if not plain:
-        monkeypatch.setattr(vitrio.data._star_text, "_plain_rows", lambda lines, names: None)
+        monkeypatch.setattr(vitrio.data._star_text, "_plain_rows", lambda lines, names, kept: None)
 
 
 def assert_read_as_starfile(path: Path, expected: dict[str, pd.DataFrame] | None = None) -> None:

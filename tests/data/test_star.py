@@ -446,3 +446,53 @@ def test_rows_more_than_the_first_part_foretold_are_read_whole(tmp_path: Path, m
     read_plain_rows(monkeypatch, False)
     pd.testing.assert_frame_equal(ours, read_star(path)["particles"], check_exact=True)
     assert ours["rlnDefocusU"].dtype == np.float64
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["plain rows read natively", "all rows by pandas"])
+@pytest.mark.parametrize(
+    "columns",
+    [
+        ["rlnDefocusU"],
+        ["rlnImageName", "rlnVoltage"],
+        ["rlnClassNumber", "rlnDefocusU", "rlnOpticsGroupName"],
+        ["rlnOpticsGroup", "rlnImageName"],
+    ],
+)
+def test_particles_read_for_some_columns_are_those_columns_of_the_whole_table(
+    tmp_path: Path, plain: bool, columns: list[str], monkeypatch
+):
+    """The columns not asked for are passed over (their values never converted): what is asked equals
+    the whole table's columns, in its order, the optics groups' among them, over parts and halves."""
+    rng = np.random.default_rng(5)
+    count = 3000
+    particles = pd.DataFrame(
+        {
+            "rlnImageName": [f"{i:06d}@Extract/job007/Movies/m{i // 7}.mrcs" for i in range(1, count + 1)],
+            "rlnMicrographName": [f"Movies/m{i // 7}.mrc" for i in range(count)],
+            "rlnDefocusU": rng.uniform(5000, 30000, count),
+            "rlnAngleRot": rng.uniform(-180, 180, count),
+            "rlnOpticsGroup": rng.integers(1, 3, count),
+            "rlnClassNumber": rng.integers(1, 50, count),
+        }
+    )
+    path = tmp_path / "run_data.star"
+    starfile.write({"optics": OPTICS, "particles": particles}, path)
+    read_plain_rows(monkeypatch, plain)
+    whole = vitrio.data.read_particles(path)
+    with vitrio.configure(star_part_bytes=64 << 10):  # parts, each read in two halves
+        ours = vitrio.data.read_particles(path, columns=columns)
+    pd.testing.assert_frame_equal(ours, whole[[c for c in whole.columns if c in columns]], check_exact=True)
+    with pytest.raises(ValueError, match=rf"{path}: no column rlnNothing among the particles'"):
+        vitrio.data.read_particles(path, columns=["rlnDefocusU", "rlnNothing"])
+
+
+def test_a_skipped_column_is_passed_over_but_must_be_plain_as_any(tmp_path: Path):
+    text = b"1 a 2.5\n3 bb -4\n"
+    read = vitrio._native.star_read
+    outs = (np.zeros(2, np.int64), b"", np.zeros(2, np.int64))
+    end, rows, lines, kinds, block, texts = read(text, 0, b"?s?", outs)
+    assert (end, rows, kinds, texts) == (len(text), 2, b"isf", [])
+    assert outs[0].tolist() == [1, 3] and outs[2].view(np.float64).tolist() == [2.5, -4.0]
+    assert read(b'1 "a b" 2\n', 0, b"?s?", outs) is None  # a quote: the general parser's
+    with pytest.raises(ValueError, match="b's'"):
+        read(text, 0, b"?x?", outs)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,7 +36,9 @@ __all__ = ["particle_locations", "read_particles"]
 
 
 def read_particles(
-    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+    path: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    columns: Iterable[str] | None = None,
 ) -> pd.DataFrame:
     """Read the particles of a RELION STAR file or a cryoSPARC `.cs` file into a table.
 
@@ -47,6 +49,9 @@ def read_particles(
     Args:
         path: The file, or its URL (`s3://...`, `https://...`).
         storage_options: What fsspec takes to reach a URL (`{"anon": True}`...).
+        columns: The columns (a `.cs` file's fields) to read, such as `["rlnImageName",
+            "rlnDefocusU", "rlnDefocusV"]`; the others are passed over, never converted nor kept, which
+            makes a table of millions of rows several times faster to read. Defaults to all.
 
     Returns:
         The particles, a row each, in the order of the file.
@@ -58,11 +63,11 @@ def read_particles(
     """
     key = os.fspath(path)
     storage = Storage.of(storage_options)
+    cs = key.lower().endswith(".cs")
     if not storage.is_remote(key):
-        return read_cs(path) if key.lower().endswith(".cs") else read_star_particles(path)
-    limit = MAX_CS_BYTES if key.lower().endswith(".cs") else MAX_STAR_BYTES
-    with storage.local_copy(key, limit) as local:  # fetched into a private folder, read there
-        return read_cs(local) if key.lower().endswith(".cs") else read_star_particles(local)
+        return read_cs(path, columns) if cs else read_star_particles(path, columns)
+    with storage.local_copy(key, MAX_CS_BYTES if cs else MAX_STAR_BYTES) as local:  # a private copy, read
+        return read_cs(local, columns) if cs else read_star_particles(local, columns)
 
 
 def particle_locations(

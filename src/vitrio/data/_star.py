@@ -11,7 +11,7 @@ once complete.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +19,7 @@ import numpy as np
 from .._fs import open_named
 from .._partial import new_file
 from ._extras import missing
-from ._star_text import parse_star
+from ._star_text import Keep, parse_star
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,13 +52,18 @@ def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
             than `MAX_STAR_BYTES`.
         ModuleNotFoundError: If pandas is not installed (`pip install 'vitrio[star]'`).
     """
+    return _read_blocks(path, None)
+
+
+def _read_blocks(path: str | os.PathLike[str], keep: Keep | None) -> dict[str, pd.DataFrame]:
+    """The data blocks of a STAR file as `read_star` gives them, the columns of its loops `keep` chooses."""
     try:
         import pandas as pd
     except ModuleNotFoundError as error:
         raise missing(error, "read_star") from None
 
     with open_named(path, "a STAR file") as file:
-        blocks = parse_star(path, file, MAX_STAR_BYTES)
+        blocks = parse_star(path, file, MAX_STAR_BYTES, keep)
     if not blocks:
         raise ValueError(f"{path}: not a STAR file: it has no data_ block")
     return {
@@ -67,7 +72,7 @@ def read_star(path: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
     }
 
 
-def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
+def read_star_particles(path: str | os.PathLike[str], columns: Iterable[str] | None = None) -> pd.DataFrame:
     """Read the particles of a RELION STAR file of any version, each row with its optics group's columns.
 
     The particles are the block named `particles` (RELION 3.1 and later),
@@ -78,17 +83,35 @@ def read_star_particles(path: str | os.PathLike[str]) -> pd.DataFrame:
 
     Args:
         path: The STAR file.
+        columns: The columns to read, a particle's own or its optics group's; the others are passed
+            over, never converted nor kept. Defaults to all.
 
     Returns:
-        The particles, in the order of the file, their rows numbered from zero.
+        The particles, in the order of the file, their rows numbered from zero; with `columns`,
+        those columns in the order the whole table has them.
 
     Raises:
         FileNotFoundError: If there is no file at `path`.
         ValueError: If the file is not a STAR file, no block has
-            rlnImageName (naming the blocks it has), or a particle's optics
-            group is not in data_optics.
+            rlnImageName (naming the blocks it has), a particle's optics
+            group is not in data_optics, or a column asked for is in neither.
     """
-    blocks = read_star(path)
+    asked = None if columns is None else [columns] if isinstance(columns, str) else list(columns)
+    read = None if asked is None else {*asked, "rlnImageName", "rlnOpticsGroup"}
+    particles = _particles(path, _read_blocks(path, None if read is None else lambda names: read))
+    if asked is None:
+        return particles
+    absent = [c for c in asked if c not in particles.columns]
+    if absent:
+        raise ValueError(
+            f"{path}: no column {', '.join(absent)} among the particles' or their optics groups' "
+            f"({', '.join(particles.columns)})"
+        )
+    return particles[[c for c in particles.columns if c in read and c in asked]]
+
+
+def _particles(path: str | os.PathLike[str], blocks: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """The particles of a STAR file's blocks, each row with its optics group's columns."""
     named = (n for n in (*_PARTICLE_BLOCKS, *blocks) if n in blocks and n != "optics")
     name = next((n for n in named if "rlnImageName" in blocks[n].columns), None)
     if name is None:

@@ -24,6 +24,7 @@ import codecs
 import os
 import re
 import shlex
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
@@ -48,6 +49,9 @@ _TAIL = 1 << 16
 
 
 _LINE_END = re.compile(b"\n")
+
+Keep = Callable[[list[str]], Collection[str] | None]
+"""Which columns of a loop to read, given its column names: those, or None for all."""
 
 
 class _Lines:
@@ -139,10 +143,11 @@ def _mapped(path: str | os.PathLike[str], file: BinaryIO, limit: int) -> Buffer:
 
 
 def parse_star(
-    path: str | os.PathLike[str], file: BinaryIO, limit: int
+    path: str | os.PathLike[str], file: BinaryIO, limit: int, keep: Keep | None = None
 ) -> dict[str, dict[str, Any] | pd.DataFrame]:
     """Parse the STAR file open as `file`, of at most `limit` bytes: each block by its name, a loop as a
-    table, else a mapping of names to single values.
+    table, else a mapping of names to single values. `keep`, given a loop's column names, says which
+    of them to read (None: all); the others are passed over, never converted nor kept.
 
     Raises:
         ValueError: If a row of a loop has more or fewer values than the loop
@@ -158,7 +163,7 @@ def parse_star(
         if line.startswith(b"data_"):
             lines.skip()
             name = _text(path, lines, line[5:])
-            blocks[name] = _block(path, lines, name)
+            blocks[name] = _block(path, lines, name, keep)
         else:
             lines.skip()
         line = lines.peek()
@@ -175,14 +180,16 @@ def _text(path: str | os.PathLike[str], lines: _Lines, line: bytes) -> str:
         raise ValueError(f"{path}: line {lines.line_number}: not UTF-8 text: {error}") from None
 
 
-def _block(path: str | os.PathLike[str], lines: _Lines, name: str) -> dict[str, Any] | pd.DataFrame:
+def _block(
+    path: str | os.PathLike[str], lines: _Lines, name: str, keep: Keep | None
+) -> dict[str, Any] | pd.DataFrame:
     """The block whose data_ line was just taken: a loop, or single values up to the next block."""
     values: dict[str, Any] = {}
     line = lines.peek()
     while line is not None and not line.startswith(b"data_"):
         if line.startswith(b"loop_") and not values:
             lines.skip()
-            return _loop(path, lines, name)
+            return _loop(path, lines, name, keep)
         lines.skip()
         if line.startswith(b"_"):
             try:
@@ -204,7 +211,7 @@ def _number(value: str) -> int | float | str:
     return value
 
 
-def _loop(path: str | os.PathLike[str], lines: _Lines, name: str) -> pd.DataFrame:
+def _loop(path: str | os.PathLike[str], lines: _Lines, name: str, keep: Keep | None) -> pd.DataFrame:
     """The table of the loop whose loop_ line was just taken: its column names, then its rows."""
     names = []
     line = lines.peek()
@@ -220,17 +227,21 @@ def _loop(path: str | os.PathLike[str], lines: _Lines, name: str) -> pd.DataFram
     while line is not None and not line:
         lines.skip()
         line = lines.peek()
-    table = _plain_rows(lines, names) if names else None
+    chosen = None if keep is None else keep(names)
+    kept = [chosen is None or n in chosen for n in names]
+    table = _plain_rows(lines, names, kept) if names else None
     if table is None:
         table = _parsed_rows(path, lines, name, names)
-    for column in names:
+        table = table[[n for n, k in zip(names, kept) if k]] if not all(kept) else table
+    for column in table.columns:
         table[column] = _numbers(table[column])
     return table
 
 
-def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
+def _plain_rows(lines: _Lines, names: list[str], kept: list[bool]) -> pd.DataFrame | None:
     """The rows of a loop read by `vitrio._native.star_read`, as pandas reads them, a part of the file at
-    a time; None if they are not plain, or pandas does not hold text in Arrow strings (pyarrow missing)."""
+    a time, the columns not `kept` passed over; None if they are not plain, or pandas does not hold text
+    in Arrow strings (pyarrow missing)."""
     import pandas as pd
 
     strings = pd.Series(["text"]).dtype
@@ -238,7 +249,7 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
         return None
     import pyarrow as pa
 
-    columns = _PlainColumns(len(names))
+    columns = _PlainColumns(kept)
     position, line_ends, block = lines.position, 0, False
     while position < len(lines) and not block:
         text, start = lines.part(position), 0
@@ -257,7 +268,9 @@ def _plain_rows(lines: _Lines, names: list[str]) -> pd.DataFrame | None:
         return None
     lines.take(position, line_ends)
     table = {}
-    for name, values in zip(names, columns.values):
+    for name, values, kind in zip(names, columns.values, columns.kinds):
+        if kind == ord("s"):
+            continue
         if isinstance(values, list):
             texts = [
                 pa.LargeStringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(data))
@@ -279,22 +292,25 @@ class _PlainColumns:
     """The columns of a loop's plain rows as they are read: the numbers of a column in one array, first
     first of room for a sample of rows (`SAMPLE_ROWS`, fewer where `size` bytes cannot hold them), then
     of the rows the sample foretells (pages never written cost nothing), grown if more come; the text of
-    a column as the Arrow strings of each reading."""
+    a column as the Arrow strings of each reading; nothing of a column `kept` leaves out."""
 
-    def __init__(self, count: int):
-        self.kinds = b"?" * count
-        """What the rows read make of each column, as `star_read` takes and gives them."""
-        self.values: list[Any] = [None] * count
-        """Of each column, an int64 or float64 array, or a list of (rows, offsets, data) of text."""
+    def __init__(self, kept: list[bool]):
+        self.kinds = b"".join(b"?" if keep else b"s" for keep in kept)
+        """What the rows read make of each column, as `star_read` takes and gives them (b"s": skipped)."""
+        self.values: list[Any] = [None if keep else [] for keep in kept]
+        """Of each column, an int64 or float64 array, or a list of (rows, offsets, data) of text (empty
+        for a column skipped)."""
         self.rows = 0
         """How many rows were read."""
+        self._started = False
 
     def outs(self, size: int) -> tuple[Any, ...]:
         """Where `star_read` writes the rows of the next `size` bytes: the columns of numbers from the
         rows read on, with room for at least one row."""
-        if self.values[0] is None:  # a row holds a value and a space or line end a column at least
+        if not self._started:  # a row holds a value and a space or line end a column at least
             rows = min(size // (2 * len(self.values)), SAMPLE_ROWS) + 1
-            self.values = [np.empty(rows, np.int64) for _ in self.values]
+            self.values = [np.empty(rows, np.int64) if v is None else v for v in self.values]
+            self._started = True
         for number, values in enumerate(self.values):
             if not isinstance(values, list) and len(values) <= self.rows:
                 self._resize(number, 2 * len(values))

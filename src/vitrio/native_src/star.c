@@ -14,10 +14,11 @@
  *     it is met, and stops at the line that starts a block (`block` true), at the end of the text, or
  *     at the row that `outs` have no room for: at byte `end`, after `rows` rows and `lines` line ends.
  *     `kinds` has a byte per column, what the loop's earlier rows made of it: b'i' integers (int64),
- *     b'f' numbers (float64; "nan", "NaN" and "<NA>" are NaN), b't' text, b'?' not known yet; the
+ *     b'f' numbers (float64; "nan", "NaN" and "<NA>" are NaN), b't' text, b'?' not known yet, b's' skipped
+ *     (its values, of printable ASCII, are passed over, neither converted nor kept); the
  *     kinds returned are what these rows make of them (integers become numbers where a number comes,
  *     and the column's integers written here with them). `outs` has a writable array of 8-byte values
- *     per column not of text, a value a row from its start (bytes ignored for text). `texts` has, of
+ *     per column not of text nor skipped, a value a row from its start (bytes ignored for those). `texts` has, of
  *     each column of text, a list of (rows, offsets, data): the Arrow layout of a string array
  *     (offsets int64, rows + 1 of them; data, the values one after another) in memory of its own.
  *     None if the rows are not plain. The GIL is released while it reads; a text of more than
@@ -527,6 +528,16 @@ static inline const uint8_t *star_read_text(StarReader *reader, const uint8_t *p
     return q;
 }
 
+/* Passes over the value at p of a skipped column: its end, or NULL (the status set) where it is not plain. */
+static inline const uint8_t *star_skip(StarReader *reader, const uint8_t *p) {
+    const uint8_t *q = star_value_end(p, reader->end);
+    if (q < reader->end && !(star_bytes[*q] & SB_AFTER)) {
+        reader->status = READ_NOT_PLAIN;
+        return NULL;
+    }
+    return q;
+}
+
 /* Past the spaces at p (RELION pads its numbers with them), 8 at a time where 8 bytes can be read. */
 static inline const uint8_t *star_spaces(const uint8_t *p, const uint8_t *e) {
     if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
@@ -566,7 +577,9 @@ static void *star_read_rows(void *argument) {
                     p = line;
                     break;
                 }
-                p = kinds[c] == 't' ? star_read_text(reader, p, c) : star_read_value(reader, kinds, outs, p, c, row);
+                p = kinds[c] == 't'   ? star_read_text(reader, p, c)
+                    : kinds[c] == 's' ? star_skip(reader, p)
+                                      : star_read_value(reader, kinds, outs, p, c, row);
                 if (p == NULL) break;
                 c++;
             } else if (b & SB_SPACE) {
@@ -677,7 +690,7 @@ static int star_join(StarReader *first, StarReader *second) {
         } else {
             star_numbers(second, c);
         }
-        if (first->kinds[c] != 't' && second->row != first->rows && second->rows)
+        if (first->kinds[c] != 't' && first->kinds[c] != 's' && second->row != first->rows && second->rows)
             memmove(first->outs[c] + 8 * first->rows, first->outs[c] + 8 * second->row, (size_t)second->rows * 8);
     }
     first->rows += second->rows, first->lines += second->lines;
@@ -712,11 +725,11 @@ PyObject *vitrio_star_read(PyObject *self, PyObject *args) {
     }
     for (; taken < columns; taken++) {
         char kind = kinds_in[taken];
-        if (kind != 'i' && kind != 'f' && kind != 't' && kind != '?') {
-            PyErr_SetString(PyExc_ValueError, "a kind is b'i', b'f', b't' or b'?'");
+        if (kind != 'i' && kind != 'f' && kind != 't' && kind != '?' && kind != 's') {
+            PyErr_SetString(PyExc_ValueError, "a kind is b'i', b'f', b't', b'?' or b's'");
             goto done;
         }
-        if (kind == 't') continue;
+        if (kind == 't' || kind == 's') continue;
         if (PyObject_GetBuffer(PyTuple_GetItem(outs, taken), views + taken, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
             goto done;
         if (views[taken].len % 8 || (uintptr_t)views[taken].buf % 8) {
