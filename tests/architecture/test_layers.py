@@ -77,6 +77,7 @@ OPTIONAL = (
     "google_crc32c",
     "fsspec",
     "aiohttp",
+    "ml_dtypes",
 )
 """Optional heavy dependencies: the only imports that may stand inside a function, where they are used."""
 
