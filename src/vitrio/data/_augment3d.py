@@ -28,6 +28,7 @@ was; a half turn keeps a symmetric range's wedge.
 
 from __future__ import annotations
 
+import functools
 import operator
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -391,6 +392,18 @@ def standard_normal(generator: np.random.Generator, shape: tuple[int, ...]) -> n
     return values[:count].reshape(shape)
 
 
+@functools.lru_cache(maxsize=8)
+def _frequency_radius(shape: tuple[int, ...]) -> np.ndarray:
+    """The magnitude of each frequency of a real FFT of a volume of `shape`, in cycles per voxel (read
+    only: made once for each shape of the batches a loader transforms)."""
+    frequencies = np.meshgrid(
+        np.fft.fftfreq(shape[0]), np.fft.fftfreq(shape[1]), np.fft.rfftfreq(shape[2]), indexing="ij"
+    )
+    radius = np.sqrt(sum(f**2 for f in frequencies))
+    radius.flags.writeable = False
+    return radius
+
+
 class RandomLowPass(Augmentation):
     """Low-pass filter each row, with `probability`, at a cutoff drawn uniformly from `cutoff`.
 
@@ -428,13 +441,7 @@ class RandomLowPass(Augmentation):
     def _filter(self, volumes: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         cutoffs = generator.uniform(*self._cutoff, size=len(volumes))
         axes = (-3, -2, -1)
-        frequencies = np.meshgrid(
-            np.fft.fftfreq(volumes.shape[-3]),
-            np.fft.fftfreq(volumes.shape[-2]),
-            np.fft.rfftfreq(volumes.shape[-1]),
-            indexing="ij",
-        )
-        radius = np.sqrt(sum(f**2 for f in frequencies))
+        radius = _frequency_radius(volumes.shape[-3:])
         # numpy 2 transforms complex64 far faster scaled than unscaled, so the forward transform is
         # scaled by 1 / voxels (norm="forward") as well as the inverse, and the kept frequencies are
         # scaled back by the number of voxels
