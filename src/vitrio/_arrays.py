@@ -126,8 +126,9 @@ def gather(images: np.ndarray, indices: np.ndarray, out: np.ndarray, slots: np.n
     """Copy `images[indices[j]]` into `out[slots[j]]` for every `j`, converting to `out`'s type.
 
     Slots that make one contiguous block of `out` of the images' type take
-    one `numpy.take`; others one `numpy.copyto` each. The indices must be
-    within `images`.
+    one gather (`numpy.take`, or where `images` is not in row order, such as a
+    DataFrame's columns, fancy indexing: `take` would copy all of `images`
+    first); others one `numpy.copyto` each. The indices must be within `images`.
     """
     if len(slots) == 1:
         np.copyto(out[int(slots[0])], images[int(indices[0])], casting="unsafe")
@@ -140,8 +141,11 @@ def gather(images: np.ndarray, indices: np.ndarray, out: np.ndarray, slots: np.n
         and bool((np.diff(slots) == 1).all())
     ):
         block = out[first : first + len(slots)]
-        if block.flags.c_contiguous:
+        if block.flags.c_contiguous and images.flags.c_contiguous:
             np.take(images, indices, axis=0, out=block, mode="clip")
+            return
+        if block.flags.c_contiguous:
+            block[...] = images[indices]
             return
     for index, slot in zip(indices.tolist(), slots.tolist()):
         np.copyto(out[slot], images[index], casting="unsafe")

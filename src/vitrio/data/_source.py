@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .._arrays import as_casting, check_destination_type
+from .._arrays import as_casting, check_destination_type, gather
 from .._concurrency import Completion, run_tasks
 from .._loading import ImageLoader
 from .._numerical import numpy_dtype
@@ -184,10 +184,7 @@ class ArraySource(Source):
         rows = np.asarray(rows, dtype=np.int64)
 
         def copy() -> None:
-            if self._array.flags.c_contiguous:
-                np.take(self._array, rows, axis=0, out=out, mode="clip")
-            else:  # take would copy all of it first (a DataFrame's columns are a transposed array)
-                out[...] = self._array[rows]
+            gather(self._array, rows, out, np.arange(len(rows)))
 
         if loader is None or out.nbytes < _INLINE_BYTES or self._array.dtype.hasobject:
             copy()
