@@ -51,7 +51,8 @@ def read_particles(
         storage_options: What fsspec takes to reach a URL (`{"anon": True}`...).
         columns: The columns (a `.cs` file's fields) to read, such as `["rlnImageName",
             "rlnDefocusU", "rlnDefocusV"]`; the others are passed over, never converted nor kept, which
-            makes a table of millions of rows several times faster to read. Defaults to all.
+            makes a table of millions of rows faster to read and takes less than half its memory.
+            Defaults to all.
 
     Returns:
         The particles, a row each, in the order of the file.

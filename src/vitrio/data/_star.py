@@ -96,7 +96,7 @@ def read_star_particles(path: str | os.PathLike[str], columns: Iterable[str] | N
             rlnImageName (naming the blocks it has), a particle's optics
             group is not in data_optics, or a column asked for is in neither.
     """
-    asked = None if columns is None else [columns] if isinstance(columns, str) else list(columns)
+    asked = None if columns is None else dict.fromkeys([columns] if isinstance(columns, str) else columns)
     read = None if asked is None else {*asked, "rlnImageName", "rlnOpticsGroup"}
     particles = _particles(path, _read_blocks(path, None if read is None else lambda names: read))
     if asked is None:
@@ -107,7 +107,7 @@ def read_star_particles(path: str | os.PathLike[str], columns: Iterable[str] | N
             f"{path}: no column {', '.join(absent)} among the particles' or their optics groups' "
             f"({', '.join(particles.columns)})"
         )
-    return particles[[c for c in particles.columns if c in read and c in asked]]
+    return particles[[c for c in particles.columns if c in asked]]
 
 
 def _particles(path: str | os.PathLike[str], blocks: Mapping[str, pd.DataFrame]) -> pd.DataFrame:

@@ -58,13 +58,9 @@ class _Lines:
     """The text of a file, taken a line or a chunk of whole lines at a time, counting its lines; a UTF-8
     byte order mark at its start is skipped, as Python's text files (starfile's) skip it."""
 
-    def __init__(self, text: Buffer, file: BinaryIO, path: str | os.PathLike[str]):
+    def __init__(self, text: Buffer):
         self.text = text
         """The text: bytes, or a map of the file."""
-        self.file = file
-        """The file open, whose bytes `text` holds from its start."""
-        self.path = path
-        """The file's path, to name in errors."""
         self._view = memoryview(text)
         self.position = len(codecs.BOM_UTF8) if self._view[: len(codecs.BOM_UTF8)] == codecs.BOM_UTF8 else 0
         """Where the next line starts."""
@@ -156,7 +152,7 @@ def parse_star(
             is larger than `limit` or cut short while it is read.
     """
     text = _mapped(path, file, limit)
-    lines = _Lines(text, file, path)
+    lines = _Lines(text)
     blocks: dict[str, Any] = {}
     line = lines.peek()
     while line is not None:
@@ -290,9 +286,9 @@ SAMPLE_ROWS = 1024
 
 class _PlainColumns:
     """The columns of a loop's plain rows as they are read: the numbers of a column in one array, first
-    first of room for a sample of rows (`SAMPLE_ROWS`, fewer where `size` bytes cannot hold them), then
-    of the rows the sample foretells (pages never written cost nothing), grown if more come; the text of
-    a column as the Arrow strings of each reading; nothing of a column `kept` leaves out."""
+    of room for a sample of rows (`SAMPLE_ROWS`, fewer where the text cannot hold them), then of the
+    rows the sample foretells (pages never written cost nothing), grown if more come; the text of a
+    column as the Arrow strings of each reading; nothing of a column `kept` leaves out."""
 
     def __init__(self, kept: list[bool]):
         self.kinds = b"".join(b"?" if keep else b"s" for keep in kept)
@@ -302,15 +298,13 @@ class _PlainColumns:
         for a column skipped)."""
         self.rows = 0
         """How many rows were read."""
-        self._started = False
 
     def outs(self, size: int) -> tuple[Any, ...]:
         """Where `star_read` writes the rows of the next `size` bytes: the columns of numbers from the
         rows read on, with room for at least one row."""
-        if not self._started:  # a row holds a value and a space or line end a column at least
-            rows = min(size // (2 * len(self.values)), SAMPLE_ROWS) + 1
+        if any(values is None for values in self.values):  # the first reading: room for the sample
+            rows = min(size // (2 * len(self.values)), SAMPLE_ROWS) + 1  # a value and a space a column
             self.values = [np.empty(rows, np.int64) if v is None else v for v in self.values]
-            self._started = True
         for number, values in enumerate(self.values):
             if not isinstance(values, list) and len(values) <= self.rows:
                 self._resize(number, 2 * len(values))
@@ -335,9 +329,7 @@ class _PlainColumns:
             if kind == ord("t"):
                 self.values[number] = values if isinstance(values, list) else []
                 self.values[number].extend(next(texts_of))
-            elif kind == ord("f") and known == ord(
-                "i"
-            ):  # integers so far, other numbers now: all are numbers
+            elif kind == ord("f") and known == ord("i"):  # integers so far, other numbers now: all numbers
                 numbers = values.view(np.float64)
                 numbers[: self.rows] = values[: self.rows]
                 self.values[number] = numbers
