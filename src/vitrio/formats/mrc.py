@@ -133,6 +133,12 @@ _READ = ("nx", "ny", "nz", "mode", "mx", "my", "mz", "cella", "mapc", "mapr", "m
 _READ += ("dmin", "dmax", "dmean", "ispg", "nsymbt", "map", "rms")
 
 
+def _values_of(name: str) -> int:
+    """How many values field `name` holds (the cell's lengths three); text is one."""
+    dtype = _HEADER.fields[name][0]
+    return 1 if dtype.base.kind == "S" else dtype.itemsize // dtype.base.itemsize
+
+
 def _header_struct(order: str) -> struct.Struct:
     """The fields of `_READ` as `struct` reads them from a header in byte order `order`, one value each
     (the cell's three lengths three), the bytes between them skipped."""
@@ -141,8 +147,7 @@ def _header_struct(order: str) -> struct.Struct:
         dtype, offset = _HEADER.fields[name][:2]
         base = dtype.base
         codes.append(f"{offset - at}x" if offset > at else "")
-        count = dtype.itemsize // base.itemsize
-        codes.append(f"{base.itemsize}s" if base.kind == "S" else f"{count}{base.char}")
+        codes.append(f"{base.itemsize}s" if base.kind == "S" else f"{_values_of(name)}{base.char}")
         at = offset + dtype.itemsize
     return struct.Struct("".join(codes))
 
@@ -150,13 +155,16 @@ def _header_struct(order: str) -> struct.Struct:
 _HEADER_IN = {order: _header_struct(order) for order in "<>"}
 """The fields of the header a reader takes, in each byte order, made once: a file's header is read at
 every open, and at every check of its shape."""
-_NAMES = _READ[:7] + ("cell_x", "cell_y", "cell_z") + _READ[8:]
-"""The names of the values `_HEADER_IN` reads, the cell's lengths one by one."""
+_NAMES = tuple(
+    name if _values_of(name) == 1 else f"{name}_{i}" for name in _READ for i in range(_values_of(name))
+)
+"""The names of the values `_HEADER_IN` reads: a field's own, or of a field of several values, its name
+and the value's place (`cella_0`, `cella_1`, `cella_2`)."""
 
 
 def _fields(head: bytes, order: str) -> dict[str, Any]:
     """The fields a reader takes of the header that starts `head` (of at least `HEADER_BYTES`), in byte
-    order `order`, as Python values by name (the cell's lengths `cell_x`, `cell_y`, `cell_z`)."""
+    order `order`, as Python values by name (`_NAMES`)."""
     return dict(zip(_NAMES, _HEADER_IN[order].unpack_from(head)))
 
 
@@ -203,7 +211,7 @@ class _Header:
         self.order, fields = _byte_order(key, head)
         self.nx, self.ny, self.nz, self.mode = fields["nx"], fields["ny"], fields["nz"], fields["mode"]
         self.mx, self.my, self.mz = fields["mx"], fields["my"], fields["mz"]
-        self.cell = fields["cell_x"], fields["cell_y"], fields["cell_z"]
+        self.cell = fields["cella_0"], fields["cella_1"], fields["cella_2"]
         self.axes = fields["mapc"], fields["mapr"], fields["maps"]
         self.ispg, self.nsymbt = fields["ispg"], fields["nsymbt"]
         self.statistics = HeaderStatistics(fields["dmin"], fields["dmax"], fields["dmean"], fields["rms"])
