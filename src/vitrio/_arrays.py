@@ -130,8 +130,9 @@ def gather(images: np.ndarray, indices: np.ndarray, out: np.ndarray, slots: np.n
     DataFrame's columns, fancy indexing: `take` would copy all of `images`
     first); others one `numpy.copyto` each. The indices must be within `images`.
     """
-    if len(slots) == 1:
-        np.copyto(out[int(slots[0])], images[int(indices[0])], casting="unsafe")
+    if len(slots) == 1:  # a slice of one, so that a row of one value stays an array
+        slot, index = int(slots[0]), int(indices[0])
+        np.copyto(out[slot : slot + 1], images[index : index + 1], casting="unsafe")
         return
     first = int(slots[0]) if len(slots) else 0
     if (
@@ -148,4 +149,4 @@ def gather(images: np.ndarray, indices: np.ndarray, out: np.ndarray, slots: np.n
             block[...] = images[indices]
             return
     for index, slot in zip(indices.tolist(), slots.tolist()):
-        np.copyto(out[slot], images[index], casting="unsafe")
+        np.copyto(out[slot : slot + 1], images[index : index + 1], casting="unsafe")

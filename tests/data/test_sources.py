@@ -327,6 +327,9 @@ def test_array_source_of_an_array_not_in_row_order_reads_its_rows_in_place(loade
     rows = [499, 0, 3, 3]
     np.testing.assert_array_equal(read(ArraySource(array), rows, loader), array[rows])
     assert all(size < array.size for size in taken)
+    for column in (array[:, 0], np.ascontiguousarray(array[:, 0])):  # a value a row, one row or several
+        np.testing.assert_array_equal(read(ArraySource(column), [7], loader), column[[7]])
+        np.testing.assert_array_equal(read(ArraySource(column), [7, 2], loader), column[[7, 2]])
 
 
 def test_sources_follow_the_protocol(stacks):
