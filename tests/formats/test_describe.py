@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import vitrio as vio
 from vitrio.formats import _contract
-from vitrio.formats._registry import describe_file, open_reader
+from vitrio.formats._registry import describe_file, describe_files, open_reader
 
 
 def _outcome(call, key):
@@ -87,6 +87,65 @@ def test_an_mrc_header_changed_anyhow_is_described_as_its_reader_says(
     path = folder / f"changed{extension}"
     path.write_bytes(bytes(raw[: len(raw) - cut]))
     assert_described_as_opened(str(path))
+
+
+CHANGES = st.lists(
+    st.tuples(
+        st.sampled_from(sorted(HEADER_FIELDS)),
+        st.sampled_from([-1, 0, 1, 2, 3, 4, 6, 12, 101, 401, 7, 1 << 20, 0x11, 0x44, 1024]),
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=60)
+@given(
+    kinds=st.lists(st.tuples(CHANGES, st.sampled_from([".mrc", ".mrcs"])), min_size=1, max_size=3),
+    order=st.lists(st.tuples(st.integers(0, 2), st.floats(-10, 10, width=32)), min_size=1, max_size=8),
+)
+def test_many_files_are_described_each_as_alone(tmp_path_factory, kinds, order):
+    """`describe_files`, which describes files alike once, gives of each file what `describe_file`
+    does, in order: the same descriptors, warnings naming each file, and the first error."""
+    folder = tmp_path_factory.mktemp("many")
+    keys = []
+    for number, (kind, mean) in enumerate(order):
+        changes, extension = kinds[kind % len(kinds)]
+        raw = bytearray(_mrc(folder / "made.mrc", np.zeros((3, 6, 5), np.float32), dmean=mean, rms=abs(mean)))
+        for name, value in changes:
+            offset, code = HEADER_FIELDS[name]
+            encoded = (
+                (b"MAP " if value % 2 else b"PAM\0")
+                if code == "S4"
+                else np.array(value).astype(code).tobytes()
+            )
+            raw[offset : offset + len(encoded)] = encoded
+        keys.append(str(folder / f"{number}{extension}"))
+        (folder / f"{number}{extension}").write_bytes(bytes(raw))
+    assert _outcome(lambda keys: list(describe_files(keys)), keys) == _outcome(
+        lambda keys: [describe_file(key) for key in keys], keys
+    )
+
+
+def test_files_alike_are_described_once(tmp_path, monkeypatch):
+    paths = []
+    for number in range(5):
+        paths.append(tmp_path / f"stack{number}.mrcs")
+        _mrc(paths[-1], np.full((4, 6, 5), number, np.float32))  # statistics of their own
+    _mrc(tmp_path / "other.mrcs", np.zeros((3, 6, 5), np.float32))
+    described = []
+    original = vio.formats.mrc.MrcFormat.describe.__func__
+    monkeypatch.setattr(
+        vio.formats.mrc.MrcFormat,
+        "describe",
+        classmethod(lambda cls, key, *rest: described.append(key) or original(cls, key, *rest)),
+    )
+    keys = [str(path) for path in (*paths, tmp_path / "other.mrcs", paths[0])]
+    descriptors = list(describe_files(keys))
+    assert descriptors == [vio.ImageDescriptor((4, 6, 5), 2, "float32")] * 5 + [
+        vio.ImageDescriptor((3, 6, 5), 2, "float32"),
+        vio.ImageDescriptor((4, 6, 5), 2, "float32"),
+    ]
+    assert described == [keys[0], keys[5]]
 
 
 @pytest.mark.parametrize(

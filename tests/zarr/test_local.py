@@ -11,6 +11,8 @@ import mrcfile
 import numpy as np
 import pytest
 import zarr
+from hypothesis import example, given
+from hypothesis import strategies as st
 from ome_zarr.io import parse_url
 from ome_zarr.reader import Reader
 from ome_zarr.writer import write_image
@@ -19,7 +21,7 @@ from ome_zarr_models.v04.image import Image
 import vitrio as vio
 import vitrio.formats.zarr
 from vitrio._config import configuration, configure
-from vitrio.formats.zarr import ChunkCache, OmeZarrFormat, parse_key
+from vitrio.formats.zarr import ChunkCache, OmeZarrFormat, _keys, parse_key
 
 from .conftest import CHUNKS, SHAPE
 
@@ -58,6 +60,22 @@ def test_a_store_is_told_by_its_name_or_its_metadata(tmp_path):
     np.testing.assert_array_equal(vio.read(tmp_path / "plain"), values)
     assert not OmeZarrFormat.claims_key(str(tmp_path / "plain")) and not OmeZarrFormat.claims_key("a.mrc#2")
     assert OmeZarrFormat.claims_key("https://host/data/run") and OmeZarrFormat.claims_key("x.ZARR#1")
+
+
+@given(
+    st.lists(
+        st.sampled_from(["a", ".", "/", "#", "1", "#2", ".zarr", ".ZARR", ".mrcs", "s3://", "file://", "\\"]),
+        max_size=6,
+    ).map("".join)
+)
+@example("s3://host/run#1.5")  # a URL without an extension, and a mark that names no level
+def test_a_key_with_an_extension_is_told_from_a_store_as_the_whole_rule_tells_it(key):
+    """`names_store` answers a key with an extension, no `#` and no `.zarr` at once: as parsing it does."""
+    try:
+        parsed = _keys._names_local(parse_key(key).store)
+    except ValueError:
+        parsed = "#" in key and _keys._names_local(key.rpartition("#")[0])
+    assert _keys.names_store(key) == parsed
 
 
 def test_levels_by_key_and_by_option(tomogram):

@@ -221,8 +221,10 @@ def plan_files(
     np.maximum.at(largest, key_ids, indices)
     shape: tuple[int, ...] = ()
     served = []
-    for number, (key, index) in enumerate(zip(keys if check else keys[:1], largest.tolist())):
-        descriptor = readers.query_descriptor(key)
+    asked = keys if check else keys[:1]
+    for number, (key, index, descriptor) in enumerate(
+        zip(asked, largest.tolist(), readers.query_descriptors(asked))
+    ):
         indexed = descriptor if whole else section_view(descriptor) or descriptor
         if not whole and not indexed.is_stack:
             raise ValueError(f"{key}: holds a single image, not a stack: name the file, not an index in it")

@@ -22,10 +22,11 @@ not say.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -43,6 +44,7 @@ class FormatWarning(UserWarning):
 
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
+_noting = threading.local()
 
 
 def warn_header(message: str, stacklevel: int = 2) -> None:
@@ -51,12 +53,29 @@ def warn_header(message: str, stacklevel: int = 2) -> None:
     A message names its file, so a file opened many times (by each worker,
     or each epoch) warns once. A warning turned into an error raises each time.
     """
+    noted = getattr(_noting, "messages", None)
+    if noted is not None:
+        noted.append(message)
     with _warned_lock:
         if message in _warned:
             return
     warnings.warn(message, FormatWarning, stacklevel=stacklevel + 1)
     with _warned_lock:
         _warned.add(message)
+
+
+@contextlib.contextmanager
+def header_warnings_noted() -> Iterator[list[str]]:
+    """The messages `warn_header` is called with on this thread within, whether or not it warns of
+    them again."""
+    outer = getattr(_noting, "messages", None)
+    _noting.messages = noted = []
+    try:
+        yield noted
+    finally:
+        _noting.messages = outer
+        if outer is not None:
+            outer.extend(noted)
 
 
 class HeaderStatistics(NamedTuple):
@@ -132,6 +151,13 @@ class Format(ABC):
         """
         with cls.open(key, source, head) as reader:
             return reader.descriptor
+
+    @classmethod
+    def describes_alike(cls, key: str, head: bytes, size: int) -> Hashable | None:
+        """What `describe` of the file at `key` of `size` bytes that starts with `head` depends on, but
+        for the key in its messages: files that give the same are described alike, so that checking
+        many files describes each kind once. None (the default) where the format cannot tell."""
+        return None
 
     @classmethod
     def open_events(cls, key: str, source: ByteSource, head: bytes) -> Any:

@@ -15,7 +15,7 @@ import importlib.metadata
 import os
 import threading
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +23,7 @@ import numpy as np
 from .._errors import redact, redact_error
 from .._storage import ByteSource, Storage
 from .._types import ImageDescriptor, as_key, as_voxel_size
-from ._contract import Format, FormatError, ImageReader, ImageWriter
+from ._contract import Format, FormatError, ImageReader, ImageWriter, header_warnings_noted
 
 if TYPE_CHECKING:
     from .._storage import Storage
@@ -35,6 +35,7 @@ __all__ = [
     "resolve_formats",
     "formats_configuration",
     "describe_file",
+    "describe_files",
     "open_reader",
     "create_writer",
 ]
@@ -194,20 +195,45 @@ def _claiming(
     return None
 
 
+_Described = dict[tuple[type[Format], Hashable], ImageDescriptor]
+"""Descriptions already made, by format and what its `describes_alike` says of the files."""
+
+
 def _recognizing(
-    key: str, source: ByteSource, head: bytes, candidates: tuple[type[Format], ...], describe: bool
+    key: str,
+    source: ByteSource,
+    head: bytes,
+    candidates: tuple[type[Format], ...],
+    described: _Described | None,
 ) -> ImageReader | ImageDescriptor | None:
-    """A reader of `source` from the first of `candidates` that recognizes its `head` (with `describe`,
-    what that format's `describe` says of it)."""
+    """A reader of `source` from the first of `candidates` that recognizes its `head` (with `described`,
+    what that format's `describe` says of it, taken from there for a file described alike)."""
     extension = _extension(key)
     for candidate in candidates:
         if candidate.recognizes(head, extension):
-            if describe:
-                return candidate.describe(key, source, head)
+            if described is not None:
+                return _describe_alike(candidate, key, source, head, described)
             reader = candidate.open(key, source, head)
             reader.format_name = candidate.name
             return reader
     return None
+
+
+def _describe_alike(
+    chosen: type[Format], key: str, source: ByteSource, head: bytes, described: _Described
+) -> ImageDescriptor:
+    """What `chosen` describes the file as: the description of a file it described alike, else its
+    own, kept for the files alike where it made it without a warning (which names its file)."""
+    alike = chosen.describes_alike(key, head, source.size)
+    if alike is None:
+        return chosen.describe(key, source, head)
+    found = described.get((chosen, alike))
+    if found is None:
+        with header_warnings_noted() as warned:
+            found = chosen.describe(key, source, head)
+        if not warned:
+            described[chosen, alike] = found
+    return found
 
 
 def open_reader(
@@ -238,7 +264,7 @@ def open_reader(
         if storage is not None:
             raise TypeError(f"{redact(key)}: give storage or storage_options, not both")
         storage = storage_options
-    return _first_format(key, Storage.of(storage), formats, describe=False)
+    return _first_format(key, Storage.of(storage), formats, None)
 
 
 def describe_file(
@@ -250,14 +276,32 @@ def describe_file(
     Raises:
         As `open_reader`.
     """
-    return _first_format(as_key(key), Storage.of(storage), formats, describe=True)
+    return _first_format(as_key(key), Storage.of(storage), formats, {})
+
+
+def describe_files(
+    keys: Sequence,
+    storage: Storage | Mapping[str, Any] | None = None,
+    formats: Iterable[type[Format]] | None = None,
+) -> Iterator[ImageDescriptor]:
+    """What the file at each of `keys` holds, one after another, as `describe_file` says of each: files
+    their format says are alike (`Format.describes_alike`) are described once.
+
+    Raises:
+        As `open_reader`, for the first file that raises, when it is reached.
+    """
+    storage, formats = Storage.of(storage), None if formats is None else resolve_formats(formats)
+    described: _Described = {}
+    for key in keys:
+        yield _first_format(as_key(key), storage, formats, described)
 
 
 def _first_format(
-    key: str, storage: Storage, formats: Iterable[type[Format]] | None, describe: bool
+    key: str, storage: Storage, formats: Iterable[type[Format]] | None, described: _Described | None
 ) -> ImageReader | ImageDescriptor:
-    """A reader of the file at `key` from the first of `formats` that claims it, or with `describe` what
-    that format says the file holds, as `open_reader` and `describe_file` say."""
+    """A reader of the file at `key` from the first of `formats` that claims it, or, given `described`,
+    what that format says the file holds, as `open_reader` and `describe_file` say."""
+    describe = described is not None
     candidates = resolve_formats(formats)
     found = _claiming(key, candidates, storage, describe)
     if found is not None:
@@ -275,11 +319,11 @@ def _first_format(
         if remote:
             candidates += _plugins_added(candidates) if formats is None else ()
             candidates = tuple(c for c in candidates if c.reads_urls)
-        found = _recognizing(key, source, head, candidates, describe)
+        found = _recognizing(key, source, head, candidates, described)
         if found is None and formats is None and not remote:
             plugins = _plugins_added(candidates)
             candidates += plugins
-            found = _recognizing(key, source, head, plugins, describe)
+            found = _recognizing(key, source, head, plugins, described)
         if found is not None:
             if describe:
                 source.close()

@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+from collections.abc import Hashable
 from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
@@ -160,6 +161,23 @@ _NAMES = tuple(
 )
 """The names of the values `_HEADER_IN` reads: a field's own, or of a field of several values, its name
 and the value's place (`cella_0`, `cella_1`, `cella_2`)."""
+
+
+def _joined(spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """`spans` in order, each joined with the one before it where they touch."""
+    joined: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if joined and joined[-1][1] == start:
+            start = joined.pop()[0]
+        joined.append((start, end))
+    return tuple(joined)
+
+
+_DESCRIBED_BY = _joined(
+    [_SPANS[name] for name in (*_READ, "machst") if name not in ("dmin", "dmax", "dmean", "rms")]
+)
+"""Where the fields lie that what a file holds is read from: those a reader takes, but the statistics,
+and the machine stamp."""
 
 
 def _fields(head: bytes, order: str) -> dict[str, Any]:
@@ -347,6 +365,12 @@ class MrcFormat(Format):
         plan = _plan(key, head, source.size)
         check_size(key, source.size, plan.offset + plan.data_bytes)
         return plan.descriptor
+
+    @classmethod
+    def describes_alike(cls, key: str, head: bytes, size: int) -> Hashable:
+        """The header's fields `describe` reads (`_DESCRIBED_BY`), the size, and whether the key names
+        a stack of images (`.mrcs`)."""
+        return (key.lower().endswith(".mrcs"), size, *[head[start:end] for start, end in _DESCRIBED_BY])
 
     stores_voxel_size = True
 

@@ -63,6 +63,8 @@ def names_store(key: str) -> bool:
     Decided by the key's spelling, and for a path without an extension by whether it is a directory
     holding Zarr metadata; nothing is read.
     """
+    if "#" not in key and ".zarr" not in key.lower() and os.path.splitext(key.rstrip("/"))[1]:
+        return False  # a file's name, as image files have (as `_names_local` finds, at less cost)
     try:
         parsed = parse_key(key)
     except ValueError:
