@@ -93,7 +93,7 @@ def test_an_abandoned_iteration_is_resumed_and_set_epoch_chooses_afresh():
         ({"shard": [0, 2]}, "shard"),
         ({"shuffle": False}, "shuffle"),
         ({"drop_last": True}, "drop_last"),
-        ({"version": 2}, "version"),
+        ({"version": 1}, "version"),  # orders of more than 65,536 rows were drawn otherwise
         ({"batches": 99}, "batches"),
         ({"epoch": -1}, "epoch"),
     ],

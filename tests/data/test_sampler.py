@@ -82,3 +82,51 @@ def test_errors():
 def test_batches_are_integer_arrays():
     batch = next(iter(BatchSampler(10, 4, shuffle=True, seed=1)))
     assert isinstance(batch, np.ndarray) and batch.dtype.kind == "i"
+
+
+LARGE = 65_537  # one row past the epochs whose whole order numpy draws
+
+
+@pytest.mark.parametrize("size,batch_size,count", [(LARGE, 1000, 1), (100_003, 4096, 1), (LARGE + 5, 700, 3)])
+def test_large_epochs_draw_every_row_once_a_block_at_a_time(size, batch_size, count):
+    shards = [BatchSampler(size, batch_size, shuffle=True, seed=9, shard=(rank, count)) for rank in range(count)]
+    drawn = [epoch_rows(sampler) for sampler in shards]
+    assert [rows == sampler.order(0).tolist() for rows, sampler in zip(drawn, shards)] == [True] * count
+    everything = np.sort(np.concatenate(drawn))
+    order = BatchSampler(size, batch_size, shuffle=True, seed=9).order(0)
+    np.testing.assert_array_equal(everything, np.sort(np.concatenate([order, order[: len(everything) - size]])))
+    np.testing.assert_array_equal(np.unique(everything), np.arange(size))
+    assert drawn[0] != epoch_rows(shards[0]), "each epoch an order of its own"
+
+
+def test_a_large_epoch_is_resumed_where_it_stopped():
+    sampler = BatchSampler(LARGE * 2, 5000, shuffle=True, seed=4)
+    batches = iter(sampler)
+    for _ in range(15):  # past the first block worked out
+        next(batches)
+    resumed = BatchSampler(LARGE * 2, 5000, shuffle=True, seed=4)
+    resumed.load_state_dict(sampler.state_dict())
+    np.testing.assert_array_equal(np.concatenate(list(resumed)), np.concatenate(list(batches)))
+
+
+def test_the_first_batch_of_an_epoch_never_draws_its_whole_order():
+    """An epoch of 10^12 rows, whose order would take 8 TB: its batches are worked out as drawn."""
+    sampler = BatchSampler(10**12, 64, shuffle=True, seed=0)
+    first, second = next(iter(sampler)), next(iter(sampler))
+    assert len(set(first.tolist()) | set(second.tolist())) == 128
+    assert 0 <= min(first.min(), second.min()) and max(first.max(), second.max()) < 10**12
+
+
+def test_where_the_rows_of_a_large_epoch_land_is_spread_evenly():
+    order = BatchSampler(1_000_003, 64, shuffle=True, seed=1).order(0)
+    size = len(order)
+    # each tenth of the places holds a tenth of each tenth of the rows, as a uniform shuffle has it
+    counts = np.histogram2d(np.arange(size), order, bins=10)[0]
+    assert np.abs(counts / (size / 100) - 1).max() < 0.03, counts
+    neighbours = np.abs(np.diff(order))  # rows side by side in the file do not stay side by side
+    assert 0.018 < (neighbours < size // 100).mean() < 0.022
+    assert abs(np.corrcoef(order[:-1], order[1:])[0, 1]) < 0.01
+    # the first row of an epoch, over many seeds, is any of them alike (a chi-squared test)
+    firsts = [next(iter(BatchSampler(LARGE, 1, shuffle=True, seed=seed)))[0] for seed in range(500)]
+    counts = np.bincount(np.asarray(firsts) * 10 // LARGE, minlength=10)
+    assert ((counts - 50) ** 2 / 50).sum() < 27.9  # the 0.999 quantile of 9 degrees of freedom

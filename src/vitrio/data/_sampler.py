@@ -13,7 +13,7 @@ import numpy as np
 __all__ = ["BatchSampler"]
 
 _SEED_MASK = (1 << 64) - 1
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 
 
 class BatchSampler:
@@ -166,14 +166,17 @@ class BatchSampler:
 
     def order(self, epoch: int) -> np.ndarray:
         """The rows of the shard in the order an epoch draws them."""
-        if self._shuffle:
-            rows = np.random.default_rng([self._seed, operator.index(epoch)]).permutation(self._size)
-        else:
-            rows = np.arange(self._size, dtype=np.int64)
+        return self._rows(operator.index(epoch), 0, -(-self._size // self._shard[1]))
+
+    def _rows(self, epoch: int, start: int, stop: int) -> np.ndarray:
+        """The rows the shard draws from place `start` to `stop` of the epoch's order: the rows of
+        the epoch's order (`_Shuffle`) at every count-th place from the rank's, counting around
+        past the end (as the first rows repeated there)."""
         rank, count = self._shard
+        places = np.arange(start, stop, dtype=np.int64) * count + rank
         if count > 1:
-            rows = np.resize(rows, -(-self._size // count) * count)[rank::count]
-        return rows
+            places %= max(self._size, 1)
+        return _Shuffle(self._size, self._seed, epoch)[places] if self._shuffle else places
 
     def __len__(self) -> int:
         """How many batches an epoch has."""
@@ -185,15 +188,21 @@ class BatchSampler:
         epoch, skip = self._epoch, self._skip
         self._epoch, self._skip = epoch + 1, 0
         self._drawing = [epoch, skip]
-        return self._batches(self.order(epoch), self._drawing)
+        return self._batches(epoch, self._drawing)
 
-    def _batches(self, rows: np.ndarray, drawing: list[int]) -> Iterator[np.ndarray]:
-        """Yield the batches of an epoch from drawing[1] on, counting each in drawing as it is drawn."""
-        count = len(self)
+    def _batches(self, epoch: int, drawing: list[int]) -> Iterator[np.ndarray]:
+        """Yield the batches of an epoch from drawing[1] on, counting each in drawing as it is drawn:
+        the rows of `_BLOCK_ROWS` or so worked out at a time, never the whole epoch's order at once."""
+        count, size = len(self), self._batch_size
+        rows, first = np.empty(0, np.int64), 0  # rows from place `first` of the shard's order
+        per_block = max(1, _BLOCK_ROWS // size) * size
         while drawing[1] < count:
-            first = drawing[1] * self._batch_size
+            start = drawing[1] * size
             drawing[1] += 1
-            yield rows[first : first + self._batch_size]
+            if not first <= start < first + len(rows):
+                first = start
+                rows = self._rows(epoch, start, min(start + per_block, -(-self._size // self._shard[1])))
+            yield rows[start - first : start - first + size]
         if self._drawing is drawing:
             self._drawing = None
 
@@ -202,6 +211,65 @@ class BatchSampler:
             f"BatchSampler(size={self._size}, batch_size={self._batch_size}, shuffle={self._shuffle}, "
             f"drop_last={self._drop_last}, shard={self._shard}, epoch={self._epoch})"
         )
+
+
+class _Shuffle:
+    """The order of an epoch that shuffles: a permutation of range(size), of the rows at any places
+    worked out without the others.
+
+    Of up to `_BLOCK_ROWS` rows, it is a permutation numpy draws, each one as likely. Of more, where
+    the whole order would cost memory and time before the first batch, each place goes through a
+    Feistel network of `_ROUNDS` rounds over the fewest bits, even in count, that hold size - 1, each
+    round's function MurmurHash3's finalizer (of 32 bits where the places fit them, else of 64) of one
+    half and a key of the seed and the epoch; a value past the end goes through it again until it
+    lands within (cycle walking), which keeps the whole a permutation. Such an order is one of those
+    its keys choose, not drawn from all permutations alike: where rows land is spread evenly, which
+    tests/data/test_sampler.py checks.
+    """
+
+    def __init__(self, size: int, seed: int, epoch: int):
+        self._drawn = None
+        if size <= _BLOCK_ROWS:
+            self._drawn = np.random.default_rng([seed, epoch]).permutation(size)
+            return
+        half = -(-max(size - 1, 1).bit_length() // 2)
+        self._type = np.uint32 if size < 1 << 32 else np.uint64
+        self._size, self._half, self._mask = (self._type(n) for n in (size, half, (1 << half) - 1))
+        keys = np.random.default_rng([seed, epoch]).integers(0, 1 << 64, _ROUNDS, np.uint64)
+        self._keys = keys.astype(self._type)  # the low bits where 32
+        self._mix = [(self._type(shift), self._type(factor)) for shift, factor in _MIX[self._type]]
+
+    def __getitem__(self, places: np.ndarray) -> np.ndarray:
+        if self._drawn is not None:
+            return self._drawn[places]
+        rows = self._network(places.astype(self._type))
+        past = np.flatnonzero(rows >= self._size)
+        while len(past):
+            rows[past] = self._network(rows[past])
+            past = past[rows[past] >= self._size]
+        return rows.astype(np.int64)
+
+    def _network(self, values: np.ndarray) -> np.ndarray:
+        left, right = values >> self._half, values & self._mask
+        for key in self._keys:
+            mixed = right ^ key
+            for shift, factor in self._mix:
+                mixed ^= mixed >> shift
+                mixed *= factor
+            mixed ^= mixed >> self._mix[0][0]
+            left, right = right, left ^ (mixed & self._mask)
+        return (left << self._half) | right
+
+
+_ROUNDS = 4
+_MIX = {
+    np.uint32: ((16, 0x85EBCA6B), (13, 0xC2B2AE35)),
+    np.uint64: ((33, 0xFF51AFD7ED558CCD), (33, 0xC4CEB9FE1A85EC53)),
+}
+"""MurmurHash3's finalizers of 32 and 64 bits: two xor-shifts each followed by a multiplication, then
+the first xor-shift again."""
+_BLOCK_ROWS = 1 << 16
+"""About how many rows of an epoch's order are worked out at a time."""
 
 
 def check_state(state: Mapping[str, Any], expected: Mapping[str, Any], owner: str) -> None:
