@@ -3,9 +3,10 @@ by the C extension's reader and by the general one, whole or fed to pandas a few
 
 The files have comments (indented, among rows, between blocks), quoted values (single, double, with
 spaces inside, empty), columns of integers (to 19 digits and past int64), of numbers (exponents, signs,
-NaN), of words and of a number then text, blank lines, CRLF, a byte order mark, blocks of single values
-and loops, empty loops. They keep clear of what starfile itself fails on or skips (a block with neither
-values nor a loop, a loop of comments alone). `VITRIO_DIFFERENTIAL=long` draws 20 times as many.
+NaN), of words (some of hundreds of bytes) and of a number then text, loops of up to 40 rows, blank
+lines, CRLF, a byte order mark, blocks of single values and loops, empty loops. They keep clear of what
+starfile itself fails on or skips (a block with neither values nor a loop, a loop of comments alone).
+`VITRIO_DIFFERENTIAL=long` draws 20 times as many.
 """
 
 from __future__ import annotations
@@ -41,12 +42,16 @@ _NUMBERS = st.one_of(
 # words as RELION writes names: never a `#` (a comment), a quote, `data` (a block's start, were it first)
 # or `_` first (a column's name, were it first in a loop's first row)
 _WORDS = st.text("abcxyzABC/_.@-0123456789", min_size=1, max_size=12).filter(lambda w: w[0] not in "_")
+# names longer than a block of 64 bytes, which the reader looks at a block at a time, some lines longer
+# than the 2 KiB it reads so
+_LONG_WORDS = st.builds(lambda w, n: w * n, _WORDS, st.integers(8, 200))
 _QUOTED_TEXT = st.text("abc xyz/.-0123456789", max_size=10)
 _QUOTED = st.builds(lambda quote, text: f"{quote}{text}{quote}", st.sampled_from(["'", '"']), _QUOTED_TEXT)
 _KINDS = {
     "integers": _INTEGERS,
     "numbers": _NUMBERS,
     "words": _WORDS,
+    "long words": _LONG_WORDS,
     "quoted": _QUOTED,
     "anything": st.one_of(_INTEGERS, _NUMBERS, _WORDS, _QUOTED),
 }
@@ -60,7 +65,7 @@ def _loop(draw) -> list[str]:
     kinds = [draw(st.sampled_from(sorted(_KINDS))) for _ in range(columns)]
     lines = ["loop_", *(f"_rlnColumn{c}{draw(st.sampled_from(['', f' #{c + 1}']))}" for c in range(columns))]
     lines += draw(st.lists(st.just(""), max_size=2))
-    rows = draw(st.integers(0, 6))
+    rows = draw(st.one_of(st.integers(0, 6), st.integers(20, 40)))  # many: most lines read by blocks
     for _ in range(rows):
         if rows and draw(st.integers(0, 4)) == 0:
             lines += draw(_GAPS)

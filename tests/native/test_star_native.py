@@ -79,7 +79,7 @@ def _loops(draw) -> bytes:
         "any": st.one_of(_NUMBERS, _WORDS, _ODD),
     }
     rows = []
-    for _ in range(draw(st.integers(0, 6))):
+    for _ in range(draw(st.one_of(st.integers(0, 6), st.integers(30, 60)))):  # many: lines read by blocks
         row = [draw(values[kind]) for kind in kinds]
         if draw(st.integers(0, 30)) == 0:
             row = row[:-1] if draw(st.booleans()) else [*row, "1"]
@@ -255,6 +255,33 @@ def test_a_long_loop_read_in_two_halves_as_pandas_reads_it(ending: str, monkeypa
     assert list(ours) == list(general)
     for name in general:
         pd.testing.assert_frame_equal(ours[name], general[name], check_exact=True)
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n"])
+def test_values_at_every_place_of_a_block_are_read_natively(ending):
+    """A line's values are found by blocks of 64 bytes: names of every length put value edges at every
+    place of a block and across blocks, among tabs, runs of spaces, blank lines, comments after values
+    (read byte by byte) and a line of more than 2 KiB; all read natively, each value as written."""
+    names, numbers, classes, lines = [], [], [], []
+    for row in range(300):
+        names.append("x" * (row % 150 + 1) + f"@{row}.mrcs")
+        numbers.append(row * 1.25 - 97)
+        classes.append(row % 7)
+        gap = [" ", "\t", "   ", " \t  "][row % 4]
+        line = f"{gap * (row % 3)}{names[-1]}{gap}{numbers[-1]:.6f}{gap}{classes[-1]}"
+        lines += [line + "  # a comment after the values" * (row % 17 == 0), *([""] * (row % 29 == 0))]
+    names[150], numbers[150], classes[150] = "z" * 2500, 1.5, 3
+    lines[lines.index(next(line for line in lines if "@150." in line))] = f"{names[150]} 1.5 3"
+    text = (ending.join(lines) + ending).encode()
+    outs = tuple(np.zeros(400, np.int64) for _ in range(3))
+    end, rows, line_ends, kinds, block, texts = _native.star_read(text, 0, b"???", outs)
+    assert (end, rows, line_ends, kinds, block) == (len(text), 300, len(lines), b"tfi", False)
+    assert _texts(texts) == [[name.encode() for name in names]]
+    np.testing.assert_array_equal(outs[1].view(np.float64)[:rows], numbers)
+    np.testing.assert_array_equal(outs[2][:rows], classes)
+    skipped = tuple(np.zeros(400, np.int64) for _ in range(3))
+    assert _native.star_read(text, 0, b"sfs", skipped)[1:4] == (300, len(lines), b"sfs")
+    np.testing.assert_array_equal(skipped[1].view(np.float64)[:rows], numbers)
 
 
 def test_text_of_megabytes_is_read_whole():

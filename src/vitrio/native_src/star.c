@@ -22,7 +22,9 @@
  *     each column of text, a list of (rows, offsets, data): the Arrow layout of a string array
  *     (offsets int64, rows + 1 of them; data, the values one after another) in memory of its own.
  *     None if the rows are not plain. The GIL is released while it reads; a text of more than
- *     2 MiB is read in two halves, the second by a thread of its own.
+ *     2 MiB is read in two halves, the second by a thread of its own. A line of spaces, tabs and
+ *     values alone (as RELION writes them) has its values found by the bits of its blocks of 64
+ *     bytes (SSE2), those of skipped columns never looked at; any other line is read byte by byte.
  *
  * Numbers are converted to the double nearest to their decimal value, as strtod converts them (±inf
  * past the largest, 0 or a subnormal below the smallest), bit for bit: of up to 19 digits making
@@ -444,17 +446,19 @@ static void star_numbers(StarReader *reader, Py_ssize_t c) {
     reader->kinds[c] = 'f';
 }
 
+static const uint8_t *star_read_other(StarReader *reader, const uint8_t *p, Py_ssize_t c, Py_ssize_t row);
+
 /* Reads the value at p into column c of row `row` (`reader->row + reader->rows`, as are `kinds` and `outs`
  * the reader's, held where the compiler need not load them again after each value): its end, or NULL
- * (the status set). */
+ * (the status set). A number spelled as most are is read here, in line; any other value by
+ * star_read_other. */
 static inline const uint8_t *star_read_value(StarReader *reader, char *kinds, uint8_t *const *outs,
                                              const uint8_t *p, Py_ssize_t c, Py_ssize_t row) {
-    const uint8_t *end = reader->end;
     char kind = kinds[c];
     double number;
     int64_t whole;
     int point;
-    const uint8_t *plain = star_plain_number(p, end, &number, &whole, &point);
+    const uint8_t *plain = star_plain_number(p, reader->end, &number, &whole, &point);
     if (plain != NULL && (kind == 'f' || (kind != 't' && !point))) { /* as most numbers are */
         if (kind == 'f' && !point) number = (double)whole;
         if (kind == 'f' || point) ((double *)outs[c])[row] = number;
@@ -462,6 +466,15 @@ static inline const uint8_t *star_read_value(StarReader *reader, char *kinds, ui
         if (kind == '?') kinds[c] = point ? 'f' : 'i';
         return plain;
     }
+    return star_read_other(reader, p, c, row);
+}
+
+/* Reads the value at p into column c of row `row`, as star_read_value, where it is not a number spelled
+ * as most are. */
+__attribute__((noinline)) static const uint8_t *star_read_other(StarReader *reader, const uint8_t *p,
+                                                                 Py_ssize_t c, Py_ssize_t row) {
+    const uint8_t *end = reader->end;
+    char kind = reader->kinds[c];
     if (kind != 't') {
         StarDecimal d;
         const uint8_t *q = star_decimal(p, end, &d);
@@ -507,13 +520,8 @@ static inline const uint8_t *star_read_value(StarReader *reader, char *kinds, ui
     return q;
 }
 
-/* Reads a value of text at p into column c: its end, or NULL (the status set). */
-static inline const uint8_t *star_read_text(StarReader *reader, const uint8_t *p, Py_ssize_t c) {
-    const uint8_t *q = star_value_end(p, reader->end);
-    if (q < reader->end && !(star_bytes[*q] & SB_AFTER)) {
-        reader->status = READ_NOT_PLAIN;
-        return NULL;
-    }
+/* Reads the value of text [p, q) into column c: q, or NULL (the status set). */
+static inline const uint8_t *star_add_text(StarReader *reader, const uint8_t *p, const uint8_t *q, Py_ssize_t c) {
     const uint8_t *s = p;
     while (s < q && !(star_bytes[*s] & SB_TEXT)) s++;
     size_t n = (size_t)(q - p);
@@ -526,6 +534,16 @@ static inline const uint8_t *star_read_text(StarReader *reader, const uint8_t *p
         return NULL;
     }
     return q;
+}
+
+/* Reads a value of text at p into column c: its end, or NULL (the status set). */
+static inline const uint8_t *star_read_text(StarReader *reader, const uint8_t *p, Py_ssize_t c) {
+    const uint8_t *q = star_value_end(p, reader->end);
+    if (q < reader->end && !(star_bytes[*q] & SB_AFTER)) {
+        reader->status = READ_NOT_PLAIN;
+        return NULL;
+    }
+    return star_add_text(reader, p, q, c);
 }
 
 /* Passes over the value at p of a skipped column: its end, or NULL (the status set) where it is not plain. */
@@ -551,6 +569,99 @@ static inline const uint8_t *star_spaces(const uint8_t *p, const uint8_t *e) {
     return p;
 }
 
+#ifdef __SSE2__
+#define STAR_LINE_BLOCKS 32 /* a line of up to 32 blocks of 64 bytes is read by star_indexed_line */
+
+/* Of the 64 bytes from p, a bit each (the first the lowest): in *separators the spaces and tabs, in
+ * *lines the line ends, in *others what is neither those nor a byte of a value (other controls, CR,
+ * '#', quotes, bytes from 0x7f). */
+static inline void star_block_bits(const uint8_t *p, uint64_t *separators, uint64_t *lines, uint64_t *others) {
+    const __m128i space = _mm_set1_epi8(' '), tab = _mm_set1_epi8('\t'), line = _mm_set1_epi8('\n'),
+                  delete = _mm_set1_epi8(0x7f), hash = _mm_set1_epi8('#'), quote = _mm_set1_epi8('"'),
+                  apostrophe = _mm_set1_epi8('\'');
+    uint64_t gaps = 0, ends = 0, taken = 0;
+    for (int i = 0; i < 4; i++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + 16 * i));
+        __m128i gap = _mm_or_si128(_mm_cmpeq_epi8(v, space), _mm_cmpeq_epi8(v, tab));
+        __m128i refused = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, delete), _mm_cmpeq_epi8(v, hash)),
+                                       _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, apostrophe)));
+        __m128i value = _mm_andnot_si128(refused, _mm_cmpgt_epi8(v, space)); /* signed: 0x80 on are below */
+        gaps |= (uint64_t)(unsigned)_mm_movemask_epi8(gap) << (16 * i);
+        ends |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, line)) << (16 * i);
+        taken |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_or_si128(gap, value)) << (16 * i);
+    }
+    *separators = gaps, *lines = ends, *others = ~(taken | ends);
+}
+
+/* Reads the line at p where it is plain: values and spaces or tabs up to its LF (or CRLF), in at most
+ * STAR_LINE_BLOCKS blocks of 64 bytes that lie before the reader's end. Its values are found by the
+ * bits of its blocks, not byte after byte, and only those of columns read are looked at. Returns the
+ * start of the next line; p where the line is not such (nothing read of it: star_read_rows reads it
+ * byte by byte); or NULL (the status set). */
+static const uint8_t *star_indexed_line(StarReader *reader, const uint8_t *p, Py_ssize_t row) {
+    uint64_t gaps[STAR_LINE_BLOCKS];
+    int blocks = 0;
+    size_t length = 0; /* of the line before its line end */
+    for (;;) {
+        const uint8_t *w = p + 64 * blocks;
+        if (blocks == STAR_LINE_BLOCKS || reader->end - w < 64) return p;
+        uint64_t lines, others;
+        star_block_bits(w, gaps + blocks, &lines, &others);
+        uint64_t line = lines & -lines, inside = line ? line - 1 : ~0ull; /* the bytes before the line end */
+        uint64_t cr = line >> 1; /* the byte before the LF in this block: where it is CR, a separator */
+        if (cr && w[__builtin_ctzll(cr)] == '\r') others &= ~cr, gaps[blocks] |= cr;
+        if (others & inside) return p;
+        blocks++;
+        if (line) {
+            length = 64 * (size_t)(blocks - 1) + (size_t)__builtin_ctzll(line);
+            gaps[blocks - 1] |= ~inside; /* past the line: a separator, which ends its last value */
+            break;
+        }
+    }
+    char *const kinds = reader->kinds;
+    uint8_t *const *const outs = reader->outs;
+    Py_ssize_t c = 0, columns = reader->columns;
+    const uint8_t *value = p;
+    uint64_t before = 1; /* the line's start is as after a separator */
+    for (int b = 0; b < blocks; b++) {
+        uint64_t shifted = gaps[b] << 1 | before;
+        uint64_t starts = ~gaps[b] & shifted, edges = starts | (gaps[b] & ~shifted);
+        before = gaps[b] >> 63;
+        for (; edges; edges &= edges - 1) {
+            const uint8_t *at = p + 64 * b + __builtin_ctzll(edges);
+            if (starts & edges & -edges) {
+                value = at;
+                continue;
+            }
+            if (c == columns) {
+                reader->status = READ_NOT_PLAIN;
+                return NULL;
+            }
+            if (c == 0 && reader->rows == reader->room) {
+                reader->status = READ_FULL;
+                return p;
+            }
+            char kind = kinds[c];
+            const uint8_t *q = kind == 's'   ? at
+                               : kind == 't' ? star_add_text(reader, value, at, c)
+                                             : star_read_value(reader, kinds, outs, value, c, row);
+            if (q == NULL) return NULL;
+            if (q != at) {
+                reader->status = READ_NOT_PLAIN;
+                return NULL;
+            }
+            c++;
+        }
+    }
+    if (c != 0 && c != columns) {
+        reader->status = READ_NOT_PLAIN;
+        return NULL;
+    }
+    reader->rows += c > 0, reader->lines++;
+    return p + length + 1;
+}
+#endif
+
 static void *star_read_rows(void *argument) {
     StarReader *reader = argument;
     const uint8_t *p = reader->p, *end = reader->end;
@@ -563,6 +674,14 @@ static void *star_read_rows(void *argument) {
             reader->status = READ_BLOCK;
             break;
         }
+#ifdef __SSE2__
+        const uint8_t *next = star_indexed_line(reader, p, row);
+        if (next == NULL || reader->status) break; /* at the line where its rows have no room */
+        if (next != p) {
+            p = next;
+            continue;
+        }
+#endif
         const uint8_t *line = p;
         Py_ssize_t c = 0;
         while (p < end) {
