@@ -26,6 +26,7 @@ from typing import BinaryIO
 
 __all__ = [
     "open_readonly",
+    "read_head",
     "open_named",
     "open_beneath",
     "read_whole",
@@ -72,6 +73,22 @@ def open_readonly(path: str) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def read_head(path: str, size: int) -> tuple[bytes, int] | None:
+    """The first `size` bytes of the regular file at `path` and its size, read as `open_readonly` opens
+    it; None where there is none to read (nothing there, a directory, a FIFO, no permission)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        return (os.pread(fd, size, 0), info.st_size) if stat.S_ISREG(info.st_mode) else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def open_named(path: str | os.PathLike[str], what: str) -> BinaryIO:

@@ -259,12 +259,10 @@ class FileImageReaderProvider(ImageReaderProvider):
     def query_descriptors(self, keys: Sequence) -> Iterator[ImageDescriptor]:
         """The descriptor of the file at each of `keys`, as `query_descriptor` gives it: the local files
         through `describe_files`, which describes files alike once."""
-        keys = [as_key(key) for key in keys]
-        local = describe_files(
-            [key for key in keys if not self._storage.is_remote(key)], self._storage, self._formats
-        )
-        for key in keys:
-            if self._storage.is_remote(key):
+        keys = [(key, self._storage.is_remote(key)) for key in map(as_key, keys)]
+        local = describe_files([key for key, remote in keys if not remote], self._storage, self._formats)
+        for key, remote in keys:
+            if remote:
                 yield ImageReaderProvider.query_descriptor(self, key)
             else:
                 add_count("files_opened")

@@ -146,6 +146,12 @@ def test_files_alike_are_described_once(tmp_path, monkeypatch):
         vio.ImageDescriptor((4, 6, 5), 2, "float32"),
     ]
     assert described == [keys[0], keys[5]]
+    (tmp_path / "folder.mrcs").mkdir()
+    for odd, error in [("missing.mrcs", vio.ImageFileNotFoundError), ("folder.mrcs", IsADirectoryError)]:
+        files = describe_files([keys[0], str(tmp_path / odd), keys[1]])
+        assert next(files) == descriptors[0]
+        with pytest.raises(error, match=odd):
+            next(files)
 
 
 @pytest.mark.parametrize(

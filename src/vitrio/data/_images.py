@@ -222,19 +222,29 @@ def plan_files(
     shape: tuple[int, ...] = ()
     served = []
     asked = keys if check else keys[:1]
+    seen: dict[ImageDescriptor, tuple[ImageDescriptor, tuple[int, ...], int]] = {}  # files alike, once
     for number, (key, index, descriptor) in enumerate(
         zip(asked, largest.tolist(), readers.query_descriptors(asked))
     ):
-        indexed = descriptor if whole else section_view(descriptor) or descriptor
-        if not whole and not indexed.is_stack:
-            raise ValueError(f"{key}: holds a single image, not a stack: name the file, not an index in it")
-        found = indexed.extents if whole else indexed.core_extents
+        known = seen.get(descriptor)
+        if known is None:
+            indexed = descriptor if whole else section_view(descriptor) or descriptor
+            if not whole and not indexed.is_stack:
+                raise ValueError(
+                    f"{key}: holds a single image, not a stack: name the file, not an index in it"
+                )
+            known = seen[descriptor] = (
+                indexed,
+                indexed.extents if whole else indexed.core_extents,
+                indexed.image_count,
+            )
+        indexed, found, count = known
         if number == 0:
             shape = found
         elif found != shape:
             what = "holds" if whole else "holds images of"
             raise ValueError(f"{key}: {what} shape {found}, while {keys[0]} {what} shape {shape}")
-        if check and index >= indexed.image_count:
-            raise past_end(key, index, indexed.image_count, indexed is not descriptor)
+        if check and index >= count:
+            raise past_end(key, index, count, indexed is not descriptor)
         served.append(indexed)
     return shape, served

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import redact, redact_error
+from .._fs import read_head
 from .._storage import ByteSource, Storage
 from .._types import ImageDescriptor, as_key, as_voxel_size
 from ._contract import Format, FormatError, ImageReader, ImageWriter, header_warnings_noted
@@ -291,9 +292,30 @@ def describe_files(
         As `open_reader`, for the first file that raises, when it is reached.
     """
     storage, formats = Storage.of(storage), None if formats is None else resolve_formats(formats)
+    candidates = resolve_formats(formats)
+    claiming = [c for c in candidates if c.claims_key.__func__ is not Format.claims_key.__func__]
     described: _Described = {}
-    for key in keys:
-        yield _first_format(as_key(key), storage, formats, described)
+    for key in map(as_key, keys):
+        found = None
+        if not storage.is_remote(key) and not any(c.claims_key(key) for c in claiming):
+            found = _described_alike(key, candidates, described)
+        yield found if found is not None else _first_format(key, storage, formats, described)
+
+
+def _described_alike(
+    key: str, candidates: tuple[type[Format], ...], described: _Described
+) -> ImageDescriptor | None:
+    """The description of a file described before that the first of `candidates` that recognizes the
+    local file at `key` says is alike (as `_first_format` would take it); None where there is none,
+    nothing said of the file, for `_first_format` to describe it (or say what is wrong)."""
+    read = read_head(key, _HEAD_BYTES)
+    if read is None:
+        return None
+    head, size = read
+    extension = _extension(key)
+    chosen = next((c for c in candidates if c.recognizes(head, extension)), None)
+    alike = None if chosen is None else chosen.describes_alike(key, head, size)
+    return None if alike is None else described.get((chosen, alike))
 
 
 def _first_format(
