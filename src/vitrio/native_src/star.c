@@ -167,7 +167,7 @@ static inline int star_value(const uint8_t **at, const uint8_t *end, StarValue *
 /* Whether the line at p starts a block: `data_` after spaces and tabs. */
 static inline int star_block(const uint8_t *p, const uint8_t *end) {
     while (p < end && (*p == ' ' || *p == '\t')) p++;
-    return end - p >= 5 && memcmp(p, "data_", 5) == 0;
+    return end - p >= 5 && *p == 'd' && memcmp(p, "data_", 5) == 0;
 }
 
 /* What a value may be: STAR_NA, STAR_INT (of at most 18 bytes,
@@ -621,18 +621,20 @@ static const uint8_t *star_indexed_line(StarReader *reader, const uint8_t *p, Py
     char *const kinds = reader->kinds;
     uint8_t *const *const outs = reader->outs;
     Py_ssize_t c = 0, columns = reader->columns;
-    const uint8_t *value = p;
-    uint64_t before = 1; /* the line's start is as after a separator */
+    const uint8_t *begun = NULL; /* a value begun in a block before this one, not ended there */
+    uint64_t before = 1;         /* the line's start is as after a separator */
     for (int b = 0; b < blocks; b++) {
+        const uint8_t *w = p + 64 * b;
         uint64_t shifted = gaps[b] << 1 | before;
-        uint64_t starts = ~gaps[b] & shifted, edges = starts | (gaps[b] & ~shifted);
+        uint64_t starts = ~gaps[b] & shifted, ends = gaps[b] & ~shifted; /* a value's first byte, its end */
         before = gaps[b] >> 63;
-        for (; edges; edges &= edges - 1) {
-            const uint8_t *at = p + 64 * b + __builtin_ctzll(edges);
-            if (starts & edges & -edges) {
-                value = at;
-                continue;
+        for (; ends; ends &= ends - 1) { /* each end the next start's (or the begun value's), in turn */
+            const uint8_t *value = begun, *at = w + __builtin_ctzll(ends);
+            if (value == NULL) {
+                value = w + __builtin_ctzll(starts);
+                starts &= starts - 1;
             }
+            begun = NULL;
             if (c == columns) {
                 reader->status = READ_NOT_PLAIN;
                 return NULL;
@@ -652,6 +654,7 @@ static const uint8_t *star_indexed_line(StarReader *reader, const uint8_t *p, Py
             }
             c++;
         }
+        if (starts) begun = w + __builtin_ctzll(starts); /* ended in a block after */
     }
     if (c != 0 && c != columns) {
         reader->status = READ_NOT_PLAIN;
