@@ -125,19 +125,25 @@ def _sweep(path: str, folder: int) -> None:
         remove_partials(folder, lambda found: found[2] == _HOST and found[1] != me and not _alive(found[1]))
 
 
-def remove_partials(folder: int, chosen: Callable[[tuple[str, int, str]], bool]) -> None:
+def remove_partials(folder: int, chosen: Callable[[tuple[str, int, str]], bool]) -> list[tuple[str, OSError]]:
     """Remove the hidden files of writes in the folder open at `folder` whose (target name, process id,
-    host hash) `chosen` takes: regular files of this user only, each by its name there."""
-    user = os.getuid()
+    host hash) `chosen` takes: regular files of this user only, each by its name there. Returns those
+    that could not be removed (a file gone meanwhile is not one), by name, with the error."""
+    user, kept = os.getuid(), []
     with os.scandir(folder) as entries:
         for entry in entries:
             found = partial_of(entry.name)
             if found is None or not chosen(found):
                 continue
-            with contextlib.suppress(OSError):
+            try:
                 status = entry.stat(follow_symlinks=False)
                 if stat.S_ISREG(status.st_mode) and status.st_uid == user:
                     os.unlink(entry.name, dir_fd=folder)
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                kept.append((entry.name, error))
+    return kept
 
 
 def _on_sigterm(number: int, frame: Any) -> None:

@@ -287,3 +287,21 @@ def test_remove_leftovers_leaves_what_is_not_this_users_regular_file(tmp_path, m
     monkeypatch.undo()
     vd.remove_leftovers([target])
     assert not left.exists() and link.is_symlink() and elsewhere.read_text() == "kept"
+
+
+def test_remove_leftovers_names_what_it_could_not_remove(tmp_path, monkeypatch):
+    target = tmp_path / "particles.mrcs"
+    script = "import os, sys\nfrom vitrio._partial import PartialFile\nPartialFile(sys.argv[1])\n"
+    subprocess.run([sys.executable, "-c", script * 2 + "os._exit(0)", str(target)], check=True)
+    first, second = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".partial"))
+    unlink = os.unlink
+
+    def refused(name, *args, **kwargs):  # a folder not writable, as root never sees one
+        if name == first:
+            raise PermissionError(13, "Permission denied")
+        return unlink(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refused)
+    with pytest.warns(ResourceWarning, match=f"{first}: left by a write, not removed: Permission denied"):
+        vd.remove_leftovers([target])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first]  # the other one removed

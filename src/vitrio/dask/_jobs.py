@@ -6,6 +6,7 @@ import itertools
 import os
 import queue
 import secrets
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,7 +86,8 @@ def remove_leftovers(paths: Sequence[str | os.PathLike[str]]) -> None:
 
     vitrio writes a file beside its path under a hidden name (`vitrio._partial.PartialFile`); a process
     killed before moving it into place leaves it there. Only regular files of that naming owned by
-    this user are removed, each by its name in its folder opened once, never through a link.
+    this user are removed, each by its name in its folder opened once, never through a link. One that
+    cannot be removed (a folder not writable) is named in a `ResourceWarning`, and the others removed.
     """
     by_folder: dict[Path, set[str]] = {}
     for path in map(Path, paths):
@@ -96,6 +98,10 @@ def remove_leftovers(paths: Sequence[str | os.PathLike[str]]) -> None:
         except FileNotFoundError:
             continue
         try:
-            remove_partials(descriptor, lambda found, names=names: found[0] in names)
+            kept = remove_partials(descriptor, lambda found, names=names: found[0] in names)
         finally:
             os.close(descriptor)
+        for name, error in kept:
+            warnings.warn(
+                f"{folder / name}: left by a write, not removed: {error.strerror}", ResourceWarning, 2
+            )
