@@ -89,12 +89,16 @@ LARGE = 65_537  # one row past the epochs whose whole order numpy draws
 
 @pytest.mark.parametrize("size,batch_size,count", [(LARGE, 1000, 1), (100_003, 4096, 1), (LARGE + 5, 700, 3)])
 def test_large_epochs_draw_every_row_once_a_block_at_a_time(size, batch_size, count):
-    shards = [BatchSampler(size, batch_size, shuffle=True, seed=9, shard=(rank, count)) for rank in range(count)]
+    shards = [
+        BatchSampler(size, batch_size, shuffle=True, seed=9, shard=(rank, count)) for rank in range(count)
+    ]
     drawn = [epoch_rows(sampler) for sampler in shards]
     assert [rows == sampler.order(0).tolist() for rows, sampler in zip(drawn, shards)] == [True] * count
     everything = np.sort(np.concatenate(drawn))
     order = BatchSampler(size, batch_size, shuffle=True, seed=9).order(0)
-    np.testing.assert_array_equal(everything, np.sort(np.concatenate([order, order[: len(everything) - size]])))
+    np.testing.assert_array_equal(
+        everything, np.sort(np.concatenate([order, order[: len(everything) - size]]))
+    )
     np.testing.assert_array_equal(np.unique(everything), np.arange(size))
     assert drawn[0] != epoch_rows(shards[0]), "each epoch an order of its own"
 
@@ -114,7 +118,7 @@ def test_the_first_batch_of_an_epoch_never_draws_its_whole_order():
     sampler = BatchSampler(10**12, 64, shuffle=True, seed=0)
     first, second = next(iter(sampler)), next(iter(sampler))
     assert len(set(first.tolist()) | set(second.tolist())) == 128
-    assert 0 <= min(first.min(), second.min()) and max(first.max(), second.max()) < 10**12
+    assert min(first.min(), second.min()) >= 0 and max(first.max(), second.max()) < 10**12
 
 
 def test_where_the_rows_of_a_large_epoch_land_is_spread_evenly():
