@@ -153,8 +153,8 @@ MUTANTS = (
     Mutant(
         "sampler-same-order-every-epoch",
         "src/vitrio/data/_sampler.py",
-        "np.random.default_rng([self._seed, operator.index(epoch)])",
-        "np.random.default_rng([self._seed, 0])",
+        "_Shuffle(self._size, self._seed, epoch)",
+        "_Shuffle(self._size, self._seed, 0)",
         ("tests/data/test_sampler.py",),
     ),
     Mutant(

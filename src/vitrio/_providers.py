@@ -173,6 +173,9 @@ class WrappingImageReaderProvider(ImageReaderProvider):
     def query_descriptor(self, key) -> ImageDescriptor:
         return self._backing.query_descriptor(key)
 
+    def query_descriptors(self, keys: Sequence) -> Iterator[ImageDescriptor]:
+        return self._backing.query_descriptors(keys)
+
 
 class FileImageReaderProvider(ImageReaderProvider):
     """Opens the file at the path a key is, each time it is asked, and closes it when released.
@@ -408,6 +411,10 @@ class CachingImageReaderProvider(WrappingImageReaderProvider):
     def query_descriptor(self, key) -> ImageDescriptor:
         """The descriptor of the file at `key`, from the reader kept open (which is then kept for a read)."""
         return ImageReaderProvider.query_descriptor(self, key)
+
+    def query_descriptors(self, keys: Sequence) -> Iterator[ImageDescriptor]:
+        """The descriptor of the file at each of `keys`, from the readers kept open, one at a time."""
+        return ImageReaderProvider.query_descriptors(self, keys)
 
     def release(self, reader: ImageReader) -> None:
         """Hand back a reader `acquire` gave; it stays open until it is the least recently used.

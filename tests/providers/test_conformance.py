@@ -74,7 +74,7 @@ class TestScratchProviderInAMappedFile(ProviderConformance):
 class TestCachingProviderWraps(WrapperConformance):
     """It hands out the descriptor of the reader it keeps open, not one the provider behind opens anew."""
 
-    changes = frozenset({"query_descriptor"})
+    changes = frozenset({"query_descriptor", "query_descriptors"})
 
     def wrap(self, backing, folder):
         return vio.CachingImageReaderProvider(backing, capacity=2)
@@ -91,7 +91,7 @@ class TestScratchProviderWraps(WrapperConformance):
 class TestPreparedFilesWrap(WrapperConformance):
     """Its images are prepared: no file has a layout to read them by, and their descriptor is its own."""
 
-    changes = frozenset({"layout", "query_descriptor"})
+    changes = frozenset({"layout", "query_descriptor", "query_descriptors"})
 
     def wrap(self, backing, folder):
         prepared = ((4, 4), np.dtype(np.float32))

@@ -76,7 +76,7 @@ def test_a_method_dropped_fails_the_wrapper_suite(tmp_path, monkeypatch):
             return Dropping(backing)
 
     class TestCaching(WrapperConformance):
-        changes = frozenset({"query_descriptor"})
+        changes = frozenset({"query_descriptor", "query_descriptors"})
 
         def wrap(self, backing, folder):
             return vio.CachingImageReaderProvider(backing, capacity=2)
@@ -90,3 +90,17 @@ def test_a_method_dropped_fails_the_wrapper_suite(tmp_path, monkeypatch):
     monkeypatch.setattr(vio.ImageReaderProvider, "later", later, raising=False)
     with pytest.raises(AssertionError, match="CachingImageReaderProvider.later is not passed on"):
         TestCaching().test_passes_on_what_it_does_not_change(tmp_path)
+
+
+def test_the_scratch_answers_many_files_as_each_alone(tmp_path):
+    """Asked for many descriptors, a scratch gives its own of the files it holds and asks the provider
+    behind of the others, in order, as it answers each one alone."""
+    (held, _), (other, _) = _stacks(tmp_path).items()
+    vio.write_stack(np.zeros((5, 8, 6), np.float32), tmp_path / "third.mrcs")
+    provider = vio.ScratchImageReaderProvider(
+        vio.FileImageReaderProvider(), vio.create_host_image_scratch([held], run_length=2)
+    )
+    keys = [other, held, tmp_path / "third.mrcs", held]
+    assert list(provider.query_descriptors(keys)) == [provider.query_descriptor(key) for key in keys]
+    extents = [descriptor.extents for descriptor in provider.query_descriptors(keys)]
+    assert extents == [(3, 8, 6), (3, 8, 6), (5, 8, 6), (3, 8, 6)]

@@ -17,7 +17,7 @@ names, is held as its bits (uint16).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -171,6 +171,10 @@ class PreparedFiles(WrappingImageReaderProvider):
     def query_descriptor(self, key) -> ImageDescriptor:
         """The descriptor of the prepared images of the file at `key`."""
         return ImageReaderProvider.query_descriptor(self, key)
+
+    def query_descriptors(self, keys: Sequence) -> Iterator[ImageDescriptor]:
+        """The descriptor of the prepared images of the file at each of `keys`, one at a time."""
+        return ImageReaderProvider.query_descriptors(self, keys)
 
     def over(self, backing: ImageReaderProvider) -> PreparedFiles:
         """The same preparation of the same files, read through `backing`."""

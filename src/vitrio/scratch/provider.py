@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -112,6 +112,15 @@ class ScratchImageReaderProvider(WrappingImageReaderProvider):
         if self._scratch.holds(key):
             return self._scratch.descriptor(key)
         return self._backing.query_descriptor(key)
+
+    def query_descriptors(self, keys: Sequence) -> Iterator[ImageDescriptor]:
+        """The scratch's descriptors of the files it holds; those of the others asked of `backing`
+        together."""
+        held = [self._scratch.holds(as_key(key)) for key in keys]
+        if not any(held):
+            return self._backing.query_descriptors(keys)
+        others = self._backing.query_descriptors([key for key, kept in zip(keys, held) if not kept])
+        return (self._scratch.descriptor(as_key(k)) if kept else next(others) for k, kept in zip(keys, held))
 
     def __repr__(self) -> str:
         return f"ScratchImageReaderProvider({self._backing!r}, {self._scratch!r})"

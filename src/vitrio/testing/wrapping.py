@@ -82,7 +82,10 @@ class WrapperConformance:
 
     def _arguments(self, name: str) -> tuple:
         parameters = list(inspect.signature(getattr(vio.ImageReaderProvider, name)).parameters)[1:]
-        return tuple(self.key if p == "key" else number for number, p in enumerate(parameters, 1))
+        key, keys = self.key, (self.key,)
+        return tuple(
+            key if p == "key" else keys if p == "keys" else number for number, p in enumerate(parameters, 1)
+        )
 
     def test_passes_on_what_it_does_not_change(self, tmp_path):
         backing = _Recording()
