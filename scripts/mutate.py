@@ -158,6 +158,20 @@ MUTANTS = (
         ("tests/data/test_sampler.py",),
     ),
     Mutant(
+        "shuffle-lands-past-the-end",
+        "src/vitrio/data/_sampler.py",
+        "        while len(past):",
+        "        while False:",
+        ("tests/data/test_sampler.py",),
+    ),
+    Mutant(
+        "description-that-warned-kept-for-files-alike",
+        "src/vitrio/formats/_registry.py",
+        "        if not warned:",
+        "        if True:",
+        ("tests/formats/test_describe.py",),
+    ),
+    Mutant(
         "loader-pad-last-all-valid",
         "src/vitrio/data/_loader.py",
         "valid[...] = np.arange(size) < len(rows)",
