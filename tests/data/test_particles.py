@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vitrio as vio
+import vitrio.data._paths
 from vitrio.data import (
     PathResolver,
     as_columns,
@@ -297,6 +298,78 @@ def test_a_written_path_may_mean_itself_under_each_folder_normalised(parts, abso
     resolver = PathResolver(star)
     assert resolver.candidates(written) == expected
     assert resolver.candidates(written.encode()) == expected  # once more, its folders known
+
+
+_TREE = st.lists(
+    st.tuples(
+        st.sampled_from(["", "Extract", "Extract/job007", "job010/Extract", "Refine3D/job010/Extract"]),
+        st.sampled_from(["a.mrcs", "b.mrcs", "c.mrcs", "A.mrcs"]),
+        st.sampled_from(["file", "file", "folder", "link", "broken link"]),
+    ),
+    max_size=10,
+)
+
+
+@settings(max_examples=100)
+@given(
+    tree=_TREE,
+    written=st.lists(
+        st.tuples(
+            st.sampled_from(["Extract", "Extract/job007", "job007", "/abs", ".."]), st.sampled_from("abcA")
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_many_paths_resolve_as_each_alone(tmp_path_factory, tree, written):
+    """`resolve_all`, which reads a folder many paths may be in once, finds what resolving each path
+    alone finds, or raises what the first that fails raises: files, folders and links (some broken) at
+    the paths, missing folders, and names spelled in another case."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "target").write_bytes(b"")
+    for folder, name, kind in tree:
+        path = root / "Refine3D" / "job010" / ".." / ".." / folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() or path.is_symlink():
+            continue
+        if kind == "file":
+            path.write_bytes(b"")
+        elif kind == "folder":
+            path.mkdir()
+        else:
+            path.symlink_to(root / "target" if kind == "link" else root / "nowhere")
+    star = root / "Refine3D" / "job010" / "run_data.star"
+    star.parent.mkdir(parents=True, exist_ok=True)
+    paths = [f"{folder}/{letter}.mrcs" for folder, letter in written]
+
+    def outcome(resolve):
+        try:
+            return resolve(PathResolver(star))
+        except FileNotFoundError as error:
+            return str(error)
+
+    alone = outcome(lambda resolver: [resolver(path) for path in paths])
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(vitrio.data._paths, "_LISTED_FROM", 1)  # every folder read
+        assert outcome(lambda resolver: resolver.resolve_all(paths)) == alone
+
+
+def test_the_stacks_of_a_job_two_folders_down_are_found_as_the_project_holds_them(tmp_path: Path):
+    """Locations of a table written in Refine3D/job010 of a project: its 80 stacks (enough for their
+    folder to be read once) are found under the project, and a stack missing is named."""
+    movies = tmp_path / "Extract" / "job007" / "Movies"
+    movies.mkdir(parents=True)
+    names = [f"Extract/job007/Movies/m{i:02d}.mrcs" for i in range(80)]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    star = tmp_path / "Refine3D" / "job010" / "run_data.star"
+    star.parent.mkdir(parents=True)
+    table = pd.DataFrame({"rlnImageName": [f"{i % 3 + 1}@{name}" for i, name in enumerate(names)]})
+    locations = particle_locations(table, star)
+    assert locations.keys == [str(tmp_path / name) for name in names]
+    (tmp_path / names[41]).unlink()
+    with pytest.raises(FileNotFoundError, match=f"{names[41]}' is not at .* nor {tmp_path / names[41]}; name"):
+        particle_locations(table, star)
 
 
 def test_a_stack_list_and_every_image_of_its_stacks(tmp_path: Path):

@@ -193,7 +193,7 @@ def _distinct(paths: Any) -> tuple[np.ndarray, list[Any]]:
 def _resolved(written: list[Any], codes: np.ndarray, resolve: PathResolver) -> tuple[list[str], np.ndarray]:
     """The files the distinct paths `written` mean, each once, and the number of each row's file among
     them, given `codes`, the number of each row's path in `written`: two paths may mean one file."""
-    found = [resolve(path) for path in written]
+    found = resolve.resolve_all(written)
     keys = list(dict.fromkeys(found))
     if len(keys) == len(found):
         return keys, codes

@@ -14,13 +14,16 @@ The rules, in one place (docs/paths-and-types.md says them for users):
   first.
 
 The first candidate that exists is taken; if none does, the error names the
-metadata file and every path tried.
+metadata file and every path tried. Resolving many paths at once
+(`resolve_all`), a folder that many of them may be in is read once
+(`os.scandir`) instead of asked for each file.
 """
 
 from __future__ import annotations
 
+import collections
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._errors import redact
@@ -34,6 +37,10 @@ __all__ = ["PathResolver", "read_stack_list", "stack_locations"]
 
 # How many folders above a metadata file's own a relative path is looked for in.
 _FOLDERS_UP = 2
+_LISTED_FROM = 64
+"""How many paths of one folder make `resolve_all` read the folder once, instead of asking for each file;
+it reads at most `_LISTED_PER_PATH` entries for each such path, and asks file by file in a larger one."""
+_LISTED_PER_PATH = 16
 
 
 class PathResolver:
@@ -66,20 +73,35 @@ class PathResolver:
                 self._folders.append(folder)
         self._found: dict[Any, str] = {}
         self._beside: dict[str, list[str]] = {}
+        self._listed: dict[str, frozenset[str]] = {}  # of a folder read, the names in it but of links
 
     def candidates(self, written: Any) -> list[str]:
         """The paths `written` may mean, in the order they are tried."""
         return list(self._candidates(written))
 
-    def _candidates(self, written: Any) -> Iterator[str]:
-        """The paths `written` may mean, in the order they are tried, each made when it is asked for."""
+    def _plain(self, written: Any) -> tuple[str, str, str] | None:
+        """Of a relative path looked for beside the metadata file (no root, not at a URL): the path as
+        written, its folder and its file's name; None for any other."""
         path = os.fsdecode(written) if isinstance(written, bytes) else os.fspath(written)
         path = path.removeprefix(">")
         folder, name = os.path.split(path)
-        plain = name not in ("", ".", "..") and not os.path.isabs(path)
-        if self._root is None and not self._remote and plain:
+        if (
+            self._root is None
+            and not self._remote
+            and name not in ("", ".", "..")
+            and not os.path.isabs(path)
+        ):
+            return path, folder, name
+        return None
+
+    def _candidates(self, written: Any) -> Iterator[str]:
+        """The paths `written` may mean, in the order they are tried, each made when it is asked for."""
+        plain = self._plain(written)
+        if plain is not None:
             # a relative path among many in few folders (RELION's stacks): each folder worked out once
-            return (os.path.join(found, name) for found in self._folders_of(folder))
+            return (os.path.join(found, plain[2]) for found in self._folders_of(plain[1]))
+        path = os.fsdecode(written) if isinstance(written, bytes) else os.fspath(written)
+        path = path.removeprefix(">")
         if self._root is None:
             tried = [path] if os.path.isabs(path) else [os.path.join(f, path) for f in self._folders]
         else:
@@ -106,7 +128,7 @@ class PathResolver:
         """
         found = self._found.get(written)
         if found is None:
-            exists = self._remote.exists if self._remote else os.path.exists
+            exists = self._remote.exists if self._remote else self._exists
             found = next((p for p in self._candidates(written) if exists(p)), None)
             if found is None:
                 tried = self.candidates(written)
@@ -119,6 +141,50 @@ class PathResolver:
                 raise FileNotFoundError(redact(where) + hint)
             self._found[written] = found
         return found
+
+    def resolve_all(self, written: Sequence[Any]) -> list[str]:
+        """The file each of `written` means, as the resolver says of each, the first error raised as it
+        raises it: a folder that `_LISTED_FROM` or more of them may be in is read once, and what it names
+        (but links) is there without being asked for, what is not in a folder that is not there is not."""
+        folders = collections.Counter(plain[1] for plain in map(self._plain, written) if plain is not None)
+        for folder, count in folders.items():
+            if count >= _LISTED_FROM:
+                for found in self._folders_of(folder):
+                    listed = None if found in self._listed else _listing(found, count * _LISTED_PER_PATH)
+                    if listed is not None:
+                        self._listed[found] = listed
+        return [self(path) for path in written]
+
+    def _exists(self, path: str) -> bool:
+        """Whether something is at the local `path`, as `os.path.exists` says; from its folder's reading
+        where `resolve_all` made one and it tells (else asked: a link, a name spelled otherwise)."""
+        folder, name = os.path.split(path)
+        listed = self._listed.get(folder)
+        if listed is None:
+            return os.path.exists(path)
+        return listed is not _ABSENT and (name in listed or os.path.exists(path))
+
+
+_ABSENT = frozenset({"/"})
+"""The reading of a folder that is not there (nor a folder): nothing in it is there."""
+
+
+def _listing(folder: str, most: int) -> frozenset[str] | None:
+    """The names in `folder` but of links, `_ABSENT` where there is no such folder; None where it holds
+    more than `most`, or cannot be read or searched, for its files to be asked for one by one."""
+    try:
+        with os.scandir(folder) as entries:
+            names = set()
+            for entry in entries:
+                if not entry.is_symlink():
+                    names.add(entry.name)
+                if len(names) > most:
+                    return None
+    except (FileNotFoundError, NotADirectoryError):
+        return _ABSENT
+    except OSError:
+        return None
+    return frozenset(names) if os.access(folder, os.X_OK) else None  # else named but not reached through
 
 
 class _Remote:
