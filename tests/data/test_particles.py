@@ -368,7 +368,8 @@ def test_the_stacks_of_a_job_two_folders_down_are_found_as_the_project_holds_the
     locations = particle_locations(table, star)
     assert locations.keys == [str(tmp_path / name) for name in names]
     (tmp_path / names[41]).unlink()
-    with pytest.raises(FileNotFoundError, match=f"{names[41]}' is not at .* nor {tmp_path / names[41]}; name"):
+    missing = f"{names[41]}' is not at .* nor {tmp_path / names[41]}; name"
+    with pytest.raises(FileNotFoundError, match=missing):
         particle_locations(table, star)
 
 
