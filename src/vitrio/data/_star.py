@@ -125,9 +125,8 @@ def _particles(path: str | os.PathLike[str], blocks: Mapping[str, pd.DataFrame])
         raise ValueError(f"{path}: no column rlnOpticsGroup in data_optics")
     wanted = particles["rlnOpticsGroup"].to_numpy(dtype=np.int64)
     rows = _optics_rows(optics["rlnOpticsGroup"].to_numpy(dtype=np.int64), wanted)
-    unknown = rows < 0
-    if unknown.any():
-        missing = np.unique(wanted[unknown]).tolist()
+    if len(rows) and rows.min() < 0:
+        missing = np.unique(wanted[rows < 0]).tolist()
         raise ValueError(f"{path}: optics groups {missing} of particles are not in data_optics")
     columns = {column: particles[column] for column in particles.columns}  # not copied
     for column in optics.columns:
@@ -145,10 +144,11 @@ def _optics_rows(groups: np.ndarray, wanted: np.ndarray) -> np.ndarray:
         return np.full(len(wanted), -1, np.intp)
     low, high = int(wanted.min()), int(wanted.max())
     if high - low < 1 << 16:
+        low = min(low, 0) if high < 1 << 16 else low  # from 0 where it can: no shifted copy of the groups
         table = np.full(high - low + 1, -1, np.intp)
         inside = (named >= low) & (named <= high)
         table[named[inside] - low] = first[inside]
-        return table[wanted - low]
+        return table[wanted - low if low else wanted]
     found = np.searchsorted(named, wanted).clip(0, len(named) - 1)
     return np.where(named[found] == wanted, first[found], -1)
 
