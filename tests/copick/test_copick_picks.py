@@ -222,12 +222,25 @@ def test_a_large_configuration_or_picks_file_or_one_that_is_no_file_is_refused_u
     monkeypatch.undo()
     picks = tmp_path / "overlay/ExperimentRuns/TS_00/Picks/alice_1_ribosome.json"
     monkeypatch.setattr(_copick, "MAX_PICKS_BYTES", 10)
-    with pytest.raises(ValueError, match=rf"{picks} has {picks.stat().st_size} bytes, more than the 10 "):
+    with pytest.raises(
+        ValueError, match=rf"{picks}: {picks.stat().st_size} bytes or more, more than the 10 "
+    ):
         read()
     monkeypatch.undo()
+    for text, error in [
+        ('{"points": [', "Expecting value"),  # cut short
+        ("[1, 2]", "argument after \\*\\* must be a mapping"),
+        ('{"points": "many"}', "validation error"),  # what copick's model refuses
+        ("[" * 100_000 + "]" * 100_000, "recursion"),
+    ]:
+        picks.write_text(text)
+        with pytest.raises(ValueError, match=rf"run 'TS_00', picks of 'ribosome' by user 'alice' .*{error}"):
+            read()
     picks.unlink()
     os.mkfifo(picks)
-    with pytest.raises(ValueError, match=rf"{picks} is not a regular file; it is not read"):
+    with pytest.raises(
+        ValueError, match=rf"{picks}: a FIFO \(named pipe\), not a regular file; it is not read"
+    ):
         read()
 
 

@@ -16,6 +16,7 @@ voxel spacing that holds it, which vitrio reads itself.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -201,12 +202,8 @@ def _points(
                 f"{name}: run {run.name!r}, picks of {object_name!r} by user {picks.user_id!r} "
                 f"in session {picks.session_id!r}"
             )
-            _check_picks_file(picks, where)
-            try:
-                points = picks.points or []
-                unit = picks.meta.unit
-            except ValueError as error:  # a picks file copick's model refuses
-                raise ValueError(f"{where}: {error}") from None
+            meta = _picks_file(picks, where)
+            points, unit = meta.points or [], meta.unit
             if points and unit != "angstrom":
                 raise ValueError(f"{where}: locations are in {unit}, not angstrom")
             for point in points:
@@ -235,24 +232,43 @@ def _points(
     return rows, np.asarray(positions, dtype=float).reshape(-1, 3)
 
 
-def _check_picks_file(picks: Any, where: str) -> None:
-    """Check that the file `picks` are read from (where they say: copick's files, local or in object
-    storage) is a regular file of at most `MAX_PICKS_BYTES`, before copick reads it whole.
+def _picks_file(picks: Any, where: str) -> Any:
+    """The picks' file (copick's `CopickPicksFile`), read by vitrio through one open, as a regular file
+    of at most `MAX_PICKS_BYTES` (what is checked is what is read), and made as copick makes it from
+    the file's JSON. Picks that no file holds (copick's other backends) are loaded by copick.
 
     Raises:
-        ValueError: If it is not, naming it.
+        ValueError: If the file is not such a file, or not one copick's model takes, naming it.
     """
     fs, path = getattr(picks, "fs", None), getattr(picks, "path", None)
-    if fs is None or path is None:
-        return
+    try:
+        if fs is None or path is None:
+            picks.load()
+            return picks.meta
+        return type(picks.meta)(**json.loads(_bounded(fs, path)))
+    except (OSError, ValueError, TypeError, RecursionError) as error:  # the model's errors are ValueErrors
+        raise ValueError(f"{where}: {error}") from None
+
+
+def _bounded(fs: Any, path: str) -> bytes:
+    """The file at `path` of the fsspec filesystem `fs`, of at most `MAX_PICKS_BYTES`: a local one as
+    `read_whole` reads it (a FIFO refused, never waited on), one in object storage checked first and
+    read no further than that.
+
+    Raises:
+        OSError, ValueError: If it is not a regular file, or is larger.
+    """
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    if protocols & {"file", "local"}:
+        return read_whole(fs._strip_protocol(path), MAX_PICKS_BYTES, "picks file")
     info = fs.info(path)
     if info.get("type") != "file":
-        raise ValueError(f"{where}: {path} is not a regular file; it is not read")
-    if (info.get("size") or 0) > MAX_PICKS_BYTES:
-        raise ValueError(
-            f"{where}: {path} has {info['size']} bytes, more than the {MAX_PICKS_BYTES} a picks file may "
-            "have; not read"
-        )
+        raise OSError(f"{path}: not a regular file; it is not read")
+    with fs.open(path, "rb") as file:
+        data = file.read(MAX_PICKS_BYTES + 1)
+    if len(data) > MAX_PICKS_BYTES:
+        raise ValueError(f"{path}: more than the {MAX_PICKS_BYTES} bytes a picks file may have; not read")
+    return data
 
 
 def _tomogram(
