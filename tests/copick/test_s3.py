@@ -53,3 +53,26 @@ def test_the_tomograms_of_a_static_root_in_s3_are_read_at_their_urls(s3: LocalS3
         start = centre - 3 + 6
         np.testing.assert_array_equal(read[row], padded[tuple(slice(s, s + 6) for s in start)], err_msg=name)
     assert s3.gets("lab/project/ExperimentRuns/TS_01/VoxelSpacing10.000/wbp.zarr/0/")  # chunks fetched
+
+
+def test_a_picks_file_in_s3_larger_than_allowed_is_refused_unread(
+    s3: LocalS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vitrio.data import _copick
+
+    (tmp_path / "static").mkdir()
+    make_static(tmp_path / "static")
+    static = s3.put_store(str(tmp_path / "static"), "lab", "project")
+    path = write_config(
+        tmp_path / "copick.json",
+        static_root=static,
+        static_fs_args=s3.options,
+        overlay_root=f"local://{tmp_path / 'overlay'}",
+    )
+    monkeypatch.setattr(_copick, "MAX_PICKS_BYTES", 10)  # the static root's picks only: none in the overlay
+    with pytest.raises(
+        ValueError, match=r"lab/project/ExperimentRuns/.*json: more than the 10 bytes a picks file"
+    ):
+        vio.data.copick_picks(
+            path, BOX, voxel_spacing=SPACING, tomogram_type="wbp", storage_options=s3.options
+        )
