@@ -154,6 +154,26 @@ def test_files_alike_are_described_once(tmp_path, monkeypatch):
             next(files)
 
 
+def test_files_of_a_format_that_tells_none_alike_are_read_once_each(tmp_path, monkeypatch):
+    """A TIFF's head read first says nothing of other TIFFs: after the first, TIFFs are opened once each,
+    by the way `describe_file` goes, while each MRC stack's head is read for the description it shares."""
+    from vitrio.formats import _registry
+
+    keys = []
+    for number in range(4):
+        keys.append(str(tmp_path / f"{number}.tif"))
+        tifffile.imwrite(keys[-1], np.zeros((2, 4, 5), np.uint16), photometric="minisblack")
+        keys.append(str(tmp_path / f"{number}.mrcs"))
+        _mrc(tmp_path / f"{number}.mrcs", np.full((3, 6, 5), number, np.float32))
+    heads = []
+    read_head = _registry.read_head
+    monkeypatch.setattr(
+        _registry, "read_head", lambda path, size: heads.append(path) or read_head(path, size)
+    )
+    assert list(describe_files(keys)) == [describe_file(key) for key in keys]
+    assert heads == [keys[0], *(key for key in keys if key.endswith(".mrcs"))]
+
+
 @pytest.mark.parametrize(
     "shape, fields, expected",
     [

@@ -288,6 +288,11 @@ def describe_files(
     """What the file at each of `keys` holds, one after another, as `describe_file` says of each: files
     their format says are alike (`Format.describes_alike`) are described once.
 
+    A local file's head is read first (`read_head`), and a file alike one described before takes its
+    description; any other goes `describe_file`'s way, which opens it again: once for each kind of
+    file alike, and for the first file of an extension whose format tells no files alike, after which
+    the files of that extension go that way at once.
+
     Raises:
         As `open_reader`, for the first file that raises, when it is reached.
     """
@@ -295,27 +300,35 @@ def describe_files(
     candidates = resolve_formats(formats)
     claiming = [c for c in candidates if c.claims_key.__func__ is not Format.claims_key.__func__]
     described: _Described = {}
+    unlike: set[str] = set()  # extensions of files whose format tells no files alike
     for key in map(as_key, keys):
-        found = None
-        if not storage.is_remote(key) and not any(c.claims_key(key) for c in claiming):
-            found = _described_alike(key, candidates, described)
+        found, extension = None, _extension(key)
+        if (
+            extension not in unlike
+            and not storage.is_remote(key)
+            and not any(c.claims_key(key) for c in claiming)
+        ):
+            found = _described_alike(key, extension, candidates, described, unlike)
         yield found if found is not None else _first_format(key, storage, formats, described)
 
 
 def _described_alike(
-    key: str, candidates: tuple[type[Format], ...], described: _Described
+    key: str, extension: str, candidates: tuple[type[Format], ...], described: _Described, unlike: set[str]
 ) -> ImageDescriptor | None:
     """The description of a file described before that the first of `candidates` that recognizes the
     local file at `key` says is alike (as `_first_format` would take it); None where there is none,
-    nothing said of the file, for `_first_format` to describe it (or say what is wrong)."""
+    nothing said of the file, for `_first_format` to describe it (or say what is wrong). Where that
+    format tells no files alike, or none recognizes the file, its extension is added to `unlike`."""
     read = read_head(key, _HEAD_BYTES)
     if read is None:
         return None
     head, size = read
-    extension = _extension(key)
     chosen = next((c for c in candidates if c.recognizes(head, extension)), None)
     alike = None if chosen is None else chosen.describes_alike(key, head, size)
-    return None if alike is None else described.get((chosen, alike))
+    if alike is None:
+        unlike.add(extension)
+        return None
+    return described.get((chosen, alike))
 
 
 def _first_format(
