@@ -10,7 +10,7 @@ from ._array import Array, HalfComplexArray
 from ._concurrency import Completion, Executor, SynchronousExecutor, ThreadPoolExecutor
 from ._config import Configuration, configuration, configure
 from ._errors import VitrioError
-from ._event_images import DetectorEventImageReaderProvider
+from ._event_images import DetectorEventImageReaderProvider, detector_event_image_reader_provider
 from ._executor_io import ExecutorImageLoader, ExecutorImageSaver
 from ._functions import (
     loader,
@@ -35,7 +35,6 @@ from ._providers import (
     CachingImageReaderProvider,
     FileImageReaderProvider,
     ImageReaderProvider,
-    detector_event_image_reader_provider,
 )
 from ._saving import ImageSaver, write_batch_async
 from ._storage import Storage

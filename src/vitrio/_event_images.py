@@ -1,30 +1,30 @@
-"""`DetectorEventImageReaderProvider`: an event acquisition read as a movie, through the image reader API.
-
-Built by hand from the published API's objects: an event provider, a
-fractionation of time and a renderer. `vitrio.detector_event_image_reader_provider`
-gives the usual EER movie through the format's native renderer instead.
+"""Event acquisitions read as movies, through the image reader API: `DetectorEventImageReaderProvider`,
+built by hand from the published API's objects (an event provider, a fractionation of time and a
+renderer), and `detector_event_image_reader_provider`, the usual EER movie through the format's native
+renderer.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ._providers import ImageReaderProvider
+from ._providers import CachingImageReaderProvider, FileImageReaderProvider, ImageReaderProvider
 from ._types import ImageDescriptor, as_key, as_numerical_type, numpy_dtype
-from .formats import ImageReader
+from .formats import Format, ImageReader, resolve_formats
 from .formats.eer import (
     DetectorEventFractionation,
     DetectorEventRenderer,
     DetectorEventTimeline,
     DetectorEventTimelineReader,
     DetectorEventTimelineReaderProvider,
+    EerFormat,
 )
 
-__all__ = ["DetectorEventImageReaderProvider"]
+__all__ = ["DetectorEventImageReaderProvider", "detector_event_image_reader_provider"]
 
 _RENDERER_MEMBERS = ("data_type", "get_image_extents", "render")
 
@@ -175,3 +175,34 @@ class DetectorEventImageReaderProvider(ImageReaderProvider):
         return (
             f"DetectorEventImageReaderProvider({self._events!r}, {self._fractionation!r}, {self._renderer!r})"
         )
+
+
+def detector_event_image_reader_provider(
+    fractions: int,
+    binning: int = 1,
+    cache: Any = None,
+    formats: Sequence[type[Format]] | None = None,
+    *,
+    superres: int = 1,
+    gain: Any = None,
+    storage_options: Mapping | None = None,
+) -> ImageReaderProvider:
+    """A reader provider that reads EER files as `fractions` rendered images, other files with `formats`.
+
+    Args:
+        fractions: As `EerFormat.configured` takes it, and `binning`, `superres` and `gain` likewise.
+        cache: How many files to keep open, as `vitrio.reader_provider` takes it.
+        formats: The formats of the other files; None for every registered one.
+        storage_options: What fsspec takes to reach files at URLs, as `vitrio.reader_provider` takes it.
+
+    Returns:
+        A provider like `vitrio.reader_provider`'s.
+
+    Raises:
+        ValueError, TypeError: As `EerFormat.configured` raises them.
+    """
+    configured = EerFormat.configured(fractions, binning, superres, gain)
+    provider: ImageReaderProvider = FileImageReaderProvider(
+        [configured, *resolve_formats(formats)], storage_options
+    )
+    return provider if cache is None else CachingImageReaderProvider(provider, cache)

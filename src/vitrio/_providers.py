@@ -1,4 +1,4 @@
-"""Reader providers (which reader serves a key, how many stay open), the EER one, and the writer provider.
+"""Reader providers: which reader serves a key, and how many stay open.
 
 A reader provider hands out a reader for a key with `acquire(key)` and takes
 it back with `release(reader)`; between the two the reader is in use and is
@@ -44,7 +44,6 @@ from .formats import (
 from .formats._raw_layout import RawLayout
 from .formats._registry import describe_file, describe_files, formats_configuration
 from .formats._remote_readers import RemoteReaders
-from .formats.eer import EerFormat
 
 __all__ = [
     "NO_LAYOUT",
@@ -52,7 +51,6 @@ __all__ = [
     "FileImageReaderProvider",
     "CachingImageReaderProvider",
     "WrappingImageReaderProvider",
-    "detector_event_image_reader_provider",
 ]
 
 
@@ -481,34 +479,3 @@ class CachingImageReaderProvider(WrappingImageReaderProvider):
 
     def __repr__(self) -> str:
         return f"CachingImageReaderProvider({self._backing!r}, capacity={self._capacity})"
-
-
-def detector_event_image_reader_provider(
-    fractions: int,
-    binning: int = 1,
-    cache: Any = None,
-    formats: Sequence[type[Format]] | None = None,
-    *,
-    superres: int = 1,
-    gain: Any = None,
-    storage_options: Mapping | None = None,
-) -> ImageReaderProvider:
-    """A reader provider that reads EER files as `fractions` rendered images, other files with `formats`.
-
-    Args:
-        fractions: As `EerFormat.configured` takes it, and `binning`, `superres` and `gain` likewise.
-        cache: How many files to keep open, as `vitrio.reader_provider` takes it.
-        formats: The formats of the other files; None for every registered one.
-        storage_options: What fsspec takes to reach files at URLs, as `vitrio.reader_provider` takes it.
-
-    Returns:
-        A provider like `vitrio.reader_provider`'s.
-
-    Raises:
-        ValueError, TypeError: As `EerFormat.configured` raises them.
-    """
-    configured = EerFormat.configured(fractions, binning, superres, gain)
-    provider: ImageReaderProvider = FileImageReaderProvider(
-        [configured, *resolve_formats(formats)], storage_options
-    )
-    return provider if cache is None else CachingImageReaderProvider(provider, cache)
