@@ -23,16 +23,23 @@ def s3():
     server.stop()
 
 
-def test_the_tomograms_of_a_static_root_in_s3_are_read_at_their_urls(s3: LocalS3, tmp_path: Path) -> None:
-    (tmp_path / "static").mkdir()
-    volumes = make_static(tmp_path / "static")
-    static = s3.put_store(str(tmp_path / "static"), "lab", "project")
+def _static_in_s3(s3: LocalS3, folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """A project's configuration whose static root (its tomograms and picks) is in S3, its overlay in
+    `folder`, and the tomograms' values by run."""
+    (folder / "static").mkdir()
+    volumes = make_static(folder / "static")
+    static = s3.put_store(str(folder / "static"), "lab", "project")
     path = write_config(
-        tmp_path / "copick.json",
+        folder / "copick.json",
         static_root=static,
         static_fs_args=s3.options,
-        overlay_root=f"local://{tmp_path / 'overlay'}",
+        overlay_root=f"local://{folder / 'overlay'}",
     )
+    return path, volumes
+
+
+def test_the_tomograms_of_a_static_root_in_s3_are_read_at_their_urls(s3: LocalS3, tmp_path: Path) -> None:
+    path, volumes = _static_in_s3(s3, tmp_path)
     root = copick.from_file(str(path))
     for name, picks in PICKS.items():
         add_picks(root.get_run(name), [pick for pick in picks if pick[1] not in STATIC_USERS])
@@ -60,19 +67,10 @@ def test_a_picks_file_in_s3_larger_than_allowed_is_refused_unread(
 ) -> None:
     from vitrio.data import _copick
 
-    (tmp_path / "static").mkdir()
-    make_static(tmp_path / "static")
-    static = s3.put_store(str(tmp_path / "static"), "lab", "project")
-    path = write_config(
-        tmp_path / "copick.json",
-        static_root=static,
-        static_fs_args=s3.options,
-        overlay_root=f"local://{tmp_path / 'overlay'}",
-    )
+    path, _ = _static_in_s3(s3, tmp_path)
     monkeypatch.setattr(_copick, "MAX_PICKS_BYTES", 10)  # the static root's picks only: none in the overlay
-    with pytest.raises(
-        ValueError, match=r"lab/project/ExperimentRuns/.*json: more than the 10 bytes a picks file"
-    ):
+    with pytest.raises(ValueError, match=r"lab/project/ExperimentRuns/.*json: \d+ bytes, more than the 10 "):
         vio.data.copick_picks(
             path, BOX, voxel_spacing=SPACING, tomogram_type="wbp", storage_options=s3.options
         )
+    assert not [get for get in s3.gets("lab/project/") if "/Picks/" in get]  # refused unread

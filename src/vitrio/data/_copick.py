@@ -153,7 +153,7 @@ def _open(project: Any) -> tuple[Any, str]:
         return copick.from_string(text.decode()), path
     except (
         ValueError
-    ) as error:  # not UTF-8, JSON or a configuration copick's model takes; none names the file
+    ) as error:  # not UTF-8, JSON or a configuration copick's model takes: none names the file
         raise ValueError(f"{path}: not a copick configuration: {error}") from None
 
 
@@ -252,8 +252,8 @@ def _picks_file(picks: Any, where: str) -> Any:
 
 def _bounded(fs: Any, path: str) -> bytes:
     """The file at `path` of the fsspec filesystem `fs`, of at most `MAX_PICKS_BYTES`: a local one as
-    `read_whole` reads it (a FIFO refused, never waited on), one in object storage checked first and
-    read no further than that.
+    `read_whole` reads it (a FIFO refused, never waited on), one in object storage refused unread where
+    it says it is larger, and read no further than that.
 
     Raises:
         OSError, ValueError: If it is not a regular file, or is larger.
@@ -264,6 +264,10 @@ def _bounded(fs: Any, path: str) -> bytes:
     info = fs.info(path)
     if info.get("type") != "file":
         raise OSError(f"{path}: not a regular file; it is not read")
+    if (info.get("size") or 0) > MAX_PICKS_BYTES:  # as it says; a size it hides is caught as it is read
+        raise ValueError(
+            f"{path}: {info['size']} bytes, more than the {MAX_PICKS_BYTES} a picks file may have; not read"
+        )
     with fs.open(path, "rb") as file:
         data = file.read(MAX_PICKS_BYTES + 1)
     if len(data) > MAX_PICKS_BYTES:
