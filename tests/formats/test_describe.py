@@ -4,6 +4,7 @@ warnings, for MRC headers of every kind, broken ones among them, and files of th
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import mrcfile
@@ -147,7 +148,9 @@ def test_files_alike_are_described_once(tmp_path, monkeypatch):
     ]
     assert described == [keys[0], keys[5]]
     (tmp_path / "folder.mrcs").mkdir()
-    for odd, error in [("missing.mrcs", vio.ImageFileNotFoundError), ("folder.mrcs", IsADirectoryError)]:
+    os.mkfifo(tmp_path / "fifo.mrcs")  # refused, never waited on
+    odd_ones = [("missing.mrcs", vio.ImageFileNotFoundError), ("folder.mrcs", IsADirectoryError)]
+    for odd, error in [*odd_ones, ("fifo.mrcs", OSError)]:
         files = describe_files([keys[0], str(tmp_path / odd), keys[1]])
         assert next(files) == descriptors[0]
         with pytest.raises(error, match=odd):
