@@ -79,11 +79,10 @@ class PathResolver:
         """The paths `written` may mean, in the order they are tried."""
         return list(self._candidates(written))
 
-    def _plain(self, written: Any) -> tuple[str, str, str] | None:
-        """Of a relative path looked for beside the metadata file (no root, not at a URL): the path as
-        written, its folder and its file's name; None for any other."""
-        path = os.fsdecode(written) if isinstance(written, bytes) else os.fspath(written)
-        path = path.removeprefix(">")
+    def _plain(self, written: Any) -> tuple[str, str] | None:
+        """Of a relative path looked for beside the metadata file (no root, not at a URL): its folder
+        and its file's name; None for any other."""
+        path = _spelled(written)
         folder, name = os.path.split(path)
         if (
             self._root is None
@@ -91,7 +90,7 @@ class PathResolver:
             and name not in ("", ".", "..")
             and not os.path.isabs(path)
         ):
-            return path, folder, name
+            return folder, name
         return None
 
     def _candidates(self, written: Any) -> Iterator[str]:
@@ -99,9 +98,9 @@ class PathResolver:
         plain = self._plain(written)
         if plain is not None:
             # a relative path among many in few folders (RELION's stacks): each folder worked out once
-            return (os.path.join(found, plain[2]) for found in self._folders_of(plain[1]))
-        path = os.fsdecode(written) if isinstance(written, bytes) else os.fspath(written)
-        path = path.removeprefix(">")
+            folder, name = plain
+            return (os.path.join(found, name) for found in self._folders_of(folder))
+        path = _spelled(written)
         if self._root is None:
             tried = [path] if os.path.isabs(path) else [os.path.join(f, path) for f in self._folders]
         else:
@@ -146,7 +145,7 @@ class PathResolver:
         """The file each of `written` means, as the resolver says of each, the first error raised as it
         raises it: a folder that `_LISTED_FROM` or more of them may be in is read once, and what it names
         (but links) is there without being asked for, what is not in a folder that is not there is not."""
-        folders = collections.Counter(plain[1] for plain in map(self._plain, written) if plain is not None)
+        folders = collections.Counter(plain[0] for plain in map(self._plain, written) if plain is not None)
         for folder, count in folders.items():
             if count >= _LISTED_FROM:
                 for found in self._folders_of(folder):
@@ -163,6 +162,11 @@ class PathResolver:
         if listed is None:
             return os.path.exists(path)
         return listed is not _ABSENT and (name in listed or os.path.exists(path))
+
+
+def _spelled(written: Any) -> str:
+    """The path `written`, decoded if bytes, without the `>` cryoSPARC writes before a relative one."""
+    return (os.fsdecode(written) if isinstance(written, bytes) else os.fspath(written)).removeprefix(">")
 
 
 _ABSENT = frozenset({"/"})
