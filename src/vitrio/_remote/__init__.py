@@ -10,15 +10,17 @@ password, signature, credential or token it may hold. The storage
 (`vitrio._storage`) opens files through this package; nothing else does.
 """
 
-from ._files import RemoteFile, local_copy, merge_ranges, missing_backend, read_many
-from ._http import client_options, is_http
+from ._files import RemoteFile, local_copy, merge_ranges, missing_backend, read_many, transient
+from ._http import ServerError, client_options, is_http
 
 __all__ = [
     "RemoteFile",
+    "ServerError",
     "client_options",
     "is_http",
     "local_copy",
     "merge_ranges",
     "missing_backend",
     "read_many",
+    "transient",
 ]

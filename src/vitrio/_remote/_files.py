@@ -135,18 +135,18 @@ class RemoteFile:
             return self.fs.info(self.path)
         except FileNotFoundError as error:
             cause = error.__cause__  # fsspec's HTTP says "not found" of any failure: the failure, if one
-            if self.http and (_transient(cause) or _unreached(cause) or isinstance(cause, Redirected)):
+            if self.http and (transient(cause) or _unreached(cause) or isinstance(cause, Redirected)):
                 raise cause from None
             raise
 
     def _retried(self, call: Any, where: str) -> Any:
-        """What `call()` gives, asked again while it fails as `_transient` says, up to `remote_attempts`
+        """What `call()` gives, asked again while it fails as `transient` says, up to `remote_attempts`
         times; then what failed, as `_named` names it with the URL and `where`."""
         for attempt in range(1, self.limits.remote_attempts + 1):
             try:
                 return call()
             except Exception as error:
-                if not _transient(error) or attempt == self.limits.remote_attempts:
+                if not transient(error) or attempt == self.limits.remote_attempts:
                     raise _named(error, self.url, where, attempt) from None
                 time.sleep(self.limits.remote_backoff * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -190,7 +190,7 @@ class RemoteFile:
                 body = await self.fs._cat_file(self.path, start=start, end=end)
                 return checked_length(body, self.url, start, end)
             except Exception as error:
-                if not _transient(error) or attempt == self.limits.remote_attempts:
+                if not transient(error) or attempt == self.limits.remote_attempts:
                     raise _named(error, self.url, _bytes(start, end), attempt) from None
                 await asyncio.sleep(self.limits.remote_backoff * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -278,7 +278,7 @@ def _cut(
     return views
 
 
-def _transient(error: BaseException | None) -> bool:
+def transient(error: BaseException | None) -> bool:
     """Whether a failed request is worth asking again: a timeout, a lost connection, a 5xx (S3's too, which
     s3fs gives as `EBUSY`), a short body."""
     if isinstance(error, (ShortBody, ServerError, TimeoutError, asyncio.TimeoutError, ConnectionError)):

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..._errors import redact
-from ..._remote._files import _transient
-from ..._remote._http import ServerError
+from ..._remote import ServerError, transient
 
 __all__ = ["fetch_bounded"]
 
@@ -64,7 +63,7 @@ async def _fetch(fs: Any, session: Any, url: str, limit: int) -> bytes | None | 
     except Exception as error:  # noqa: BLE001 - handed back, named by the caller
         # a failure worth asking again stays one (a ConnectionError) once named, and keeps no cause that
         # could show the URL unredacted
-        kind = ConnectionError if _transient(error) else OSError
+        kind = ConnectionError if transient(error) else OSError
         return kind(f"{span}: {redact(f'{type(error).__name__}: {error}')}")
     if len(body) > limit:
         return ValueError(f"more than the {limit} bytes a chunk may take (sent by {redact(url)})")

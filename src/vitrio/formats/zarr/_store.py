@@ -26,8 +26,7 @@ from typing import Any
 from ..._config import Configuration
 from ..._errors import ImageFileNotFoundError, redact
 from ..._fs import open_beneath
-from ..._remote import client_options, is_http, missing_backend
-from ..._remote._files import _transient
+from ..._remote import client_options, is_http, missing_backend, transient
 from ._http import fetch_bounded
 
 __all__ = ["Store", "LocalStore", "RemoteStore", "open_store"]
@@ -123,11 +122,11 @@ class RemoteStore(Store):
 
     def get_many(self, paths: Sequence[str], limit: int) -> list[ChunkBytes]:
         """The chunks at `paths`, fetched at once; those whose fetch failed as a timeout or a lost
-        connection does (`_transient`) asked again, up to `remote_attempts` tries with `remote_backoff`
+        connection does (`transient`) asked again, up to `remote_attempts` tries with `remote_backoff`
         doubling, as a `RemoteFile`'s ranges are."""
         got = self._fetch(paths, limit)
         for attempt in range(1, self.configuration.remote_attempts):
-            again = [n for n, value in enumerate(got) if _transient(value)]
+            again = [n for n, value in enumerate(got) if transient(value)]
             if not again:
                 break
             time.sleep(self.configuration.remote_backoff * 2 ** (attempt - 1))
