@@ -145,14 +145,30 @@ class PathResolver:
         """The file each of `written` means, as the resolver says of each, the first error raised as it
         raises it: a folder that `_LISTED_FROM` or more of them may be in is read once, and what it names
         (but links) is there without being asked for, what is not in a folder that is not there is not."""
-        folders = collections.Counter(plain[0] for plain in map(self._plain, written) if plain is not None)
+        plains = list(map(self._plain, written))
+        folders = collections.Counter(plain[0] for plain in plains if plain is not None)
         for folder, count in folders.items():
             if count >= _LISTED_FROM:
                 for found in self._folders_of(folder):
                     listed = None if found in self._listed else _listing(found, count * _LISTED_PER_PATH)
                     if listed is not None:
                         self._listed[found] = listed
-        return [self(path) for path in written]
+        return [
+            self._found.get(path) or (plain and self._listed_file(path, *plain)) or self(path)
+            for path, plain in zip(written, plains)
+        ]
+
+    def _listed_file(self, written: Any, folder: str, name: str) -> str | None:
+        """The file the plain path `written` (in `folder`, named `name`) means, where the readings of
+        the folders it may be in tell it without asking; None where they do not."""
+        for found in self._folders_of(folder):
+            listed = self._listed.get(found)
+            if listed is None or (listed is not _ABSENT and name not in listed):
+                return None  # not read, or not named there but maybe a link: asked
+            if listed is not _ABSENT:
+                path = self._found[written] = os.path.join(found, name)
+                return path
+        return None
 
     def _exists(self, path: str) -> bool:
         """Whether something is at the local `path`, as `os.path.exists` says; from its folder's reading
