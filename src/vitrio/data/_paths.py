@@ -16,7 +16,8 @@ The rules, in one place (docs/paths-and-types.md says them for users):
 The first candidate that exists is taken; if none does, the error names the
 metadata file and every path tried. Resolving many paths at once
 (`resolve_all`), a folder that many of them may be in is read once
-(`os.scandir`) instead of asked for each file.
+(`os.scandir`) instead of asked for each file, and a file it names is
+found in that reading.
 """
 
 from __future__ import annotations
