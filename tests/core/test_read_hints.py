@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import time
 from pathlib import Path
 
 import mrcfile
@@ -114,3 +117,39 @@ def test_advise_map_takes_ranges_within_the_map_and_refuses_others(tmp_path: Pat
         _native.advise_map(mapped, np.zeros(3, np.int64))
     with pytest.raises(TypeError):
         _native.advise_map(memoryview(data), np.zeros((1, 2), np.int64))
+
+
+def _in_page_cache(mapped, start: int, length: int) -> np.ndarray:
+    """Whether each page of `mapped` from `start` (a page's start) for `length` bytes is in memory, as
+    mincore(2) says of a map of a file the caller owns: in the page cache."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    pages = np.zeros(-(-length // mmap.PAGESIZE), np.uint8)
+    address = np.frombuffer(mapped, np.uint8).ctypes.data + start
+    assert libc.mincore(address, length, pages.ctypes.data) == 0, os.strerror(ctypes.get_errno())
+    return (pages & 1).astype(bool)
+
+
+def test_ranges_to_read_are_read_ahead_where_they_are_not_in_memory_and_others_are_left(tmp_path: Path):
+    """A range of a cold file told ahead (MADV_WILLNEED) comes into the page cache before it is read, a
+    range not told stays out; a range told again once in memory reads the same (it is not advised
+    again, which costs a page cache lookup a page)."""
+    mib = 1 << 20
+    data = np.random.default_rng(4).integers(0, 256, 8 * mib, np.uint8).tobytes()
+    path = tmp_path / "f"
+    with open(path, "wb") as file:
+        file.write(data)
+        os.fsync(file.fileno())
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    mapped = _mapped(path, len(data), True)
+    if _in_page_cache(mapped, 0, len(data)).any():
+        pytest.skip(f"{tmp_path}'s filesystem keeps the file in memory: there is nothing to read ahead")
+    _native.advise_map(mapped, np.array([[mib + 100, 3 * mib]], np.int64))
+    waited = 0
+    while not _in_page_cache(mapped, mib, 3 * mib).all() and waited < 600:  # the disk reads it meanwhile
+        time.sleep(0.05)
+        waited += 1
+    assert _in_page_cache(mapped, mib, 3 * mib).all()
+    assert not _in_page_cache(mapped, 5 * mib, 3 * mib).any()
+    _native.advise_map(mapped, np.array([[mib, 3 * mib]], np.int64))
+    assert bytes(memoryview(mapped)) == data
