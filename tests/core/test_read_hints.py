@@ -130,26 +130,63 @@ def _in_page_cache(mapped, start: int, length: int) -> np.ndarray:
     return (pages & 1).astype(bool)
 
 
-def test_ranges_to_read_are_read_ahead_where_they_are_not_in_memory_and_others_are_left(tmp_path: Path):
-    """A range of a cold file told ahead (MADV_WILLNEED) comes into the page cache before it is read, a
-    range not told stays out; a range told again once in memory reads the same (it is not advised
-    again, which costs a page cache lookup a page)."""
-    mib = 1 << 20
-    data = np.random.default_rng(4).integers(0, 256, 8 * mib, np.uint8).tobytes()
-    path = tmp_path / "f"
+def _evicted(path: Path, size: int, seed: int):
+    """A map of a new file of `size` random bytes at `path` whose pages are out of the page cache (the
+    test is skipped, saying why, on a filesystem that keeps files in memory), and its bytes."""
+    data = np.random.default_rng(seed).integers(0, 256, size, np.uint8).tobytes()
     with open(path, "wb") as file:
         file.write(data)
         os.fsync(file.fileno())
         os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     mapped = _mapped(path, len(data), True)
     if _in_page_cache(mapped, 0, len(data)).any():
-        pytest.skip(f"{tmp_path}'s filesystem keeps the file in memory: there is nothing to read ahead")
-    _native.advise_map(mapped, np.array([[mib + 100, 3 * mib]], np.int64))
-    waited = 0
-    while not _in_page_cache(mapped, mib, 3 * mib).all() and waited < 600:  # the disk reads it meanwhile
+        pytest.skip(f"{path.parent}'s filesystem keeps the file in memory: there is nothing to read ahead")
+    return mapped, data
+
+
+def _read_in(mapped, start: int, length: int) -> bool:
+    """Whether that range of `mapped` comes into the page cache, waiting while the disk reads it."""
+    for _ in range(600):
+        if _in_page_cache(mapped, start, length).all():
+            return True
         time.sleep(0.05)
-        waited += 1
-    assert _in_page_cache(mapped, mib, 3 * mib).all()
+    return False
+
+
+def test_ranges_to_read_are_read_ahead_where_they_are_not_in_memory_and_others_are_left(tmp_path: Path):
+    """A range of a cold file told ahead (MADV_WILLNEED) comes into the page cache before it is read, a
+    range not told stays out; a range told again once in memory reads the same (it is not advised
+    again, which costs a page cache lookup a page)."""
+    mib = 1 << 20
+    mapped, data = _evicted(tmp_path / "f", 8 * mib, 4)
+    _native.advise_map(mapped, np.array([[mib + 100, 3 * mib]], np.int64))
+    assert _read_in(mapped, mib, 3 * mib)
     assert not _in_page_cache(mapped, 5 * mib, 3 * mib).any()
     _native.advise_map(mapped, np.array([[mib, 3 * mib]], np.int64))
     assert bytes(memoryview(mapped)) == data
+
+
+def test_ranges_of_several_maps_told_at_once_are_read_ahead(tmp_path: Path):
+    """`advise_maps` tells the ranges of several maps in one call, each row naming its map: each range
+    comes into the page cache, the rest of each file stays out."""
+    mib = 1 << 20
+    (a, data_a), (b, data_b) = _evicted(tmp_path / "a", 4 * mib, 5), _evicted(tmp_path / "b", 4 * mib, 6)
+    _native.advise_maps((a, b), np.array([[1, 2 * mib, mib], [0, 0, mib]], np.int64))
+    assert _read_in(b, 2 * mib, mib) and _read_in(a, 0, mib)
+    assert not _in_page_cache(b, 0, 2 * mib).any() and not _in_page_cache(a, mib, 3 * mib).any()
+    assert bytes(memoryview(a)) == data_a and bytes(memoryview(b)) == data_b
+
+
+def test_advise_maps_takes_ranges_within_their_maps_and_refuses_others(tmp_path: Path):
+    data = bytes(range(256)) * 64
+    (tmp_path / "f").write_bytes(data)
+    mapped = _mapped(tmp_path / "f", len(data), False)
+    _native.advise_maps((mapped, mapped), np.array([[0, 0, 100], [1, 4097, len(data) - 4097]], np.int64))
+    _native.advise_maps((), np.zeros((0, 3), np.int64))
+    for bad in ([[2, 0, 1]], [[-1, 0, 1]], [[0, -1, 1]], [[0, 1, len(data)]], [[0, len(data) + 1, 0]]):
+        with pytest.raises(ValueError, match="within the maps"):
+            _native.advise_maps((mapped, mapped), np.array(bad, np.int64))
+    with pytest.raises(ValueError, match="within the maps"):
+        _native.advise_maps((mapped,), np.zeros(2, np.int64))
+    with pytest.raises(TypeError, match="FileMaps"):
+        _native.advise_maps((mapped, memoryview(data)), np.zeros((0, 3), np.int64))

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._arrays import holds_values
-from .._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET, advise, advise_map
+from .._native import RUN_COUNT, RUN_DESTINATION, RUN_FIELDS, RUN_FILE, RUN_OFFSET, advise, advise_maps
 from .._providers import NO_LAYOUT, ImageReaderProvider
 from ..formats._raw_layout import KnownFiles
 
@@ -39,24 +38,23 @@ def plan_known(
         its first slot and its number of images, and the kind of `out`'s values.
     """
     ids, inverse = np.unique(key_ids, return_inverse=True)
-    shape, dtype = out.shape[1:], out.dtype
-    numbers = np.full(len(ids), -1, dtype=np.int64)
-    layouts, rows, dst_kind = [], [], None
-    for j, key_id in enumerate(ids.tolist()):
-        layout = readers.layout(keys[key_id])
+    shape, dtype, layout_of = out.shape[1:], out.dtype, readers.layout
+    numbers, layouts, rows, dst_kind = [], [], [], None
+    for key_id in ids.tolist():
+        layout = layout_of(keys[key_id])
         known = layout is not None and layout is not NO_LAYOUT and layout.core_extents == shape
-        plan = layout.plan(dtype) if known else None
-        if plan is not None and not holds_values(layout.descriptor.data_type, dtype):
-            plan = None  # the reader raises DestinationTypeError
-        if plan is not None and dst_kind in (None, plan.wanted):
-            dst_kind = plan.wanted
-            numbers[j] = len(layouts)
+        found = layout.row(dtype) if known else None
+        if found is not None and dst_kind in (None, found[0]):
+            dst_kind = found[0]
+            numbers.append(len(layouts))
             layouts.append(layout)
-            rows.append((layout.offset, layout.image_bytes, plan.values, layout.image_count, plan.stored))
+            rows.append(found[1])
+        else:
+            numbers.append(-1)
     if not layouts:
         return None
     table = np.array(rows, dtype=np.int64)
-    files = numbers[inverse]
+    files = np.array(numbers, dtype=np.int64)[inverse]
     known = files >= 0
     beyond = known & (indices >= table[files, _COUNT])
     if beyond.any():  # the readers raise the IndexError
@@ -87,7 +85,8 @@ def plan_known(
 
 def will_read_runs(files: KnownFiles, runs: np.ndarray) -> int:
     """Tell the kernel `runs` (as `plan_known` makes them, those of a file together) are read soon:
-    through the map of a file whose reader is open (`advise_map`), opening the others (`advise`).
+    through the maps of the files whose readers are open (`advise_maps`, in one call), opening the
+    others (`advise`).
 
     Returns:
         How many files it opened.
@@ -100,9 +99,10 @@ def will_read_runs(files: KnownFiles, runs: np.ndarray) -> int:
         advise(files.paths, files.checks, np.ascontiguousarray(runs[closed]))
     if mapped.any():
         value_bytes = np.array([layout.dtype.itemsize for layout in files.layouts])
-        ranges = np.column_stack((runs[:, RUN_OFFSET], runs[:, RUN_COUNT] * value_bytes[numbers]))
-        ends = np.append(starts[1:], len(runs))
-        for start, end, number in zip(starts.tolist(), ends.tolist(), numbers[starts].tolist()):
-            if mapped[number]:
-                advise_map(files.maps[number], ranges[start:end])
+        held = np.flatnonzero(mapped)
+        number_of = np.zeros(len(files.maps), np.int64)
+        number_of[held] = np.arange(len(held))
+        file, offset, count = runs[~closed, RUN_FILE], runs[~closed, RUN_OFFSET], runs[~closed, RUN_COUNT]
+        ranges = np.column_stack((number_of[file], offset, count * value_bytes[file]))
+        advise_maps(tuple(files.maps[i] for i in held.tolist()), ranges)
     return int(closed[starts].sum())

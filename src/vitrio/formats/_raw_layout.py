@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._arrays import holds_values
 from .._native import (
     CHECK_FIELDS,
     CHECK_KIND,
@@ -94,7 +95,7 @@ class RawLayout:
     """
 
     __slots__ = ("key", "path", "descriptor", "core_extents", "image_count", "offset", "dtype")
-    __slots__ += ("image_bytes", "check", "_plans", "_map")
+    __slots__ += ("image_bytes", "check", "_plans", "_rows", "_map")
 
     def __init__(
         self,
@@ -112,6 +113,7 @@ class RawLayout:
         self.image_bytes = math.prod(self.core_extents) * dtype.itemsize
         self.check = (status.st_size, status.st_mtime_ns, status.st_ino, status.st_dev)
         self._plans: dict[np.dtype, Plan | None] = {}
+        self._rows: dict[np.dtype, tuple[int, tuple[int, ...]] | None] = {}
         self._map = weakref.ref(mapped) if mapped is not None else None
 
     def mapped(self) -> Any:
@@ -128,6 +130,21 @@ class RawLayout:
             plan = self._plan(np.dtype(out_dtype))
             self._plans[out_dtype] = plan
         return plan
+
+    def row(self, out_dtype: np.dtype) -> tuple[int, tuple[int, ...]] | None:
+        """Where `read_runs` reads this file's images into `out_dtype` from and how, for planning many
+        files' runs at once: the destination's kind and (offset, image bytes, values per image, images,
+        stored kind); None where it does not read them (`plan`), or a destination of `out_dtype`
+        does not hold their values (`holds_values`: the reader raises). Worked out once a type."""
+        found = self._rows.get(out_dtype, False)
+        if found is False:
+            plan = self.plan(out_dtype)
+            found = None
+            if plan is not None and holds_values(self.descriptor.data_type, out_dtype):
+                row = (self.offset, self.image_bytes, plan.values, self.image_count, plan.stored)
+                found = (plan.wanted, row)
+            self._rows[out_dtype] = found
+        return found
 
     def _plan(self, out_dtype: np.dtype) -> Plan | None:
         values = math.prod(self.core_extents)

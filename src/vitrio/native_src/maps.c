@@ -21,6 +21,10 @@
  *     in memory (mincore, a MiB at a time) are not advised again. With `done`,
  *     that they were read and are not read again soon (MADV_DONTNEED): their pages leave the process's
  *     memory (the page cache keeps them, and a later read maps them again).
+ *
+ *   advise_maps(maps, ranges)
+ *     As advise_map without `done`, of the ranges of several FileMaps at once: `ranges` are int64 rows of
+ *     a map's number in the tuple `maps`, offset and bytes.
  */
 #include "native.h"
 
@@ -203,27 +207,32 @@ static void will_need(uintptr_t start, uintptr_t end) {
     }
 }
 
-PyObject *vitrio_advise_map(PyObject *self, PyObject *args) {
-    PyObject *map;
-    Py_buffer ranges = {0};
-    int done = 0;
-    if (!PyArg_ParseTuple(args, "O!y*|p:advise_map", FileMapType, &map, &ranges, &done)) return NULL;
-    const int64_t *range = (const int64_t *)ranges.buf;
-    Py_ssize_t n = ranges.len / 16;
-    int ok = ranges.len % 16 == 0;
-    uint8_t *address = ((FileMap *)map)->address;
-    int64_t length = ((FileMap *)map)->length;
-    for (Py_ssize_t i = 0; ok && i < n; i++)
-        ok = range[2 * i] >= 0 && range[2 * i + 1] >= 0 && range[2 * i] <= length &&
-             range[2 * i + 1] <= length - range[2 * i];
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "ranges are int64 rows (offset, bytes) within the map");
-        vitrio_release_views((Py_buffer *const[]){&ranges, NULL});
-        return NULL;
+/* Checks that the ranges of the maps (int64 rows of `width`: a map's number where width is 3, then offset
+ * and bytes) lie within them: 1, or 0 with the error set. */
+static int ranges_within(PyObject *const *maps, Py_ssize_t count, const Py_buffer *ranges, int width) {
+    const int64_t *range = (const int64_t *)ranges->buf;
+    int ok = ranges->len % (8 * width) == 0;
+    for (Py_ssize_t i = 0; ok && i < ranges->len / (8 * width); i++, range += width) {
+        int64_t number = width == 3 ? range[0] : 0, offset = range[width - 2], bytes = range[width - 1];
+        ok = number >= 0 && number < count && offset >= 0 && bytes >= 0;
+        if (ok) {
+            int64_t length = ((FileMap *)maps[number])->length;
+            ok = offset <= length && bytes <= length - offset;
+        }
     }
+    if (!ok) PyErr_SetString(PyExc_ValueError, width == 3 ? "ranges are int64 rows (map, offset, bytes) within the maps"
+                                                          : "ranges are int64 rows (offset, bytes) within the map");
+    return ok;
+}
+
+/* Advises the ranges (as ranges_within takes them), the GIL released. */
+static void advise_ranges(PyObject *const *maps, const Py_buffer *ranges, int width, int done) {
+    const int64_t *range = (const int64_t *)ranges->buf;
+    Py_ssize_t n = ranges->len / (8 * width);
     Py_BEGIN_ALLOW_THREADS;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uintptr_t start = (uintptr_t)(address + range[2 * i]), end = start + (uintptr_t)range[2 * i + 1];
+    for (Py_ssize_t i = 0; i < n; i++, range += width) {
+        uint8_t *address = ((FileMap *)maps[width == 3 ? range[0] : 0])->address;
+        uintptr_t start = (uintptr_t)(address + range[width - 2]), end = start + (uintptr_t)range[width - 1];
         start &= ~(uintptr_t)(page_size - 1);
         if (done) {
             if (end > start) madvise((void *)start, (size_t)(end - start), MADV_DONTNEED);
@@ -232,6 +241,37 @@ PyObject *vitrio_advise_map(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS;
+}
+
+PyObject *vitrio_advise_map(PyObject *self, PyObject *args) {
+    PyObject *map;
+    Py_buffer ranges = {0};
+    int done = 0;
+    if (!PyArg_ParseTuple(args, "O!y*|p:advise_map", FileMapType, &map, &ranges, &done)) return NULL;
+    int ok = ranges_within(&map, 1, &ranges, 2);
+    if (ok) advise_ranges(&map, &ranges, 2, done);
     vitrio_release_views((Py_buffer *const[]){&ranges, NULL});
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+PyObject *vitrio_advise_maps(PyObject *self, PyObject *args) {
+    PyObject *maps;
+    Py_buffer ranges = {0};
+    if (!PyArg_ParseTuple(args, "O!y*:advise_maps", &PyTuple_Type, &maps, &ranges)) return NULL;
+    Py_ssize_t count = PyTuple_Size(maps);
+    PyObject **held = PyMem_Calloc((size_t)count + 1, sizeof *held);
+    int ok = held != NULL;
+    if (!ok) PyErr_NoMemory();
+    for (Py_ssize_t i = 0; ok && i < count; i++) {
+        held[i] = PyTuple_GetItem(maps, i);
+        ok = PyObject_TypeCheck(held[i], FileMapType);
+        if (!ok) PyErr_SetString(PyExc_TypeError, "maps is a tuple of FileMaps");
+    }
+    ok = ok && ranges_within(held, count, &ranges, 3);
+    if (ok) advise_ranges(held, &ranges, 3, 0);
+    PyMem_Free(held);
+    vitrio_release_views((Py_buffer *const[]){&ranges, NULL});
+    if (!ok) return NULL;
     Py_RETURN_NONE;
 }

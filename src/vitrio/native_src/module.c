@@ -31,6 +31,7 @@ static PyMethodDef methods[] = {
     {"read_runs", vitrio_read_runs, METH_VARARGS, "Read runs of values of files into an array, converting them."},
     {"advise", vitrio_advise, METH_VARARGS, "Tell the kernel runs of files will be read soon."},
     {"advise_map", vitrio_advise_map, METH_VARARGS, "Tell the kernel ranges of a map will be read soon, or were read."},
+    {"advise_maps", vitrio_advise_maps, METH_VARARGS, "Tell the kernel ranges of several maps will be read soon."},
     {"convert", vitrio_convert, METH_VARARGS, "Convert values of one kind into another."},
     {"crop", vitrio_crop, METH_VARARGS, "Crop patches out of an image, converting them."},
     {"simd", vitrio_simd, METH_VARARGS, "Whether conversions use the processor's vector extensions (for tests)."},

@@ -36,6 +36,7 @@ PyObject *vitrio_lzw_check(PyObject *self, PyObject *args);
 int vitrio_maps_init(void);
 PyObject *vitrio_map_file(PyObject *self, PyObject *args);
 PyObject *vitrio_advise_map(PyObject *self, PyObject *args);
+PyObject *vitrio_advise_maps(PyObject *self, PyObject *args);
 
 /* convert.c */
 enum { K_U8, K_I8, K_U16, K_I16, K_F16, K_F32, K_BYTES, K_BF16, KINDS, SWAP = 256 };
