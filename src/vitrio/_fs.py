@@ -52,6 +52,17 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _opened(path: str) -> tuple[int, os.stat_result]:
+    """A file descriptor of whatever is at `path`, open for reading without blocking (a FIFO does not
+    wait for a writer) and closed across `exec`, and its status."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | CLOEXEC)
+    try:
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_readonly(path: str) -> int:
     """A file descriptor of the regular file at `path`, open for reading, closed across `exec`.
 
@@ -61,9 +72,9 @@ def open_readonly(path: str) -> int:
         IsADirectoryError: If `path` is a directory.
         OSError: If it is anything else but a regular file (a FIFO, a device, a socket).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | CLOEXEC)
+    fd, status = _opened(path)
+    mode = status.st_mode
     try:
-        mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, f"{path}: is a directory, not a file")
         if not stat.S_ISREG(mode):
@@ -79,12 +90,11 @@ def read_head(path: str, size: int) -> tuple[bytes, int] | None:
     """The first `size` bytes of the regular file at `path` and its size, read as `open_readonly` opens
     it; None where there is none to read (nothing there, a directory, a FIFO, no permission)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | CLOEXEC)
+        fd, status = _opened(path)
     except OSError:
         return None
     try:
-        info = os.fstat(fd)
-        return (os.pread(fd, size, 0), info.st_size) if stat.S_ISREG(info.st_mode) else None
+        return (os.pread(fd, size, 0), status.st_size) if stat.S_ISREG(status.st_mode) else None
     except OSError:
         return None
     finally:

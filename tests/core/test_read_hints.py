@@ -188,5 +188,8 @@ def test_advise_maps_takes_ranges_within_their_maps_and_refuses_others(tmp_path:
             _native.advise_maps((mapped, mapped), np.array(bad, np.int64))
     with pytest.raises(ValueError, match="within the maps"):
         _native.advise_maps((mapped,), np.zeros(2, np.int64))
+    _native.advise_maps((None, mapped), np.array([[1, 0, 100]], np.int64))  # None: a file not mapped
+    with pytest.raises(ValueError, match="within the maps"):
+        _native.advise_maps((None, mapped), np.array([[0, 0, 100]], np.int64))
     with pytest.raises(TypeError, match="FileMaps"):
         _native.advise_maps((mapped, memoryview(data)), np.zeros((0, 3), np.int64))

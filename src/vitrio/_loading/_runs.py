@@ -99,10 +99,6 @@ def will_read_runs(files: KnownFiles, runs: np.ndarray) -> int:
         advise(files.paths, files.checks, np.ascontiguousarray(runs[closed]))
     if mapped.any():
         value_bytes = np.array([layout.dtype.itemsize for layout in files.layouts])
-        held = np.flatnonzero(mapped)
-        number_of = np.zeros(len(files.maps), np.int64)
-        number_of[held] = np.arange(len(held))
         file, offset, count = runs[~closed, RUN_FILE], runs[~closed, RUN_OFFSET], runs[~closed, RUN_COUNT]
-        ranges = np.column_stack((number_of[file], offset, count * value_bytes[file]))
-        advise_maps(tuple(files.maps[i] for i in held.tolist()), ranges)
+        advise_maps(files.maps, np.column_stack((file, offset, count * value_bytes[file])))
     return int(closed[starts].sum())

@@ -128,7 +128,7 @@ class PathResolver:
         """
         found = self._found.get(written)
         if found is None:
-            exists = self._remote.exists if self._remote else self._exists
+            exists = self._remote.exists if self._remote else os.path.exists
             found = next((p for p in self._candidates(written) if exists(p)), None)
             if found is None:
                 tried = self.candidates(written)
@@ -170,15 +170,6 @@ class PathResolver:
                 path = self._found[written] = os.path.join(found, name)
                 return path
         return None
-
-    def _exists(self, path: str) -> bool:
-        """Whether something is at the local `path`, as `os.path.exists` says; from its folder's reading
-        where `resolve_all` made one and it tells (else asked: a link, a name spelled otherwise)."""
-        folder, name = os.path.split(path)
-        listed = self._listed.get(folder)
-        if listed is None:
-            return os.path.exists(path)
-        return listed is not _ABSENT and (name in listed or os.path.exists(path))
 
 
 def _spelled(written: Any) -> str:

@@ -308,11 +308,11 @@ def describe_files(
             and not storage.is_remote(key)
             and not any(c.claims_key(key) for c in claiming)
         ):
-            found = _described_alike(key, extension, candidates, described, unlike)
+            found = _alike_from_head(key, extension, candidates, described, unlike)
         yield found if found is not None else _first_format(key, storage, formats, described)
 
 
-def _described_alike(
+def _alike_from_head(
     key: str, extension: str, candidates: tuple[type[Format], ...], described: _Described, unlike: set[str]
 ) -> ImageDescriptor | None:
     """The description of a file described before that the first of `candidates` that recognizes the

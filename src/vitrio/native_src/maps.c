@@ -24,7 +24,8 @@
  *
  *   advise_maps(maps, ranges)
  *     As advise_map without `done`, of the ranges of several FileMaps at once: `ranges` are int64 rows of
- *     a map's number in the tuple `maps`, offset and bytes.
+ *     a map's number in the tuple `maps` (of FileMaps, and None for files not mapped, which no row may
+ *     name), offset and bytes.
  */
 #include "native.h"
 
@@ -214,13 +215,13 @@ static int ranges_within(PyObject *const *maps, Py_ssize_t count, const Py_buffe
     int ok = ranges->len % (8 * width) == 0;
     for (Py_ssize_t i = 0; ok && i < ranges->len / (8 * width); i++, range += width) {
         int64_t number = width == 3 ? range[0] : 0, offset = range[width - 2], bytes = range[width - 1];
-        ok = number >= 0 && number < count && offset >= 0 && bytes >= 0;
+        ok = number >= 0 && number < count && maps[number] != NULL && offset >= 0 && bytes >= 0;
         if (ok) {
             int64_t length = ((FileMap *)maps[number])->length;
             ok = offset <= length && bytes <= length - offset;
         }
     }
-    if (!ok) PyErr_SetString(PyExc_ValueError, width == 3 ? "ranges are int64 rows (map, offset, bytes) within the maps"
+    if (!ok) PyErr_SetString(PyExc_ValueError, width == 3 ? "ranges are int64 rows (map, offset, bytes) within the maps given"
                                                           : "ranges are int64 rows (offset, bytes) within the map");
     return ok;
 }
@@ -264,9 +265,10 @@ PyObject *vitrio_advise_maps(PyObject *self, PyObject *args) {
     int ok = held != NULL;
     if (!ok) PyErr_NoMemory();
     for (Py_ssize_t i = 0; ok && i < count; i++) {
-        held[i] = PyTuple_GetItem(maps, i);
-        ok = PyObject_TypeCheck(held[i], FileMapType);
-        if (!ok) PyErr_SetString(PyExc_TypeError, "maps is a tuple of FileMaps");
+        PyObject *map = PyTuple_GetItem(maps, i);
+        held[i] = map == Py_None ? NULL : map;
+        ok = map == Py_None || PyObject_TypeCheck(map, FileMapType);
+        if (!ok) PyErr_SetString(PyExc_TypeError, "maps is a tuple of FileMaps and None");
     }
     ok = ok && ranges_within(held, count, &ranges, 3);
     if (ok) advise_ranges(held, &ranges, 3, 0);

@@ -116,11 +116,12 @@ class ScratchImageReaderProvider(WrappingImageReaderProvider):
     def query_descriptors(self, keys: Sequence) -> Iterator[ImageDescriptor]:
         """The scratch's descriptors of the files it holds; those of the others asked of `backing`
         together."""
-        held = [self._scratch.holds(as_key(key)) for key in keys]
+        named = list(map(as_key, keys))
+        held = list(map(self._scratch.holds, named))
         if not any(held):
             return self._backing.query_descriptors(keys)
-        others = self._backing.query_descriptors([key for key, kept in zip(keys, held) if not kept])
-        return (self._scratch.descriptor(as_key(k)) if kept else next(others) for k, kept in zip(keys, held))
+        others = self._backing.query_descriptors([key for key, kept in zip(named, held) if not kept])
+        return (self._scratch.descriptor(k) if kept else next(others) for k, kept in zip(named, held))
 
     def __repr__(self) -> str:
         return f"ScratchImageReaderProvider({self._backing!r}, {self._scratch!r})"
